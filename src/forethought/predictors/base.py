@@ -1,0 +1,60 @@
+"""The predictor seam: what a predictor sees, what it proposes, and how it learns.
+
+A predictor is asked at the start of each model turn for likely next calls (:meth:`Predictor.predict`)
+and is told what really happened after each authoritative call (:meth:`Predictor.observe`). It never runs
+tools itself: the agent hands its :class:`Prediction` values to ``Session.speculate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from forethought.calls import ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedCall:
+    """An authoritative call of this session with its output as the model saw it."""
+
+    call: ToolCall
+    output: str
+    ok: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PredictionContext:
+    """What a predictor may look at: the conversation so far, this session's calls, the tools offered."""
+
+    session_id: str
+    messages: Sequence[Mapping[str, Any]]
+    user_message: str
+    history: Sequence[ObservedCall] = ()
+    tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Tool name -> JSON schema of its parameters."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A proposed next call. Only ``executable`` predictions are speculated; others are hints."""
+
+    call: ToolCall
+    confidence: float
+    source: str
+    executable: bool = True
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """Proposes next calls from context and learns from what the model really did."""
+
+    name: str
+
+    async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
+        """Likely next calls, most confident first."""
+        ...
+
+    def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+        """Learn from one authoritative call, made in ``context``."""
+        ...
