@@ -53,8 +53,6 @@ class Predictor(Protocol):
 
     async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
         """Likely next calls, most confident first."""
-        ...
 
     def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
         """Learn from one authoritative call, made in ``context``."""
-        ...
