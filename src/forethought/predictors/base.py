@@ -7,7 +7,7 @@ tools itself: the agent hands its :class:`Prediction` values to ``Session.specul
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,6 +33,10 @@ class PredictionContext:
     history: Sequence[ObservedCall] = ()
     tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Tool name -> JSON schema of its parameters."""
+    openai_tools: Sequence[Mapping[str, Any]] = ()
+    """The tools exactly as offered to the main model (a speculator model is offered the same)."""
+    request_extra: Mapping[str, Any] = field(default_factory=dict)
+    """Extra request fields the main model call carries (routing metadata a speculator model repeats)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +60,11 @@ class Predictor(Protocol):
 
     def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
         """Learn from one authoritative call, made in ``context``."""
+
+
+@runtime_checkable
+class StreamingPredictor(Predictor, Protocol):
+    """A predictor that can hand over each prediction the moment it has it (e.g. a speculator model)."""
+
+    def predict_stream(self, context: PredictionContext) -> AsyncIterator[Prediction]:
+        """Predictions as they become available."""

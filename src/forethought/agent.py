@@ -1,0 +1,317 @@
+"""The agent loop: one code path for serial and speculative execution, a flag apart.
+
+Each step streams one model response. In speculative mode the registered predictors run concurrently
+with the main model and their guesses become speculations; while the response streams, every tool call
+whose arguments close is dispatched at once when that is safe:
+
+* PURE / READ_ONLY calls run authoritatively right away, as long as every earlier call of the message has
+  been issued (so calls still take effect in the model's order);
+* any other speculable call (ISOLATED_WRITE with a snapshot state, or a read behind a not-yet-issued
+  write) is speculated, and the authoritative call at message end claims it;
+* everything else waits for the message to end.
+
+Tool results go back to the model in the model's order. Serial mode turns predictors and early dispatch
+off and changes nothing else, so both modes produce the same transcript.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forethought.calls import ToolCall
+from forethought.errors import ForethoughtError, LLMError
+from forethought.llm.client import LLMClient
+from forethought.llm.events import MessageDone, TextDelta, ToolCallClosed, ToolCallStarted
+from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor, StreamingPredictor
+from forethought.runtime import CallOutcome, Runtime, Session
+from forethought.telemetry import Event, EventKind
+from forethought.tools import Effect, Tool
+
+DEFAULT_MAX_STEPS = 32
+STREAM_SOURCE = "stream"
+
+
+def render_output(value: Any) -> str:
+    """A tool result as the model sees it: strings as they are, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def render_error(error: BaseException | str) -> str:
+    """A failed call as the model sees it (the same text in every mode)."""
+    return json.dumps({"error": str(error)}, ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class StepTiming:
+    """Timing of one model response and its tool calls.
+
+    ``generation_s``: request start to message end; ``tool_wait_s``: message end to all results ready;
+    ``tool_s``: tool time the step's calls needed (served or run); ``overlap_s``: the part of it hidden
+    behind generation or served from speculation.
+    """
+
+    generation_s: float
+    tool_wait_s: float
+    tool_s: float
+    overlap_s: float
+    calls: int
+    hits: int
+    early_dispatched: int
+    finish_reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRecord:
+    """One authoritative call of the conversation and the output the model got."""
+
+    call: ToolCall
+    output: str
+    ok: bool
+    outcome: str
+    """hit, partial_hit, miss, or error."""
+    source: str = ""
+    """The predictor whose speculation served it (hits only)."""
+    tool_s: float = 0.0
+    """Tool seconds the call needed, whether run now, earlier, or served."""
+    closed_at: float = 0.0
+    """Seconds from the step's request start until the call's arguments closed in the stream."""
+    early: bool = False
+    """Dispatched authoritatively before the message ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentResult:
+    """What one ``run`` produced: the new messages, tool records and timings."""
+
+    messages: list[dict[str, Any]]
+    tool_records: list[ToolRecord]
+    steps: list[StepTiming]
+    final_text: str
+    usage_tokens: int = 0
+
+    @property
+    def generation_s(self) -> float:
+        return sum(s.generation_s for s in self.steps)
+
+    @property
+    def tool_wait_s(self) -> float:
+        return sum(s.tool_wait_s for s in self.steps)
+
+
+@dataclass(slots=True)
+class _PendingCall:
+    index: int
+    id: str
+    name: str
+    call: ToolCall | None = None
+    error: str | None = None
+    raw: str = "{}"
+    closed_at: float = 0.0
+    task: asyncio.Task[CallOutcome] | None = None
+    speculated: bool = False
+
+
+@dataclass(slots=True)
+class _StepState:
+    calls: dict[int, _PendingCall] = field(default_factory=dict)
+    text: list[str] = field(default_factory=list)
+    started: float = 0.0
+    next_to_issue: int = 0
+    blocked: bool = False
+    early: int = 0
+
+
+class Agent:
+    """An OpenAI-compatible tool-calling agent over a forethought :class:`Session`."""
+
+    def __init__(self, client: LLMClient, model: str, tools: Sequence[Tool], runtime: Runtime, *,
+                 speculate: bool = True, predictors: Sequence[Predictor] = (), early_dispatch: bool | None = None,
+                 request_extra: Mapping[str, Any] | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+                 session_id: str | None = None) -> None:
+        self.client = client
+        self.model = model
+        self.runtime = runtime
+        self.speculate = speculate
+        self.predictors = list(predictors) if speculate else []
+        self.early_dispatch = speculate if early_dispatch is None else (early_dispatch and speculate)
+        self.request_extra = dict(request_extra or {})
+        self.max_steps = max_steps
+        self.session: Session = runtime.session(session_id, tools=tools)
+        self.openai_tools = [t.openai_schema() for t in tools]
+        self.parameter_schemas = {t.name: dict(t.parameters) for t in tools}
+        self.history: list[ObservedCall] = []
+
+    # --- public -----------------------------------------------------------------------------------
+
+    async def run(self, messages: Sequence[Mapping[str, Any]]) -> AgentResult:
+        """Run the model until it answers without tool calls; ``messages`` ends with the user's turn."""
+        transcript = [dict(m) for m in messages]
+        start_len = len(transcript)
+        records: list[ToolRecord] = []
+        steps: list[StepTiming] = []
+        tokens = 0
+        for _ in range(self.max_steps):
+            step, done, text, used = await self._step(transcript, records)
+            steps.append(step)
+            tokens += used
+            if done:
+                return AgentResult(transcript[start_len:], records, steps, text, tokens)
+        raise ForethoughtError(f"the model did not finish within {self.max_steps} steps")
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    # --- one step ---------------------------------------------------------------------------------
+
+    def _context(self, transcript: list[dict[str, Any]]) -> PredictionContext:
+        user = next((str(m.get("content") or "") for m in reversed(transcript) if m.get("role") == "user"), "")
+        return PredictionContext(session_id=self.session.id, messages=list(transcript), user_message=user,
+                                 history=tuple(self.history), tools=self.parameter_schemas,
+                                 openai_tools=self.openai_tools, request_extra=self.request_extra)
+
+    async def _step(self, transcript: list[dict[str, Any]],
+                    records: list[ToolRecord]) -> tuple[StepTiming, bool, str, int]:
+        context = self._context(transcript)
+        predictor_tasks = [asyncio.create_task(self._run_predictor(p, context)) for p in self.predictors]
+        started = time.monotonic()
+        state = _StepState(started=started)
+        finish = ""
+        usage = 0
+        try:
+            async for event in self.client.stream(self.model, transcript, self.openai_tools or None,
+                                                  **self.request_extra):
+                if isinstance(event, TextDelta):
+                    state.text.append(event.text)
+                elif isinstance(event, ToolCallStarted):
+                    state.calls[event.index] = _PendingCall(event.index, event.id, event.name)
+                elif isinstance(event, ToolCallClosed):
+                    self._on_closed(state, event)
+                elif isinstance(event, MessageDone):
+                    finish = event.finish_reason or ""
+                    usage = event.usage.total_tokens if event.usage is not None else 0
+        except BaseException:
+            await self._abandon(state, predictor_tasks)
+            raise
+        generated = time.monotonic()
+        for task in predictor_tasks:
+            task.cancel()
+        text = "".join(state.text)
+        ordered = [state.calls[i] for i in sorted(state.calls)]
+        assistant: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if ordered:
+            assistant["tool_calls"] = [
+                {"id": p.id, "type": "function",
+                 "function": {"name": p.name, "arguments": _arguments_text(p)}} for p in ordered]
+        transcript.append(assistant)
+        tool_s = 0.0
+        hits = 0
+        for pending in ordered:
+            output, ok, outcome, source, seconds = await self._result(pending)
+            tool_s += seconds
+            hits += outcome in ("hit", "partial_hit")
+            transcript.append({"role": "tool", "tool_call_id": pending.id, "content": output})
+            record = ToolRecord(pending.call or ToolCall(pending.name), output, ok, outcome, source, seconds,
+                                pending.closed_at, pending.task is not None)
+            records.append(record)
+            if pending.call is not None:
+                observed = ObservedCall(pending.call, output, ok)
+                self.history.append(observed)
+                for predictor in self.predictors:
+                    predictor.observe(context, observed)
+        finished = time.monotonic()
+        self.session.end_turn()
+        done = not ordered
+        wait = finished - generated
+        timing = StepTiming(generation_s=generated - started, tool_wait_s=wait, tool_s=tool_s,
+                            overlap_s=max(0.0, tool_s - wait), calls=len(ordered), hits=hits,
+                            early_dispatched=state.early, finish_reason=finish)
+        return timing, done, text, usage
+
+    def _on_closed(self, state: _StepState, event: ToolCallClosed) -> None:
+        pending = state.calls.get(event.index)
+        if pending is None:
+            pending = state.calls[event.index] = _PendingCall(event.index, event.id, event.name)
+        pending.raw = event.raw
+        pending.closed_at = time.monotonic() - state.started
+        if event.error is not None or event.arguments is None:
+            pending.error = event.error or "arguments missing"
+            state.blocked = True  # a failed call is answered at message end, like any other
+            return
+        pending.call = ToolCall(event.name, event.arguments)
+        if self.early_dispatch:
+            self._dispatch_ready(state)
+
+    def _dispatch_ready(self, state: _StepState) -> None:
+        """Issue closed calls in index order while they may run early; speculate the rest."""
+        while not state.blocked and state.next_to_issue in state.calls:
+            pending = state.calls[state.next_to_issue]
+            if pending.call is None:
+                return  # not closed yet
+            tool = self.session.tools.get(pending.name)
+            if tool is None or tool.effect not in (Effect.PURE, Effect.READ_ONLY):
+                state.blocked = True
+                break
+            pending.task = asyncio.create_task(self.session.execute_detailed(pending.call))
+            state.early += 1
+            state.next_to_issue += 1
+            self.session.runtime.telemetry.emit(
+                Event(EventKind.EARLY_DISPATCH, self.session.id, pending.name, "", STREAM_SOURCE))
+        if state.blocked:
+            for pending in state.calls.values():
+                if pending.call is not None and pending.task is None and not pending.speculated:
+                    self.session.speculate(pending.call, source=STREAM_SOURCE, confidence=1.0)
+                    pending.speculated = True  # claimed by the authoritative call at message end
+
+    async def _result(self, pending: _PendingCall) -> tuple[str, bool, str, str, float]:
+        """Await (or start) one call: its output, ok, outcome kind, source and the tool seconds it needed."""
+        if pending.error is not None:
+            return render_error(pending.error), False, "error", "", 0.0
+        assert pending.call is not None
+        try:
+            if pending.task is not None:
+                outcome = await pending.task
+            else:
+                outcome = await self.session.execute_detailed(pending.call)
+        except ForethoughtError as exc:
+            return render_error(exc), False, "error", "", 0.0
+        return (render_output(outcome.value), True, outcome.kind, outcome.source,
+                outcome.waited_s + outcome.saved_s)
+
+    async def _run_predictor(self, predictor: Predictor, context: PredictionContext) -> None:
+        """Feed one predictor's guesses into the session as they arrive; its failures never surface."""
+        with contextlib.suppress(Exception):
+            if isinstance(predictor, StreamingPredictor):
+                async for prediction in predictor.predict_stream(context):
+                    self._speculate(prediction, predictor.name)
+            else:
+                for prediction in await predictor.predict(context):
+                    self._speculate(prediction, predictor.name)
+
+    def _speculate(self, prediction: Prediction, name: str) -> None:
+        if prediction.executable:
+            self.session.speculate(prediction.call, source=prediction.source or name,
+                                   confidence=prediction.confidence)
+
+    async def _abandon(self, state: _StepState, predictor_tasks: list[asyncio.Task[None]]) -> None:
+        """The stream failed: stop guessing, let issued reads finish, drop every speculation."""
+        for task in predictor_tasks:
+            task.cancel()
+        issued = [p.task for p in state.calls.values() if p.task is not None]
+        if issued:
+            await asyncio.wait(issued)
+        self.session.end_turn()
+
+
+def _arguments_text(pending: _PendingCall) -> str:
+    return pending.raw
+
+
+__all__ = ["Agent", "AgentResult", "LLMError", "StepTiming", "ToolRecord", "render_error", "render_output"]

@@ -1,0 +1,162 @@
+"""The ``forethought`` command line: bench, serve-model, gateway, predict-eval, model.
+
+Configuration enters here (flags, a policy file) and flows inward as values. Every command takes
+``--json PATH`` for machine-readable results. Errors of the forethought family are printed as one clear
+line with exit status 2; a bench whose arms are not equivalent to serial exits with status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from forethought._version import __version__
+from forethought.errors import ForethoughtError
+from forethought.policy import Policy, load_policy
+
+app = typer.Typer(help="forethought: speculative tool execution for tool-using LLM agents.",
+                  no_args_is_help=True, add_completion=False)
+console = Console()
+T = TypeVar("T")
+
+JsonOption = Annotated[str | None, typer.Option("--json", help="Write machine-readable results here.")]
+PolicyOption = Annotated[Path | None, typer.Option("--policy", help="TOML policy file.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"forethought {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Print the version and exit.")] = False) -> None:
+    """forethought command line."""
+
+
+def _policy(path: Path | None) -> Policy:
+    return load_policy(path) if path is not None else Policy()
+
+
+def _run(job: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return asyncio.run(job())  # type: ignore[arg-type]
+    except ForethoughtError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated numbers, got {text!r}") from None
+
+
+@app.command()
+def bench(
+    workload: Annotated[str, typer.Option(help="bfcl, synthetic, sweep, paper-table or code.")] = "bfcl",
+    arms: Annotated[str, typer.Option(help="Comma-separated arms (serial is always run).")] =
+        "serial,spec-model,spec-stream,spec-pattern,pattern+stream,all",
+    trajectories: Annotated[int, typer.Option(help="Trajectories to run (spread over domains).")] = 12,
+    full: Annotated[bool, typer.Option("--full", help="Run the whole test fold (100 BFCL trajectories).")] = False,
+    agents: Annotated[str, typer.Option(help="Concurrent agents; a list such as 1,8,32 runs the multi-agent "
+                                             "benchmark.")] = "4",
+    tool_latency: Annotated[float, typer.Option(help="Mean tool latency in seconds (before scaling).")] = 1.0,
+    latencies: Annotated[str, typer.Option(help="Extra mean latencies for the time-saved plot, e.g. 0.5,1,2.")] =
+        "0.5,1,2",
+    time_scale: Annotated[float, typer.Option(help="Multiplies every latency and generation time.")] = 0.1,
+    alpha: Annotated[float, typer.Option(help="Stand-in speculator's probability of the true call.")] = 0.7,
+    samples: Annotated[int, typer.Option(help="Speculator samples per step (lambda).")] = 3,
+    grouping: Annotated[str, typer.Option(help="step: one call per model message; turn: a turn's calls in one "
+                                               "message.")] = "step",
+    seed: int = 0,
+    out: Annotated[str, typer.Option(help="Report directory.")] = "reports",
+    policy: PolicyOption = None,
+    json_path: JsonOption = None,
+) -> None:
+    """Serial vs speculative arms on a workload; prints a table, writes JSON + HTML; checks equivalence."""
+    from forethought.bench.main import BenchConfig, run_bench
+
+    if grouping not in ("step", "turn"):
+        raise typer.BadParameter("grouping must be 'step' or 'turn'")
+    agent_counts = [int(a) for a in agents.split(",") if a.strip()]
+    config = BenchConfig(workload=workload, arms=arms, trajectories=0 if full else trajectories,
+                         agents=agent_counts[0], tool_latency_s=tool_latency, latencies=_floats(latencies),
+                         time_scale=time_scale, alpha=alpha, samples=samples, grouping=grouping, seed=seed,
+                         out_dir=out, policy=_policy(policy))
+    doc: dict[str, Any]
+    if workload == "sweep":
+        from forethought.bench.sweep import run_sweep
+
+        doc = _run(lambda: run_sweep(config, console, json_path))
+    elif workload == "paper-table":
+        from forethought.bench.paper_table import run_paper_table
+
+        doc = _run(lambda: run_paper_table(config, console, json_path))
+    else:
+        doc = _run(lambda: run_bench(config, console, json_path))
+    if not doc["results"].get("equivalent", True):
+        console.print("[red]speculative arms differ from serial[/red]")
+        raise typer.Exit(1)
+
+
+@app.command("serve-model")
+def serve_model(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workload: Annotated[str, typer.Option(help="bfcl or synthetic.")] = "bfcl",
+    grouping: str = "step",
+    alpha: float = 0.7,
+    time_scale: float = 1.0,
+    seed: int = 0,
+) -> None:
+    """Run the simulated OpenAI-compatible engine (replays workload trajectories) until interrupted."""
+    from forethought.bench.main import BenchConfig, _timing, make_workload
+    from forethought.serve.http import serve_forever
+    from forethought.serve.model_server import SpeculatorConfig, create_model_server
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise typer.BadParameter("the simulated engine binds loopback only")
+    config = BenchConfig(workload=workload, trajectories=0, grouping=grouping, alpha=alpha, time_scale=time_scale,
+                         seed=seed)
+    try:
+        loaded = make_workload(config)
+    except ForethoughtError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    trajectories = [*loaded.trajectories(), *loaded.training()]
+    main_timing, spec_timing = _timing(config)
+    app_ = create_model_server(trajectories, timing=main_timing,
+                               speculator=SpeculatorConfig(alpha=alpha, timing=spec_timing, seed=seed))
+    console.print(f"serving {len(trajectories)} trajectories on http://{host}:{port}/v1")
+    serve_forever(app_, host, port)
+
+
+@app.command("predict-eval")
+def predict_eval(
+    workload: Annotated[str, typer.Option(help="Workload to evaluate next-call prediction on.")] = "bfcl",
+    json_path: JsonOption = None,
+) -> None:
+    """Next-call prediction accuracy of the pattern predictor (two-fold, interleaved ids)."""
+    from forethought.bench.report import document, write_json
+    from forethought.evaluation.predict_eval import print_predict_eval, run_predict_eval
+
+    try:
+        results = run_predict_eval(workload=workload)
+    except ForethoughtError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    print_predict_eval(console, results)
+    if json_path:
+        write_json(json_path, document("predict-eval", {"workload": workload}, results))
+
+
+if __name__ == "__main__":
+    app()

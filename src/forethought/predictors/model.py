@@ -1,0 +1,167 @@
+"""Model speculation (Nichols et al., client side): a speculator model sampled lambda times per step.
+
+At the start of each step the speculator model gets the same messages and tools as the main model, on
+its own OpenAI-compatible endpoint, ``lambda`` times in parallel. Every tool call any sample proposes is
+handed over as a :class:`Prediction` the moment its arguments close. Tokens are counted. With
+``adaptive=True`` lambda follows the observed per-sample hit rate: the smallest number of samples that
+would have caught the true call with probability ``target_coverage``, within ``[1, max_samples]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forethought.calls import ToolCall, dumps_canonical
+from forethought.llm.client import LLMClient
+from forethought.llm.events import MessageDone, ToolCallClosed
+from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
+
+SAMPLE_METADATA_KEY = "sample"
+
+
+def _identity(call: ToolCall) -> str:
+    return call.name + "\x1f" + dumps_canonical(dict(call.arguments))
+
+
+@dataclass(slots=True)
+class _SessionGuesses:
+    """The calls each sample proposed in a session's current step."""
+
+    per_sample: list[set[str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SpeculatorStats:
+    """Requests, samples, tokens and per-sample hit counts of one speculator."""
+
+    requests: int = 0
+    samples: int = 0
+    tokens: int = 0
+    proposals: int = 0
+    sample_trials: int = 0
+    sample_hits: int = 0
+    errors: int = 0
+    first_close_total_s: float = 0.0
+    first_close_count: int = 0
+
+    @property
+    def mean_first_close_s(self) -> float:
+        """Mean time from a sample's request to its first closed tool call (the model's g)."""
+        return self.first_close_total_s / self.first_close_count if self.first_close_count else 0.0
+
+
+class ModelSpeculator:
+    """The speculator-model predictor."""
+
+    name = "model"
+
+    def __init__(self, client: LLMClient, model: str, *, samples: int = 3, adaptive: bool = False,
+                 max_samples: int = 8, target_coverage: float = 0.9, cost_per_token: float = 0.0) -> None:
+        if samples < 1 or max_samples < 1:
+            raise ValueError("samples and max_samples must be >= 1")
+        if not 0.0 < target_coverage < 1.0:
+            raise ValueError("target_coverage must be in (0, 1)")
+        self.client = client
+        self.model = model
+        self.samples = samples
+        self.adaptive = adaptive
+        self.max_samples = max_samples
+        self.target_coverage = target_coverage
+        self.cost_per_token = cost_per_token
+        self.stats = SpeculatorStats()
+        self._guesses: dict[str, _SessionGuesses] = {}
+
+    @property
+    def cost(self) -> float:
+        return self.stats.tokens * self.cost_per_token
+
+    def current_lambda(self) -> int:
+        """How many samples the next step draws."""
+        if not self.adaptive or self.stats.sample_trials == 0:
+            return self.samples
+        p = (self.stats.sample_hits + 1) / (self.stats.sample_trials + 2)  # Beta(1, 1) posterior mean
+        if p >= 1.0:
+            return 1
+        wanted = math.ceil(math.log(1 - self.target_coverage) / math.log(1 - p))
+        return max(1, min(self.max_samples, wanted))
+
+    def confidence(self) -> float:
+        """Estimated probability that a proposal is the true call."""
+        return (self.stats.sample_hits + 1) / (self.stats.sample_trials + 2)
+
+    async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
+        return [p async for p in self.predict_stream(context)]
+
+    async def predict_stream(self, context: PredictionContext) -> AsyncIterator[Prediction]:
+        n = self.current_lambda()
+        guesses = self._guesses[context.session_id] = _SessionGuesses([set() for _ in range(n)])
+        queue: asyncio.Queue[ToolCall | None] = asyncio.Queue()
+        tasks = [asyncio.create_task(self._sample(context, i, queue, guesses.per_sample[i])) for i in range(n)]
+        self.stats.requests += 1
+        self.stats.samples += n
+        finished = 0
+        seen: set[str] = set()
+        try:
+            while finished < n:
+                call = await queue.get()
+                if call is None:
+                    finished += 1
+                    continue
+                identity = _identity(call)
+                if identity in seen:
+                    continue
+                seen.add(identity)
+                self.stats.proposals += 1
+                yield Prediction(call, self.confidence(), self.name)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def _sample(self, context: PredictionContext, index: int, queue: asyncio.Queue[ToolCall | None],
+                      proposed: set[str]) -> None:
+        started = time.monotonic()
+        first = True
+        try:
+            extra = _with_sample(context.request_extra, index)
+            messages = [dict(m) for m in context.messages]
+            tools = [dict(t) for t in context.openai_tools] or None
+            async for event in self.client.stream(self.model, messages, tools, **extra):
+                if isinstance(event, ToolCallClosed) and event.arguments is not None and event.error is None:
+                    call = ToolCall(event.name, event.arguments)
+                    if first:
+                        first = False
+                        self.stats.first_close_total_s += time.monotonic() - started
+                        self.stats.first_close_count += 1
+                    proposed.add(_identity(call))
+                    queue.put_nowait(call)
+                elif isinstance(event, MessageDone) and event.usage is not None:
+                    self.stats.tokens += event.usage.total_tokens
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.stats.errors += 1
+        finally:
+            queue.put_nowait(None)
+
+    def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+        guesses = self._guesses.get(context.session_id)
+        if guesses is None:
+            return
+        identity = _identity(observed.call)
+        for proposed in guesses.per_sample:
+            self.stats.sample_trials += 1
+            self.stats.sample_hits += identity in proposed
+
+
+def _with_sample(extra: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """The main request's extra fields with this sample's index added to its metadata."""
+    out = copy.deepcopy(dict(extra))
+    metadata = out.setdefault("metadata", {})
+    metadata[SAMPLE_METADATA_KEY] = str(index)
+    return out
