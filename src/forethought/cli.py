@@ -158,5 +158,41 @@ def predict_eval(
         write_json(json_path, document("predict-eval", {"workload": workload}, results))
 
 
+@app.command("model")
+def model(
+    alpha: Annotated[float, typer.Option(help="Acceptance rate.")] = 0.7,
+    generation_s: Annotated[float | None, typer.Option(help="Main generation time G per turn (default: from "
+                                                            "token counts and rates).")] = None,
+    speculator_s: Annotated[float, typer.Option(help="Speculator time g.")] = 0.3,
+    tool_s: Annotated[float, typer.Option(help="Tool time T.")] = 1.0,
+    turns: Annotated[int, typer.Option(help="Turns N.")] = 10,
+    api_overhead_s: Annotated[float, typer.Option(help="API overhead o of a client round trip.")] = 0.05,
+    prefill_tokens_per_s: Annotated[float, typer.Option(help="Prefill rate phi.")] = 5000.0,
+    decode_tokens_per_s: Annotated[float, typer.Option(help="Decode rate delta.")] = 50.0,
+    call_tokens: int = 40,
+    reasoning_tokens: int = 60,
+    agents: Annotated[str, typer.Option(help="Agent counts for the simulator, e.g. 1,8,32.")] = "1,8,32",
+    slots: Annotated[int, typer.Option(help="Engine batch slots K in the simulator.")] = 16,
+    simulate: Annotated[bool, typer.Option(help="Also run the multi-agent simulator.")] = True,
+    out: Annotated[Path, typer.Option(help="Directory for the heatmap PNGs.")] = Path("reports/model"),
+    json_path: JsonOption = None,
+) -> None:
+    """Closed-form and simulated speedups (Lemma 1, engine-side formula, heatmaps)."""
+    from forethought.perfmodel import ModelCommandParams, run_model_command
+
+    try:
+        params = ModelCommandParams(
+            alpha=alpha, generation_s=generation_s, speculator_s=speculator_s, tool_s=tool_s, turns=turns,
+            api_overhead_s=api_overhead_s, prefill_tokens_per_s=prefill_tokens_per_s,
+            decode_tokens_per_s=decode_tokens_per_s, call_tokens=call_tokens, reasoning_tokens=reasoning_tokens,
+            agents=tuple(int(a) for a in agents.split(",") if a.strip()), slots=slots, simulate=simulate)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    doc = run_model_command(params, json_path=Path(json_path) if json_path else None, out_dir=out)
+    closed = doc["results"]["closed_form"]
+    console.print_json(data=closed)
+    console.print(f"figures: {', '.join(str(f) for f in doc['results'].get('figures', []))}")
+
+
 if __name__ == "__main__":
     app()

@@ -10,9 +10,9 @@ Definitions (all measured in the same run, side by side):
   step the bound is the per-step form of Lemma 1: the step's generation G and tool times T_i come from
   the serial arm; each overlapped call became known at time k_i (0 for a pattern guess at step start, the
   speculator's measured time to its first closed call for a model guess, the moment its arguments closed
-  for streamed dispatch); the best the step can take is
-  ``G + sum T_i - min(sum of overlapped T_i, max(0, G - min k_i))``, which for one call is exactly
-  ``max(G, k + T)`` on a hit and ``G + T`` on a miss (see :mod:`forethought.perfmodel`).
+  for streamed dispatch); the best the step can take is Lemma 1's ``max(G, k + H) + (sum T_i - H)`` with
+  H the overlapped calls' tool time and k the earliest k_i — for one call exactly ``max(G, k + T)`` on a
+  hit and ``G + T`` on a miss (:func:`forethought.perfmodel.per_turn_times`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from forethought.agent import ToolRecord
 from forethought.bench.runner import ArmRun, TrajectoryRun
+from forethought.perfmodel import per_turn_times
 
 OVERLAPPED = ("hit", "partial_hit")
 STREAM_SOURCE = "stream"
@@ -63,27 +64,34 @@ def _known_at(record: ToolRecord, speculator_g: float) -> float:
 
 
 def optimal_time(serial: TrajectoryRun, run: TrajectoryRun, speculator_g: float) -> tuple[float, float]:
-    """(serial model time, best achievable time) for ``run``'s hits over ``serial``'s measured G and T."""
-    serial_total = optimal = 0.0
+    """(serial model time, best achievable time) for ``run``'s hits over ``serial``'s measured G and T.
+
+    Each step becomes one turn of :func:`forethought.perfmodel.per_turn_times` with T = the overlapped
+    calls' tool time and g = the earliest moment one of them was known (capped at G: the authoritative
+    call starts at G anyway); the step's other tool time is added unchanged.
+    """
+    gens: list[float] = []
+    known: list[float] = []
+    hideable: list[float] = []
+    hits: list[bool] = []
+    rest = 0.0
     s_index = r_index = 0
     for s_step, r_step in zip(serial.steps, run.steps, strict=False):
         s_records = serial.records[s_index:s_index + s_step.calls]
         r_records = run.records[r_index:r_index + r_step.calls]
         s_index += s_step.calls
         r_index += r_step.calls
-        generation = s_step.generation_s
         tool_times = [r.tool_s for r in s_records]
-        step_serial = generation + sum(tool_times)
-        serial_total += step_serial
         overlapped = [(t, _known_at(r, speculator_g)) for t, r in zip(tool_times, r_records, strict=False)
                       if _overlapped(r)]
-        if not overlapped:
-            optimal += step_serial
-            continue
-        hideable = sum(t for t, _ in overlapped)
-        earliest = min(k for _, k in overlapped)
-        optimal += step_serial - min(hideable, max(0.0, generation - earliest))
-    return serial_total, optimal
+        hidden = sum(t for t, _ in overlapped)
+        gens.append(s_step.generation_s)
+        hideable.append(hidden)
+        known.append(min(s_step.generation_s, min((k for _, k in overlapped), default=0.0)))
+        hits.append(bool(overlapped))
+        rest += sum(tool_times) - hidden
+    times = per_turn_times(gens, known, hideable, hits)
+    return times.standard_s + rest, times.speculative_s + rest
 
 
 def equivalent(serial: TrajectoryRun, run: TrajectoryRun) -> bool:
