@@ -1,0 +1,84 @@
+"""The small event stream a streamed chat completion is turned into.
+
+An LLM client turns a provider's chunks into these values, in the order the information arrived:
+text as it is generated, a tool call as soon as its name is known, its argument text as it streams, the
+moment its arguments JSON object is closed (parsed, or with a clear error), and finally the end of the
+message. Consumers (the agent, predictors) never see provider chunk formats.
+
+Order guarantees for one message: ``ToolCallStarted(i)`` comes before any ``ToolCallArgumentsDelta(i)``,
+which come before ``ToolCallClosed(i)``; each started call is closed exactly once, and ``MessageDone`` is
+last. ``ToolCallClosed(i)`` is emitted while processing the fragment that closed the object, before any
+later fragment (of this or another call) is looked at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts the endpoint reported for one completion (``cached_tokens``: prompt tokens served from cache)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the assistant message's text content."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """The model began tool call ``index`` (0-based within the message) with this id and tool name."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallArgumentsDelta:
+    """A fragment of tool call ``index``'s argument text, as streamed (before the object closed)."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallClosed:
+    """Tool call ``index``'s arguments are complete.
+
+    ``arguments`` is the parsed JSON object, or ``None`` with ``error`` set when the text is malformed or
+    was cut off; ``raw`` is the argument text received (up to and including the closing brace).
+    """
+
+    index: int
+    id: str
+    name: str
+    arguments: dict[str, Any] | None
+    raw: str
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDone:
+    """The message ended normally: the endpoint sent its finish reason (and usage, when asked for)."""
+
+    finish_reason: str
+    usage: Usage | None = None
+    response_id: str | None = None
+
+
+LLMEvent = TextDelta | ToolCallStarted | ToolCallArgumentsDelta | ToolCallClosed | MessageDone
+"""Any event of a streamed message."""
