@@ -21,7 +21,7 @@ from forethought.policy import Policy, load_policy
 
 app = typer.Typer(help="forethought: speculative tool execution for tool-using LLM agents.",
                   no_args_is_help=True, add_completion=False)
-console = Console()
+console = Console(width=None if Console().is_terminal else 140)
 T = TypeVar("T")
 
 JsonOption = Annotated[str | None, typer.Option("--json", help="Write machine-readable results here.")]

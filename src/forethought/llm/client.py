@@ -189,11 +189,14 @@ class OpenAIChatClient:
     async def stream(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                      **extra: Any) -> AsyncIterator[LLMEvent]:
         """Stream one completion; every field of ``extra`` is sent in the request body as given."""
+        # The conversation and tools travel in ``extra_body``: they are plain JSON already, and the SDK's
+        # recursive TypedDict transform of ``messages`` cost ~7 ms of event-loop time per request here
+        # (profiled), which a speculator's parallel samples multiply. The body sent is the same.
+        body: dict[str, Any] = {"messages": messages, **({"tools": tools} if tools else {}), **extra}
         request = self._client.chat.completions.with_streaming_response.create(
-            model=model, messages=cast(Any, messages), stream=True,
-            tools=cast(Any, tools) if tools else openai.omit,
+            model=model, messages=[], stream=True,
             stream_options={"include_usage": True} if self.include_usage else openai.omit,
-            extra_body=dict(extra) or None)
+            extra_body=body)
         try:
             response = await request.__aenter__()
         except openai.APIConnectionError as exc:
