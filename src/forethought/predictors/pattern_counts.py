@@ -1,0 +1,149 @@
+"""Decayed counters: everything the pattern predictor learns is a sum that old evidence slowly leaves.
+
+A count is kept scaled to an *epoch* so that decay never rewrites it: adding ``d`` at clock ``t`` adds
+``d * 2**((t - epoch) / half_life)`` to the stored number, and the value now is the stored number times
+``2**((epoch - clock) / half_life)``. Every update is therefore a plain addition, which several processes
+can merge into one store in any order (:mod:`pattern_store`). When the scale grows large the counters are
+*rebased* (all multiplied down, epoch moved to now). Keys starting with :data:`PLAIN_PREFIX` are not
+decayed (learned weights, for example). The clock counts observed calls.
+
+:func:`wilson_lower` is the score used on these counts: the lower end of the Wilson interval of a
+success rate, so one lucky observation never looks like a certainty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+PLAIN_PREFIX = "~"
+"""Keys starting with this are never decayed."""
+
+REBASE_AFTER_HALF_LIVES = 64.0
+"""Rebase when stored numbers have grown by 2**64 over their current value."""
+
+
+def wilson_lower(successes: float, trials: float, z: float = 1.0) -> float:
+    """Lower bound of the Wilson score interval for ``successes`` out of ``trials`` (0 when no trials)."""
+    if trials <= 0:
+        return 0.0
+    p = min(1.0, max(0.0, successes / trials))
+    z2 = z * z
+    centre = p + z2 / (2 * trials)
+    margin = z * math.sqrt(max(0.0, p * (1 - p) / trials + z2 / (4 * trials * trials)))
+    return max(0.0, (centre - margin) / (1 + z2 / trials))
+
+
+def decays(key: str) -> bool:
+    """Whether counter ``key`` decays with time."""
+    return not key.startswith(PLAIN_PREFIX)
+
+
+def rescale(value: float, from_epoch: float, to_epoch: float, half_life: float | None) -> float:
+    """Re-express a stored decaying number scaled at ``from_epoch`` at scale ``to_epoch``."""
+    if half_life is None or from_epoch == to_epoch:
+        return value
+    factor: float = 2.0 ** ((from_epoch - to_epoch) / half_life)
+    return value * factor
+
+
+@dataclass(frozen=True, slots=True)
+class CountsState:
+    """A saved set of counters: clock, epoch, and stored (epoch-scaled) numbers."""
+
+    clock: float
+    epoch: float
+    values: Mapping[str, float]
+
+
+class Counts:
+    """Named decayed counters with a log of additions not yet saved."""
+
+    def __init__(self, half_life: float | None = None) -> None:
+        if half_life is not None and half_life <= 0:
+            raise ValueError("half_life must be positive (or None for no decay)")
+        self.half_life = half_life
+        self.clock = 0.0
+        self.epoch = 0.0
+        self._values: dict[str, float] = {}
+        self._pending: dict[str, float] = {}
+        self._pending_ticks = 0.0
+        self._scale_now = 1.0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._values))
+
+    def _scale(self) -> float:
+        """Factor turning a stored decaying number into its value now."""
+        return self._scale_now
+
+    def _refresh_scale(self) -> None:
+        if self.half_life is None:
+            self._scale_now = 1.0
+            return
+        if (self.clock - self.epoch) / self.half_life > REBASE_AFTER_HALF_LIVES:
+            self.rebase(self.clock)
+        self._scale_now = 2.0 ** ((self.epoch - self.clock) / self.half_life)
+
+    def tick(self, n: float = 1.0) -> None:
+        """Advance the clock by ``n`` observed calls."""
+        self.clock += n
+        self._pending_ticks += n
+        self._refresh_scale()
+
+    def get(self, key: str) -> float:
+        """The current (decayed) value of ``key``; 0 when never counted."""
+        stored = self._values.get(key)
+        if stored is None:
+            return 0.0
+        return stored * self._scale() if decays(key) else stored
+
+    def add(self, key: str, delta: float = 1.0) -> None:
+        """Add ``delta`` to ``key`` now."""
+        scaled = delta / self._scale() if decays(key) else delta
+        self._values[key] = self._values.get(key, 0.0) + scaled
+        self._pending[key] = self._pending.get(key, 0.0) + scaled
+
+    def rebase(self, epoch: float) -> None:
+        """Re-express every decaying number (stored and pending) at scale ``epoch``."""
+        for table in (self._values, self._pending):
+            for key, value in table.items():
+                if decays(key):
+                    table[key] = rescale(value, self.epoch, epoch, self.half_life)
+        self.epoch = epoch
+        self._scale_now = 1.0 if self.half_life is None else 2.0 ** ((self.epoch - self.clock) / self.half_life)
+
+    def take_pending(self) -> tuple[dict[str, float], float]:
+        """The additions (epoch-scaled) and clock ticks since the last call, which are then forgotten."""
+        pending, ticks = self._pending, self._pending_ticks
+        self._pending, self._pending_ticks = {}, 0.0
+        return pending, ticks
+
+    def restore_pending(self, pending: Mapping[str, float], ticks: float) -> None:
+        """Put back additions that could not be saved (they are merged with newer ones)."""
+        for key, value in pending.items():
+            self._pending[key] = self._pending.get(key, 0.0) + value
+        self._pending_ticks += ticks
+
+    def load(self, state: CountsState) -> None:
+        """Replace every counter by ``state``, keeping additions not yet saved on top of it."""
+        pending = {k: rescale(v, self.epoch, state.epoch, self.half_life) if decays(k) else v
+                   for k, v in self._pending.items()}
+        self.clock = state.clock + self._pending_ticks
+        self.epoch = state.epoch
+        self._values = dict(state.values)
+        for key, value in pending.items():
+            self._values[key] = self._values.get(key, 0.0) + value
+        self._pending = pending
+        self._refresh_scale()
+
+    def state(self) -> CountsState:
+        """Everything, as a value (for a memory store or a test)."""
+        return CountsState(self.clock, self.epoch, dict(self._values))

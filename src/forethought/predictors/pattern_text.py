@@ -1,0 +1,190 @@
+"""Atoms: the candidate argument values a piece of text offers, each with where it sits.
+
+Argument values mostly come from the user's words or from earlier tool outputs, rarely verbatim as a
+whole message: a file name in quotes, a number with a thousands separator, a date written out in words,
+a hashtag, an identifier such as ``USR003``. :func:`text_atoms` cuts a text into such :class:`Atom`
+values, each tagged with its kind, its order among atoms of that kind and the words around it (its cues),
+so a derivation rule can say "the second quoted string" or "the file name after 'to'" without knowing
+anything about the workload.
+
+Everything here is plain English text handling; nothing knows about any particular tool.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+ATOM_KINDS = ("quoted", "file", "number", "id", "hashtag", "mention", "url", "path", "date", "proper", "word")
+"""Kinds of atom, from most to least specific. ``word`` atoms are addressed only by their cues."""
+
+ORDINAL_KINDS = frozenset(ATOM_KINDS) - {"word"}
+"""Kinds whose atoms are also addressed by position (first, second, last...)."""
+
+MAX_ATOM_CHARS = 400
+"""Longer spans are never argument values worth guessing."""
+
+_WORD = re.compile(r"[A-Za-z0-9][\w'\-]*")
+_QUOTED = [
+    re.compile(r"(?<![\w])'([^'\n]+?)'(?![\w])"),
+    re.compile(r'"([^"\n]+?)"'),
+    re.compile(r"[‘]([^’\n]+?)[’]"),
+    re.compile(r"[“]([^”\n]+?)[”]"),
+    re.compile(r"`([^`\n]+?)`"),
+]
+_FILE = re.compile(r"(?<![\w/.\-])([\w\-]+(?:\.[\w\-]+)*\.[A-Za-z][A-Za-z0-9]{0,6})(?![\w\-])")
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\$?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(%?)(?![\w])")
+_ID = re.compile(r"(?<![\w\-@#/.])([A-Za-z0-9]+(?:[_\-@][A-Za-z0-9]+)+|[A-Za-z]+\d[A-Za-z0-9]*|\d+[A-Za-z][A-Za-z0-9]*)"
+                 r"(?![\w\-@])")
+_TAG = re.compile(r"(?<![\w])([#@][A-Za-z0-9_]+)")
+_URL = re.compile(r"\b(?:https?|ftp)://[^\s'\"<>]+[^\s'\"<>.,;:!?)]")
+_PATH = re.compile(r"(?<![\w])((?:~|\.{1,2})?/[\w.\-]+(?:/[\w.\-]+)*/?|[\w.\-]+(?:/[\w.\-]+)+/?)")
+_PROPER = re.compile(r"\b([A-Z][a-zA-Z0-9&\-]*(?:\s+(?:of\s+|the\s+|de\s+)?[A-Z][a-zA-Z0-9&\-]*)*\.?)")
+
+_MONTHS = {name: i + 1 for i, name in enumerate(
+    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+     "november", "december"])}
+_MONTHS.update({name[:3]: i for name, i in list(_MONTHS.items())})
+_MONTHS["sept"] = 9
+_MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
+_DATES: list[tuple[re.Pattern[str], tuple[str, str, str]]] = [
+    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), ("y", "m", "d")),
+    (re.compile(r"\b(\d{4})/(\d{1,2})/(\d{1,2})\b"), ("y", "m", "d")),
+    (re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b"), ("m", "d", "y")),
+    (re.compile(rf"\b({_MONTH_RE})\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), ("M", "d", "y")),
+    (re.compile(rf"\b{_ORD}(?:\s+of)?\s+({_MONTH_RE})\.?,?\s+(\d{{4}})\b", re.I), ("d", "M", "y")),
+]
+
+_NUMBER_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30,
+    "forty": 40, "fifty": 50, "hundred": 100, "thousand": 1000, "once": 1, "twice": 2, "single": 1,
+    "double": 2, "half": 0.5, "dozen": 12,
+}
+
+STOPWORDS = frozenset({
+    "a", "an", "the", "and", "or", "but", "if", "of", "to", "in", "on", "at", "by", "for", "with", "from", "as",
+    "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those", "i", "me",
+    "my", "we", "our", "you", "your", "he", "she", "they", "them", "their", "his", "her", "do", "does", "did", "so",
+    "than", "then", "there", "here", "what", "which", "who", "whom", "whose", "when", "where", "how", "can",
+    "could", "would", "should", "will", "shall", "may", "might", "must", "please", "also", "just", "into", "onto",
+    "about", "up", "down", "out", "over", "under", "again", "any", "all", "some", "each", "no", "not", "only",
+    "very", "too", "i'm", "i'd", "i've", "let's", "it's", "that's",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Atom:
+    """A candidate value found in text: its text, kind, position, and the words just before and after."""
+
+    text: str
+    kind: str
+    start: int
+    before: str = ""
+    after: str = ""
+    number: float | None = None
+    date: dt.date | None = None
+
+
+def normalize_word(word: str) -> str:
+    """Lower-case a word and strip a plural or possessive ending: the form used for cue and topic words."""
+    word = word.lower().strip("'-_")
+    if word.endswith("'s"):
+        word = word[:-2]
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def words(text: str) -> list[str]:
+    """The normalised words of ``text``, in order (stopwords kept)."""
+    return [normalize_word(m.group(0)) for m in _WORD.finditer(text)]
+
+
+def content_words(text: str) -> set[str]:
+    """The distinct normalised words of ``text`` that are not stopwords or bare numbers."""
+    return {w for w in words(text) if w and w not in STOPWORDS and not w.isdigit()}
+
+
+def name_words(name: str) -> set[str]:
+    """Words in an identifier: ``post_tweet`` and ``postTweet`` both give ``{'post', 'tweet'}``."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name).replace("_", " ").replace("-", " ")
+    return {normalize_word(w) for w in spaced.split() if w}
+
+
+def parse_number(text: str) -> float | None:
+    """The number written in ``text`` (``"20,000"``, ``"$25.50"``, ``"15%"``, ``"twelve"``), if it is one."""
+    cleaned = text.strip().lower().replace(",", "").lstrip("$").rstrip("%").strip()
+    if cleaned in _NUMBER_WORDS:
+        return float(_NUMBER_WORDS[cleaned])
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _neighbours(text: str, start: int, end: int) -> tuple[str, str]:
+    before = [m.group(0) for m in _WORD.finditer(text, max(0, start - 40), start)]
+    after = _WORD.search(text, end, min(len(text), end + 40))
+    return (normalize_word(before[-1]) if before else "", normalize_word(after.group(0)) if after else "")
+
+
+def _date_spans(text: str) -> Iterator[tuple[int, int, dt.date]]:
+    for pattern, order in _DATES:
+        for match in pattern.finditer(text):
+            parts = dict(zip(order, match.groups(), strict=True))
+            try:
+                month = _MONTHS[parts["M"].lower().rstrip(".")] if "M" in parts else int(parts["m"])
+                yield match.start(), match.end(), dt.date(int(parts["y"]), month, int(parts["d"]))
+            except (KeyError, ValueError):
+                continue
+
+
+def text_atoms(text: str) -> list[Atom]:
+    """All atoms of ``text``, ordered by kind (as in :data:`ATOM_KINDS`) and then by position."""
+    found: dict[tuple[str, int, str], Atom] = {}
+
+    def add(kind: str, start: int, end: int, value: str, number: float | None = None,
+            date: dt.date | None = None) -> None:
+        value = value.strip()
+        if not value or len(value) > MAX_ATOM_CHARS or (kind, start, value) in found:
+            return
+        before, after = _neighbours(text, start, end)
+        found[(kind, start, value)] = Atom(value, kind, start, before, after, number, date)
+
+    for pattern in _QUOTED:
+        for m in pattern.finditer(text):
+            add("quoted", m.start(), m.end(), m.group(1))
+    for m in _FILE.finditer(text):
+        if not m.group(1).split(".")[-1].isdigit():
+            add("file", m.start(1), m.end(1), m.group(1))
+    for m in _NUMBER.finditer(text):
+        add("number", m.start(), m.end(), m.group(0), parse_number(m.group(0)))
+    for m in _WORD.finditer(text):
+        low = m.group(0).lower()
+        if low in _NUMBER_WORDS:
+            add("number", m.start(), m.end(), m.group(0), float(_NUMBER_WORDS[low]))
+    for m in _ID.finditer(text):
+        add("id", m.start(1), m.end(1), m.group(1))
+    for m in _TAG.finditer(text):
+        add("hashtag" if m.group(1).startswith("#") else "mention", m.start(1), m.end(1), m.group(1))
+    for m in _URL.finditer(text):
+        add("url", m.start(), m.end(), m.group(0))
+    for m in _PATH.finditer(text):
+        if "://" not in text[max(0, m.start() - 3):m.end()]:
+            add("path", m.start(1), m.end(1), m.group(1))
+    for start, end, date in _date_spans(text):
+        add("date", start, end, text[start:end], date=date)
+    for m in _PROPER.finditer(text):
+        add("proper", m.start(1), m.end(1), m.group(1).rstrip("."))
+    for m in _WORD.finditer(text):
+        if m.group(0).lower() not in STOPWORDS:
+            add("word", m.start(), m.end(), m.group(0).strip("'-"))
+    rank = {kind: i for i, kind in enumerate(ATOM_KINDS)}
+    return sorted(found.values(), key=lambda a: (rank[a.kind], a.start))

@@ -1,0 +1,89 @@
+"""Atoms and value transforms: the raw material of argument derivation."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from forethought.predictors.derive_values import apply_transform, json_variants, string_variants, value_key
+from forethought.predictors.pattern_text import content_words, name_words, parse_number, text_atoms
+
+
+def _kinds(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for atom in text_atoms(text):
+        out.setdefault(atom.kind, []).append(atom.text)
+    return out
+
+
+def test_quoted_strings_ignore_apostrophes_in_words() -> None:
+    kinds = _kinds("I'd like to move 'final report.pdf' to 'temp', don't you think? Let's go.")
+    assert kinds["quoted"] == ["final report.pdf", "temp"]
+
+
+def test_files_numbers_ids_tags_and_urls() -> None:
+    text = ("Copy notes.txt, pay $20,000.50 or 15% to USR003 via travel_card_12345; tweet #RoadTrip to "
+            "@AutoUpdates and see https://example.com/a?b=1 or /var/log/syslog")
+    kinds = _kinds(text)
+    assert "notes.txt" in kinds["file"]
+    numbers = {a.text: a.number for a in text_atoms(text) if a.kind == "number"}
+    assert numbers["$20,000.50"] == 20000.5
+    assert numbers["15%"] == 15
+    assert {"USR003", "travel_card_12345"} <= set(kinds["id"])
+    assert kinds["hashtag"] == ["#RoadTrip"]
+    assert kinds["mention"] == ["@AutoUpdates"]
+    assert kinds["url"] == ["https://example.com/a?b=1"]
+    assert "/var/log/syslog" in kinds["path"]
+
+
+def test_ids_do_not_start_inside_a_password() -> None:
+    assert "v3lB00ks2023" not in _kinds("password 'Tr@v3lB00ks2023' please").get("id", [])
+
+
+def test_dates_in_words_and_digits() -> None:
+    dates = {a.date for a in text_atoms("Fly on October 15th, 2026 or 2026-11-03, or 3 March 2027.") if a.date}
+    assert dates == {dt.date(2026, 10, 15), dt.date(2026, 11, 3), dt.date(2027, 3, 3)}
+
+
+def test_cues_are_the_neighbouring_words() -> None:
+    atom = next(a for a in text_atoms("search for the keyword 'Error' in logs") if a.kind == "quoted")
+    assert (atom.before, atom.after) == ("keyword", "in")
+
+
+def test_word_helpers() -> None:
+    assert name_words("post_tweet") == {"post", "tweet"} == name_words("postTweets")
+    assert "the" not in content_words("Show the files")
+    assert "file" in content_words("Show the files")
+    assert parse_number("twelve") == 12
+    assert parse_number("1,234") == 1234
+    assert parse_number("abc") is None
+
+
+def test_transforms_cover_case_numbers_dates_and_tags() -> None:
+    variants = dict(string_variants("Zeta Corp"))
+    assert variants["first.upper"] == "ZETA"
+    assert variants["all.lower"] == "zeta corp"
+    assert dict(string_variants("20,000"))["num.id"] == 20000
+    assert dict(string_variants("RoadTrip"))["hash"] == "#RoadTrip"
+    assert apply_transform("date:%Y-%m-%d", "Oct 5, 2026", dt.date(2026, 10, 5)) == "2026-10-05"
+    assert dict(json_variants(3.9625))["round2"] == 3.96
+
+
+def test_value_key_equates_integral_floats() -> None:
+    assert value_key(5) == value_key(5.0)
+    assert value_key({"a": [1.0, "x"]}) == value_key({"a": [1, "x"]})
+    assert value_key(True) != value_key(1)
+
+
+@given(st.text(max_size=300))
+def test_atoms_are_substrings_of_their_text(text: str) -> None:
+    for atom in text_atoms(text):
+        assert atom.text in text
+
+
+@given(st.text(max_size=40))
+def test_every_listed_variant_is_reproduced_by_name(text: str) -> None:
+    for name, value in string_variants(text):
+        assert value_key(apply_transform(name, text)) == value_key(value)

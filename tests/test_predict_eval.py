@@ -1,0 +1,117 @@
+"""The next-call evaluation: its metrics on constructed cases, and the pattern predictor's targets on BFCL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from forethought.calls import ToolCall
+from forethought.predictors.base import Prediction, PredictionContext
+from forethought.predictors.pattern_replay import train
+from forethought.predictors.patterns import PatternPredictor
+
+pytest.importorskip("bfcl_eval", reason="the BFCL evaluation needs bfcl-eval installed")
+
+from forethought.evaluation.predict_eval import (
+    METRICS,
+    Tally,
+    evaluate,
+    print_predict_eval,
+    record_bfcl,
+    record_trajectories,
+    run_predict_eval,
+)
+from forethought.workloads.bfcl import load_bfcl, split_interleaved
+
+
+def _p(name: str, executable: bool = True, confidence: float = 0.5, **arguments: object) -> Prediction:
+    return Prediction(ToolCall(name, arguments), confidence, "test", executable)
+
+
+def test_tally_counts_names_calls_coverage_and_precision() -> None:
+    truth = ToolCall("cd", {"folder": "docs"})
+
+    def same(call: ToolCall) -> bool:
+        return call == truth
+
+    tally = Tally()
+    tally.add([_p("cd", folder="docs")], truth, same)
+    tally.add([_p("ls"), _p("cd", folder="tmp"), _p("cd", folder="docs")], truth, same)
+    tally.add([_p("cd", executable=False, confidence=0.9)], truth, same)
+    tally.add([], truth, same)
+    metrics = tally.metrics()
+    assert metrics == {"name_top1": 0.5, "name_top3": 0.75, "exact_top1": 0.25, "exact_top3": 0.5,
+                       "coverage": 0.5, "precision": 0.5, "positions": 4}
+    assert set(METRICS) <= set(metrics)
+    sweep = tally.by_threshold((0.4, 0.6))
+    assert sweep["0.4"] == {"coverage": 0.5, "precision": 0.5}
+    assert sweep["0.6"] == {"coverage": 0.0, "precision": 0.0}
+
+
+def test_results_render_as_tables() -> None:
+    from rich.console import Console
+
+    metrics = dict.fromkeys(METRICS, 0.5) | {"positions": 4}
+    console = Console(record=True, width=160)
+    print_predict_eval(console, {"overall": metrics, "by_domain": {"travel": metrics},
+                                 "by_threshold": {"0.3": {"coverage": 0.25, "precision": 1.0}}})
+    text = console.export_text()
+    assert "travel" in text and "overall" in text and "0.250" in text
+
+
+def test_recorded_outputs_come_from_the_backends() -> None:
+    entry = load_bfcl()[0]
+    session = record_bfcl([entry])[0]
+    first = session.turns[0].calls[0]
+    assert first.call == entry.ground_truth[0][0]
+    assert first.ok and "current_working_directory" in first.output
+    assert set(session.tools) == set(entry.tool_names)
+
+
+async def test_recording_through_the_runtime_matches_direct_recording() -> None:
+    from forethought.workloads.bfcl import to_trajectory
+    from forethought.workloads.bfcl_workload import BfclWorkload
+
+    workload = BfclWorkload()
+    entries = {e.id: e for e in load_bfcl()}
+    trajectories = list(workload.training())[:6]
+    assert [t.id for t in trajectories] == [to_trajectory(entries[t.id]).id for t in trajectories]
+    via_runtime = await record_trajectories(trajectories, lambda t: workload.session_tools(t, None).tools)
+    direct = record_bfcl([entries[t.id] for t in trajectories])
+    assert via_runtime == direct
+
+
+class _Checked(PatternPredictor):
+    """Checks on every step that no executable prediction lacks a required argument."""
+
+    def predict_now(self, context: PredictionContext) -> list[Prediction]:
+        predictions = super().predict_now(context)
+        for prediction in predictions:
+            required = context.tools[prediction.call.name].get("required", ())
+            missing = [r for r in required if r not in prediction.call.arguments]
+            assert prediction.executable == (not missing), prediction
+        return predictions
+
+
+def test_predictions_on_one_fold_keep_the_executable_rule() -> None:
+    entries = load_bfcl()
+    train_entries, test_entries = split_interleaved(entries, 0)
+    predictor = _Checked()
+    train(predictor, record_bfcl(train_entries[::4]))
+    tallies = evaluate(predictor, record_bfcl(test_entries[::4]))
+    assert sum(t.positions for t in tallies.values()) > 100
+
+
+def _at_least(metrics: dict[str, float | int], targets: dict[str, float]) -> Sequence[str]:
+    return [f"{k}={metrics[k]:.3f} < {v}" for k, v in targets.items() if metrics[k] < v]
+
+
+def test_pattern_predictor_meets_its_targets_on_bfcl() -> None:
+    results = run_predict_eval("bfcl", folds=2, top_k=3)
+    overall = results["overall"]
+    assert overall["positions"] == sum(len(turn) for e in load_bfcl() for turn in e.ground_truth)
+    assert set(results["by_domain"]) == {"file_system", "vehicle", "trading", "travel"}
+    assert not _at_least(overall, {"name_top1": 0.60, "exact_top1": 0.35, "exact_top3": 0.50})
+    assert overall["exact_top1"] <= overall["exact_top3"] <= overall["name_top3"]
+    assert overall["exact_top1"] <= overall["name_top1"]
