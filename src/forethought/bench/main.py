@@ -30,9 +30,10 @@ from forethought.bench.report import (
 )
 from forethought.bench.runner import ArmRun, run_arm
 from forethought.errors import ForethoughtError
+from forethought.evaluation.predict_eval import record_trajectories
 from forethought.policy import Policy
 from forethought.predictors.patterns import PatternPredictor
-from forethought.serve.http import serve_in_process
+from forethought.serve.subprocess_server import serve_in_subprocess
 from forethought.serve.model_server import SpeculatorConfig, TimingConfig, create_model_server
 from forethought.workloads.base import Workload
 from forethought.workloads.latency import LatencyModel
@@ -92,9 +93,10 @@ def make_workload(config: BenchConfig) -> Workload:
     raise ForethoughtError(f"unknown workload {config.workload!r} (bfcl, synthetic, sweep, code)")
 
 
-def pattern_factory(workload: Workload) -> Callable[[], PatternPredictor]:
-    """Train once on the workload's training fold; each arm gets its own copy (learning stays per arm)."""
-    trained = PatternPredictor.trained_on(workload.training())
+async def pattern_factory(workload: Workload) -> Callable[[], PatternPredictor]:
+    """Train once on the training fold's calls with their real outputs; each arm gets its own copy."""
+    sessions = await record_trajectories(workload.training(), lambda t: workload.session_tools(t, None).tools)
+    trained = PatternPredictor.trained_on(sessions)
     factory: Callable[[], PatternPredictor] = trained.copy
     return factory
 
@@ -104,10 +106,10 @@ async def run_arms(config: BenchConfig, workload: Workload, arms: Sequence[Arm],
                    patterns: Callable[[], PatternPredictor] | None) -> dict[str, ArmRun]:
     """Run ``arms`` (serial first) against a freshly started engine; returns each arm's runs."""
     main, spec = _timing(config)
-    app = create_model_server(trajectories, timing=main,
-                              speculator=SpeculatorConfig(alpha=config.alpha, timing=spec, seed=config.seed))
+    speculator = SpeculatorConfig(alpha=config.alpha, timing=spec, seed=config.seed)
     results: dict[str, ArmRun] = {}
-    async with serve_in_process(app) as base_url:
+    async with serve_in_subprocess(create_model_server, list(trajectories), timing=main,
+                                   speculator=speculator) as base_url:
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), console=console, disable=console is None, transient=True)
         with progress:
@@ -137,7 +139,7 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
     trajectories = list(workload.trajectories())
     if not trajectories:
         raise ForethoughtError("the workload has no trajectories to run")
-    patterns = pattern_factory(workload) if any(a.patterns for a in arms) else None
+    patterns = await pattern_factory(workload) if any(a.patterns for a in arms) else None
     latency = LatencyModel(mean_s=config.tool_latency_s, seed=config.seed, time_scale=config.time_scale)
     state_changing: dict[str, frozenset[int]] = {}
     if hasattr(workload, "state_changing_calls"):
