@@ -33,8 +33,8 @@ from forethought.errors import ForethoughtError
 from forethought.evaluation.predict_eval import record_trajectories
 from forethought.policy import Policy
 from forethought.predictors.patterns import PatternPredictor
-from forethought.serve.subprocess_server import serve_in_subprocess
 from forethought.serve.model_server import SpeculatorConfig, TimingConfig, create_model_server
+from forethought.serve.subprocess_server import serve_in_subprocess
 from forethought.workloads.base import Workload
 from forethought.workloads.latency import LatencyModel
 from forethought.workloads.trajectory import Trajectory

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import enum
 import socket
-import threading
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -59,48 +58,6 @@ async def serve_in_process(app: Any, host: str = LOOPBACK, port: int = 0,
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         sock.close()
-
-
-@contextlib.asynccontextmanager
-async def serve_in_thread(app: Any, host: str = LOOPBACK, port: int = 0,
-                          log_level: str = "warning") -> AsyncIterator[str]:
-    """Like :func:`serve_in_process`, but the server runs its own event loop in a thread.
-
-    Benchmarks use it so that client-side work (predictors, the agent loop) never stalls the simulated
-    engine's clock, as it could not stall a real engine on another machine.
-    """
-    ready = threading.Event()
-    stop = threading.Event()
-    found: list[str] = []
-    failure: list[BaseException] = []
-
-    async def run() -> None:
-        async with serve_in_process(app, host, port, log_level) as url:
-            found.append(url)
-            ready.set()
-            while not stop.is_set():
-                await asyncio.sleep(_POLL_S * 4)
-
-    def main() -> None:
-        try:
-            asyncio.run(run())
-        except BaseException as exc:  # reported to the caller below
-            failure.append(exc)
-        finally:
-            ready.set()
-
-    thread = threading.Thread(target=main, name="forethought-serve", daemon=True)
-    thread.start()
-    await asyncio.to_thread(ready.wait, STARTUP_TIMEOUT_S)
-    try:
-        if failure:
-            raise RuntimeError(f"server thread failed to start: {failure[0]!r}")
-        if not found:
-            raise RuntimeError("server thread did not start in time")
-        yield found[0]
-    finally:
-        stop.set()
-        await asyncio.to_thread(thread.join, SHUTDOWN_TIMEOUT_S + 1)
 
 
 def serve_forever(app: Any, host: str = LOOPBACK, port: int = 8000, log_level: str = "info") -> None:
