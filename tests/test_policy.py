@@ -175,7 +175,6 @@ async def test_telemetry_events_never_carry_argument_values() -> None:
     runtime.close()
 
 
-@pytest.mark.xfail(strict=True, reason="runtime.py copies str(exc) / repr(error) into Event.detail (see report)")
 async def test_schema_rejections_do_not_leak_the_offending_value() -> None:
     t = Tool(name="lookup", fn=lambda user, mode="fast": user, effect=Effect.PURE, parameters={
         "type": "object", "properties": {"user": {"type": "string"}, "mode": {"enum": ["fast", "slow"]}}})
@@ -192,7 +191,6 @@ async def test_schema_rejections_do_not_leak_the_offending_value() -> None:
     runtime.close()
 
 
-@pytest.mark.xfail(strict=True, reason="runtime.py copies repr(error) into Event.detail (see report)")
 async def test_a_failing_speculation_does_not_leak_its_exception_message() -> None:
     async def lookup(user: str) -> str:
         raise ValueError(f"no such user {user}")

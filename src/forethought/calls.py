@@ -13,19 +13,24 @@ Canonicalisation is schema-aware and compiled once per tool (:func:`compile_argu
 * positional arguments are mapped to names in the schema's parameter order;
 * strings are never altered.
 
+The canonical arguments are also what the tool function receives, on the speculative and on the
+authoritative path alike, so two calls with one key always run the tool on identical input.
+
 Invalid input raises :class:`~forethought.errors.InvalidArgumentsError` with a message that names the
-argument path, never a crash deeper in.
+argument path, never a crash deeper in. Normalisers are on the hot path of every call, so they build no
+path strings while a value is valid: an error collects its path on the way out.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought.errors import InvalidArgumentsError
+from forethought.errors import InvalidArgumentsError, MalformedArgumentsJSONError
 
 JSONValue = Any
 """A JSON value as Python holds it (dict, list, str, int, float, bool, None)."""
@@ -38,6 +43,27 @@ KEY_SEPARATOR = "\x1f"
 _dumps = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 ).encode
+
+
+def _reject_default(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _make_canonical_encoder() -> Callable[[Any, int], Any]:
+    """The C encoder built once (``JSONEncoder.encode`` rebuilds it per call); returns JSON chunks.
+
+    It skips the circular-reference check, so it is used only on canonical arguments, which are fresh
+    acyclic trees of plain JSON values; :func:`dumps_canonical` keeps the checked encoder.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return lambda value, _level: (_dumps(value),)
+    encode: Callable[[Any, int], Any] = make(None, _reject_default, json.encoder.encode_basestring, None, ":", ",",
+                                             True, False, False)
+    return encode
+
+
+_encode_canonical = _make_canonical_encoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +79,12 @@ class ToolCall:
     positional: tuple[JSONValue, ...] = ()
 
     def __hash__(self) -> int:
+        # Must agree with the generated __eq__, under which {"a": 1} == {"a": 1.0} == {"a": True}:
+        # hash only what equal calls certainly share (the name, the argument names, the arity).
         try:
-            return hash((self.name, _dumps(self.arguments), _dumps(list(self.positional))))
-        except (TypeError, ValueError):
-            return hash((self.name, repr(self.arguments), repr(self.positional)))
+            return hash((self.name, frozenset(self.arguments), len(self.positional)))
+        except TypeError:
+            return hash(self.name) if isinstance(self.name, str) else 0
 
     def describe(self) -> str:
         """A short human-readable rendering, e.g. ``cd(folder='docs')``."""
@@ -66,7 +94,25 @@ class ToolCall:
 
 
 Normalizer = Callable[[Any, str], Any]
-"""Checks and normalises one value; the second argument is its path for error messages."""
+"""Checks and normalises one value; the second argument is its path, used only in error messages."""
+
+
+class _ArgumentPathError(InvalidArgumentsError):
+    """An invalid value deep in the arguments; containers add their path parts as it propagates."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.parts: list[str | int] = [path] if path else []
+
+    def __str__(self) -> str:
+        rendered = ""
+        for part in reversed(self.parts):
+            if isinstance(part, int):
+                rendered += f"[{part}]"
+            else:
+                rendered += f".{part}" if rendered else part
+        return f"argument {rendered or '(root)'}: {self.reason}"
 
 
 def _type_name(value: object) -> str:
@@ -86,82 +132,152 @@ def _type_name(value: object) -> str:
 
 
 def _fail(path: str, message: str) -> InvalidArgumentsError:
-    return InvalidArgumentsError(f"argument {path or '(root)'}: {message}")
+    return _ArgumentPathError(path, message)
+
+
+def _annotate(exc: _ArgumentPathError, part: str | int, path: str) -> None:
+    exc.parts.append(part)
+    if path:
+        exc.parts.append(path)
+
+
+_SCALARS = (str, int, bool, type(None))
 
 
 def _normalize_any(value: Any, path: str) -> Any:
     """Check that ``value`` is plain JSON (finite numbers, string keys); keep its spelling."""
-    if value is None or isinstance(value, bool | str):
+    kind = type(value)
+    if kind in _SCALARS:
         return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise _fail(path, f"{value!r} is not a JSON number")
-        return value
+    if kind is float:
+        if math.isfinite(value):
+            return value
+        raise _fail(path, f"{value!r} is not a JSON number")
     if isinstance(value, list | tuple):
-        return [_normalize_any(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        out_list = []
+        for i, item in enumerate(value):
+            try:
+                out_list.append(_normalize_any(item, ""))
+            except _ArgumentPathError as exc:
+                _annotate(exc, i, path)
+                raise
+        return out_list
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            if not isinstance(k, str):
+            if type(k) is not str and not isinstance(k, str):
                 raise _fail(path, f"object key {k!r} is not a string")
-            out[k] = _normalize_any(v, f"{path}.{k}" if path else k)
+            try:
+                out[k] = _normalize_any(v, "")
+            except _ArgumentPathError as exc:
+                _annotate(exc, k, path)
+                raise
         return out
+    if isinstance(value, bool | str | int):
+        return value
+    if isinstance(value, float):
+        return _normalize_any(float(value), path)
     raise _fail(path, f"{type(value).__name__} is not a JSON value")
 
 
 def _number(integer: bool) -> Normalizer:
+    expected = "integer" if integer else "number"
+
     def normalize(value: Any, path: str) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _fail(path, f"expected {'integer' if integer else 'number'}, got {_type_name(value)}")
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise _fail(path, f"{value!r} is not a JSON number")
-            if value.is_integer():
-                return int(value)
+        kind = type(value)
+        if kind is not int and kind is not float:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise _fail(path, f"expected {expected}, got {_type_name(value)}")
+            value = int(value) if isinstance(value, int) else float(value)
+        if type(value) is int:
             if integer:
+                return value
+            try:  # a number parameter gets a float, whichever spelling the caller used
+                return float(value)
+            except OverflowError:
+                raise _fail(path, f"{value!r} is too large for a JSON number") from None
+        if not math.isfinite(value):
+            raise _fail(path, f"{value!r} is not a JSON number")
+        if integer:
+            if not value.is_integer():
                 raise _fail(path, f"expected integer, got {value!r}")
-        return value
+            return int(value)
+        return value + 0.0  # -0.0 == 0.0 under JSON semantics
 
     return normalize
 
 
-def _simple(expected: str, check: Callable[[Any], bool]) -> Normalizer:
-    def normalize(value: Any, path: str) -> Any:
-        if not check(value):
-            raise _fail(path, f"expected {expected}, got {_type_name(value)}")
+def _normalize_string(value: Any, path: str) -> Any:
+    if type(value) is str or isinstance(value, str):
         return value
+    raise _fail(path, f"expected string, got {_type_name(value)}")
 
-    return normalize
 
+def _normalize_boolean(value: Any, path: str) -> Any:
+    if value is True or value is False:
+        return value
+    raise _fail(path, f"expected boolean, got {_type_name(value)}")
+
+
+def _normalize_null(value: Any, path: str) -> Any:
+    if value is None:
+        return value
+    raise _fail(path, f"expected null, got {_type_name(value)}")
+
+
+_normalize_number = _number(integer=False)
+_normalize_integer = _number(integer=True)
+
+_EXACT_TYPES: dict[Normalizer, type] = {
+    _normalize_string: str, _normalize_boolean: bool, _normalize_integer: int,
+    _normalize_any: str,
+}
+"""Normalisers that return a value of this exact type unchanged (number is not here: -0.0 becomes 0.0)."""
 
 _TYPE_ALIASES = {"dict": "object", "float": "number", "int": "integer", "bool": "boolean", "list": "array",
                  "tuple": "array", "str": "string", "any": None}
 
 
+def _fresh_copy(value: Any) -> Any:
+    """Defaults are shared by every call; a mutable one is copied so no call can change it for another."""
+    return copy.deepcopy(value) if isinstance(value, list | dict) else value
+
+
 def _normalize_object(properties: dict[str, Normalizer], required: frozenset[str],
-                      defaults: dict[str, Any], extra: Normalizer | None, closed: bool) -> Normalizer:
+                      defaults: dict[str, Any], extra: Normalizer, closed: bool,
+                      exact_types: dict[str, type]) -> Normalizer:
+    """``exact_types`` maps a property to the Python type whose values it keeps unchanged (the fast path)."""
+    get = properties.get
+    exact = exact_types.get
+    default_items = tuple(defaults.items())
+
     def normalize(value: Any, path: str) -> Any:
-        if not isinstance(value, dict):
+        if type(value) is not dict and not isinstance(value, dict):
             raise _fail(path, f"expected object, got {_type_name(value)}")
-        missing = required.difference(value)
-        if missing:
-            raise _fail(path, f"missing required {', '.join(sorted(missing))}")
         out: dict[str, Any] = {}
         for key, item in value.items():
-            if not isinstance(key, str):
-                raise _fail(path, f"object key {key!r} is not a string")
-            sub = f"{path}.{key}" if path else key
-            norm = properties.get(key)
+            if type(item) is exact(key):
+                out[key] = item
+                continue
+            norm = get(key)
             if norm is None:
+                if type(key) is not str and not isinstance(key, str):
+                    raise _fail(path, f"object key {key!r} is not a string")
                 if closed:
-                    raise _fail(sub, "is not a parameter of this tool")
-                norm = extra or _normalize_any
-            out[key] = norm(item, sub)
-        for key, default in defaults.items():
+                    unknown = _ArgumentPathError("", "is not a parameter of this tool")
+                    _annotate(unknown, key, path)
+                    raise unknown
+                norm = extra
+            try:
+                out[key] = norm(item, "")
+            except _ArgumentPathError as exc:
+                _annotate(exc, key, path)
+                raise
+        if required and not out.keys() >= required:
+            raise _fail(path, f"missing required {', '.join(sorted(required.difference(out)))}")
+        for key, default in default_items:
             if key not in out:
-                out[key] = default
+                out[key] = _fresh_copy(default)
         return out
 
     return normalize
@@ -172,18 +288,84 @@ def _first_of(options: list[Normalizer]) -> Normalizer:
         errors = []
         for option in options:
             try:
-                return option(value, path)
-            except InvalidArgumentsError as exc:
-                errors.append(str(exc))
+                return option(value, "")
+            except _ArgumentPathError as exc:
+                errors.append(f"{str(exc).removeprefix('argument ')}" if exc.parts else exc.reason)
         raise _fail(path, "matches none of the allowed forms (" + "; ".join(errors) + ")")
 
     return normalize
 
 
-def compile_schema(schema: Mapping[str, Any] | None) -> Normalizer:
+def _array(item: Normalizer, prefix: list[Normalizer], min_items: int | None,
+           max_items: int | None) -> Normalizer:
+    def normalize(value: Any, path: str) -> Any:
+        if type(value) is not list and not isinstance(value, list | tuple):
+            raise _fail(path, f"expected array, got {_type_name(value)}")
+        n = len(value)
+        if min_items is not None and n < min_items:
+            raise _fail(path, f"expected at least {min_items} items, got {n}")
+        if max_items is not None and n > max_items:
+            raise _fail(path, f"expected at most {max_items} items, got {n}")
+        out = []
+        for i, element in enumerate(value):
+            try:
+                out.append((prefix[i] if i < len(prefix) else item)(element, ""))
+            except _ArgumentPathError as exc:
+                _annotate(exc, i, path)
+                raise
+        return out
+
+    return normalize
+
+
+def _numeric_canon(value: Any) -> Any:
+    """``value`` with integer-valued floats as ints: the JSON-equality form used for ``enum``."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_numeric_canon(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _numeric_canon(v) for k, v in value.items()}
+    return value
+
+
+def _with_enum(base: Normalizer, enum: Any) -> Normalizer:
+    if not isinstance(enum, list | tuple) or not enum:
+        raise InvalidArgumentsError(f"schema enum must be a non-empty list, got {enum!r}")
+    allowed: dict[str, Any] = {}
+    for option in enum:
+        canon = _numeric_canon(base(option, "enum"))
+        allowed.setdefault(_dumps(canon), canon)
+    shown = list(allowed.values())
+    # Scalar options (the usual case) are matched by (type, value) without encoding JSON.
+    scalars = {(type(v), v): v for v in shown if v is None or type(v) in (str, int, float, bool)}
+
+    def normalize(value: Any, path: str) -> Any:
+        out = _numeric_canon(base(value, path))
+        if type(out) in _ENUM_SCALAR_TYPES:
+            found = scalars.get((type(out), out), _MISSING)
+            if found is not _MISSING:
+                return found
+            if len(scalars) == len(shown):
+                raise _fail(path, f"{value!r} is not one of {shown!r}")
+        key = _dumps(out)
+        if key not in allowed:
+            raise _fail(path, f"{value!r} is not one of {shown!r}")
+        return _fresh_copy(allowed[key])
+
+    return normalize
+
+
+_MISSING = object()
+_ENUM_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def compile_schema(schema: Mapping[str, Any] | bool | None) -> Normalizer:
     """Compile a JSON schema (the subset tools use) into a fast normaliser for one value."""
-    if not schema:
+    if not schema or schema is True:
         return _normalize_any
+    if not isinstance(schema, Mapping):
+        raise InvalidArgumentsError(f"schema must be an object, got {_type_name(schema)}")
     if "anyOf" in schema or "oneOf" in schema:
         return _first_of([compile_schema(s) for s in schema.get("anyOf", schema.get("oneOf", []))])
     raw_type = schema.get("type")
@@ -192,48 +374,45 @@ def compile_schema(schema: Mapping[str, Any] | None) -> Normalizer:
     kind = _TYPE_ALIASES.get(raw_type, raw_type) if isinstance(raw_type, str) else None
     base: Normalizer
     if kind == "number":
-        base = _number(integer=False)
+        base = _normalize_number
     elif kind == "integer":
-        base = _number(integer=True)
+        base = _normalize_integer
     elif kind == "string":
-        base = _simple("string", lambda v: isinstance(v, str))
+        base = _normalize_string
     elif kind == "boolean":
-        base = _simple("boolean", lambda v: isinstance(v, bool))
+        base = _normalize_boolean
     elif kind == "null":
-        base = _simple("null", lambda v: v is None)
-    elif kind == "array":
-        item = compile_schema(schema.get("items"))
-
-        def base(value: Any, path: str) -> Any:
-            if not isinstance(value, list | tuple):
-                raise _fail(path, f"expected array, got {_type_name(value)}")
-            return [item(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        base = _normalize_null
+    elif kind == "array" or (kind is None and ("items" in schema or "prefixItems" in schema)):
+        prefix = [compile_schema(s) for s in schema.get("prefixItems", ())]
+        base = _array(compile_schema(schema.get("items")), prefix, schema.get("minItems"), schema.get("maxItems"))
     elif kind == "object" or (kind is None and "properties" in schema):
         props_schema = schema.get("properties") or {}
         properties = {name: compile_schema(sub) for name, sub in props_schema.items()}
         required = frozenset(schema.get("required", ()))
-        defaults = {name: _normalize_any(sub["default"], name) for name, sub in props_schema.items()
-                    if isinstance(sub, dict) and "default" in sub and name not in required}
+        defaults: dict[str, Any] = {}
+        for name, sub in props_schema.items():
+            if isinstance(sub, Mapping) and "default" in sub and name not in required:
+                defaults[name] = _normalize_default(properties[name], sub["default"], name)
         additional = schema.get("additionalProperties", True)
-        extra = compile_schema(additional) if isinstance(additional, dict) else None
-        base = _normalize_object(properties, required, defaults, extra, closed=additional is False)
+        extra = compile_schema(additional) if isinstance(additional, Mapping) else _normalize_any
+        exact_types = {name: _EXACT_TYPES[normalizer] for name, normalizer in properties.items()
+                       if normalizer in _EXACT_TYPES}
+        base = _normalize_object(properties, required, defaults, extra, additional is False, exact_types)
     elif kind is None:
         base = _normalize_any
     else:
         raise InvalidArgumentsError(f"schema type {raw_type!r} is not supported")
     enum = schema.get("enum")
-    if enum is None:
-        return base
-    allowed = [base(v, "enum") for v in enum]
-    allowed_keys = {_dumps(v) for v in allowed}
+    return base if enum is None else _with_enum(base, enum)
 
-    def with_enum(value: Any, path: str) -> Any:
-        out = base(value, path)
-        if _dumps(out) not in allowed_keys:
-            raise _fail(path, f"{value!r} is not one of {allowed!r}")
-        return out
 
-    return with_enum
+def _normalize_default(normalize: Normalizer, default: Any, name: str) -> Any:
+    """A default keys like the same value given explicitly; one the schema rejects is kept as plain JSON."""
+    try:
+        return normalize(default, name)
+    except InvalidArgumentsError:
+        return _normalize_any(default, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,31 +424,46 @@ class ArgumentSpec:
     normalize: Normalizer
 
     def canonical_arguments(self, call: ToolCall) -> dict[str, Any]:
-        """Return the call's arguments as named, validated, defaulted JSON values."""
+        """Return the call's arguments as named, validated, defaulted JSON values (a fresh dict)."""
         arguments = call.arguments
-        if not isinstance(arguments, Mapping):
-            raise InvalidArgumentsError(
-                f"{self.tool}: arguments must be a JSON object, got {_type_name(arguments)}")
+        if type(arguments) is not dict:
+            if not isinstance(arguments, Mapping):
+                raise InvalidArgumentsError(
+                    f"{self.tool}: arguments must be a JSON object, got {_type_name(arguments)}")
+            arguments = dict(arguments)
         if call.positional:
-            if len(call.positional) > len(self.parameter_order):
-                raise InvalidArgumentsError(
-                    f"{self.tool}: {len(call.positional)} positional arguments given, "
-                    f"the tool takes at most {len(self.parameter_order)}")
-            named = dict(zip(self.parameter_order, call.positional, strict=False))
-            clash = named.keys() & arguments.keys()
-            if clash:
-                raise InvalidArgumentsError(
-                    f"{self.tool}: argument {sorted(clash)[0]!r} given both by position and by name")
-            arguments = {**named, **arguments}
+            arguments = self._with_positional(call.positional, arguments)
         try:
-            result: dict[str, Any] = self.normalize(dict(arguments), "")
+            result: dict[str, Any] = self.normalize(arguments, "")
         except InvalidArgumentsError as exc:
             raise InvalidArgumentsError(f"{self.tool}: {exc}") from None
+        except RecursionError:
+            raise InvalidArgumentsError(f"{self.tool}: arguments are nested too deeply (or circular)") from None
         return result
+
+    def _with_positional(self, positional: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(positional, tuple | list):
+            raise InvalidArgumentsError(
+                f"{self.tool}: positional arguments must be a sequence, got {_type_name(positional)}")
+        if len(positional) > len(self.parameter_order):
+            raise InvalidArgumentsError(
+                f"{self.tool}: {len(positional)} positional arguments given, "
+                f"the tool takes at most {len(self.parameter_order)}")
+        named = dict(zip(self.parameter_order, positional, strict=False))
+        clash = named.keys() & arguments.keys()
+        if clash:
+            raise InvalidArgumentsError(
+                f"{self.tool}: argument {sorted(clash)[0]!r} given both by position and by name")
+        return {**named, **arguments}
+
+    def keyed(self, call: ToolCall) -> tuple[dict[str, Any], CallKey]:
+        """The canonical arguments of ``call`` and its key, in one pass."""
+        arguments = self.canonical_arguments(call)
+        return arguments, call.name + KEY_SEPARATOR + "".join(_encode_canonical(arguments, 0))
 
     def key(self, call: ToolCall) -> CallKey:
         """The canonical key of ``call``: equal exactly when the tool cannot tell the calls apart."""
-        return call.name + KEY_SEPARATOR + _dumps(self.canonical_arguments(call))
+        return call.name + KEY_SEPARATOR + "".join(_encode_canonical(self.canonical_arguments(call), 0))
 
 
 def compile_arguments(tool: str, parameters: Mapping[str, Any] | None,
@@ -280,18 +474,27 @@ def compile_arguments(tool: str, parameters: Mapping[str, Any] | None,
     return ArgumentSpec(tool=tool, parameter_order=order, normalize=compile_schema(schema))
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not valid JSON")
+
+
 def parse_arguments_json(text: str, tool: str = "") -> dict[str, Any]:
     """Parse a model's argument text strictly; anything but a finite JSON object is an error."""
-    from forethought.errors import MalformedArgumentsJSONError
-
-    def reject_constant(token: str) -> Any:
-        raise ValueError(f"{token} is not valid JSON")
-
     where = f"{tool}: " if tool else ""
     try:
-        value = json.loads(text or "{}", parse_constant=reject_constant)
-    except ValueError as exc:
-        raise MalformedArgumentsJSONError(f"{where}arguments are not valid JSON ({exc}): {text[:200]!r}") from None
+        value = json.loads(text or "{}", parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, TypeError) as exc:
+        raise MalformedArgumentsJSONError(
+            f"{where}arguments are not valid JSON ({exc}): {str(text)[:200]!r}") from None
+    except RecursionError:
+        raise MalformedArgumentsJSONError(f"{where}arguments are nested too deeply to parse") from None
     if not isinstance(value, dict):
         raise MalformedArgumentsJSONError(f"{where}arguments must be a JSON object, got {_type_name(value)}")
     return value

@@ -51,6 +51,14 @@ class BreakerPolicy:
     max_error_rate: float = 0.5
     cooldown_s: float = 30.0
 
+    def __post_init__(self) -> None:
+        if self.window < 1 or self.min_samples < 1:
+            raise PolicyError("breaker.window and breaker.min_samples must be >= 1")
+        if not (0.0 <= self.max_waste_rate <= 1.0 and 0.0 <= self.max_error_rate <= 1.0):
+            raise PolicyError("breaker rates must be between 0 and 1")
+        if not self.cooldown_s >= 0:
+            raise PolicyError("breaker.cooldown_s must be >= 0")
+
 
 @dataclass(frozen=True, slots=True)
 class Policy:
@@ -73,8 +81,11 @@ class Policy:
                 raise PolicyError(f"{name} must be >= 0")
         if not 0.0 <= self.min_confidence <= 1.0:
             raise PolicyError("min_confidence must be between 0 and 1")
-        if self.speculation_timeout_s <= 0:
+        if not self.speculation_timeout_s > 0:
             raise PolicyError("speculation_timeout_s must be > 0")
+        for name in ("max_cost_per_turn", "claim_wait_floor_s", "claim_wait_factor"):
+            if not getattr(self, name) >= 0:
+                raise PolicyError(f"{name} must be >= 0")
 
     def for_tool(self, name: str) -> ToolPolicy:
         return self.tools.get(name, _DEFAULT_TOOL_POLICY)

@@ -9,107 +9,62 @@ invariants 1, 2, 4 and 5 is enforced here:
 * an entry is served only to an identical canonical key, at most once, and only while fresh (not expired,
   no write since a read-only speculation started, validator unchanged, snapshot still current);
 * DESTRUCTIVE or undeclared tools are never run by ``speculate``; ISOLATED_WRITE runs only on a snapshot;
-* authoritative calls take no speculative slot; a claimed speculation still queued is cancelled, and one
-  running far longer than usual is abandoned for an authoritative run;
+* authoritative calls take no speculative slot; a claimed speculation whose tool has not started yet is
+  cancelled, and one running far longer than usual is abandoned for an authoritative run;
 * a speculation that raised, hung or was cancelled is never surfaced: the call runs normally instead.
+
+Accounting: every launched speculation ends exactly once, in :meth:`Session._finish` (unserved) or as a
+hit. Saved time is credited from the speculation's own tool time, never more than it in total.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from forethought.breaker import CircuitBreaker, Outcome
-from forethought.calls import KEY_SEPARATOR, CallKey, ToolCall, dumps_canonical
+from forethought.calls import CallKey, ToolCall
 from forethought.errors import CallError, ForethoughtError, ToolExecutionError
 from forethought.ordering import CallOrder
 from forethought.policy import Policy
 from forethought.scheduler import Scheduler, maybe_await
-from forethought.store import Entry, SpeculationStore
-from forethought.telemetry import Event, EventKind, Telemetry, key_hash
+from forethought.store import CallOutcome, Entry, SpeculationStore, SpeculationTicket, discard_quietly
+from forethought.telemetry import SAVING_KINDS, EventKind, SessionStats, Telemetry, stats_from
 from forethought.tools import Effect, Tool, ToolRegistry, invoke_tool
 
+__all__ = ["CLOSE_WAIT_S", "RUNTIME_EWMA_WEIGHT", "CallOutcome", "Runtime", "Session", "SessionStats",
+           "SpeculationTicket", "stats_from"]
+
 RUNTIME_EWMA_WEIGHT = 0.3
+CLOSE_WAIT_S = 5.0
+"""How long :meth:`Session.close` waits for cancelled speculative work to stop."""
 
+_log = logging.getLogger(__name__)
 
-@dataclass(frozen=True, slots=True)
-class SpeculationTicket:
-    """What ``speculate`` did with a guess: ``status`` is launched, deduplicated or rejected."""
-
-    status: str
-    key: CallKey | None = None
-    reason: str = ""
-
-    @property
-    def launched(self) -> bool:
-        return self.status == "launched"
-
-
-@dataclass(frozen=True, slots=True)
-class CallOutcome:
-    """The authoritative result of one call and how it was obtained."""
-
-    value: Any
-    kind: str  # "hit", "partial_hit" or "miss"
-    waited_s: float
-    saved_s: float
-    source: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class SessionStats:
-    """Counts and seconds for one session (or a whole runtime)."""
-
-    launched: int = 0
-    deduplicated: int = 0
-    rejected: int = 0
-    hits: int = 0
-    partial_hits: int = 0
-    misses: int = 0
-    wasted: int = 0
-    cancelled: int = 0
-    expired: int = 0
-    failed: int = 0
-    stale: int = 0
-    conflicts: int = 0
-    committed: int = 0
-    saved_s: float = 0.0
-    wasted_s: float = 0.0
-
-    @property
-    def alpha(self) -> float:
-        """Acceptance rate: the fraction of authoritative calls served by a speculation."""
-        total = self.hits + self.partial_hits + self.misses
-        return (self.hits + self.partial_hits) / total if total else 0.0
-
-
-_STAT_FIELDS = {EventKind.LAUNCHED: "launched", EventKind.DEDUPLICATED: "deduplicated",
-                EventKind.REJECTED: "rejected", EventKind.HIT: "hits", EventKind.PARTIAL_HIT: "partial_hits",
-                EventKind.MISS: "misses", EventKind.WASTED: "wasted", EventKind.CANCELLED: "cancelled",
-                EventKind.EXPIRED: "expired", EventKind.FAILED: "failed", EventKind.STALE: "stale",
-                EventKind.CONFLICT: "conflicts", EventKind.COMMITTED: "committed"}
-
-
-def stats_from(counts: Counter[EventKind], saved_s: float, wasted_s: float) -> SessionStats:
-    values: dict[str, Any] = {field: counts.get(kind, 0) for kind, field in _STAT_FIELDS.items()}
-    return SessionStats(**values, saved_s=saved_s, wasted_s=wasted_s)
+# Enum members looked up once: attribute access on an Enum class costs ~0.1 µs, and the hot path does many.
+_CANCELLED, _COMMITTED, _CONFLICT = EventKind.CANCELLED, EventKind.COMMITTED, EventKind.CONFLICT
+_DEDUPLICATED, _EXPIRED, _FAILED, _HIT = EventKind.DEDUPLICATED, EventKind.EXPIRED, EventKind.FAILED, EventKind.HIT
+_LAUNCHED, _MISS, _PARTIAL_HIT = EventKind.LAUNCHED, EventKind.MISS, EventKind.PARTIAL_HIT
+_REJECTED, _STALE, _WASTED = EventKind.REJECTED, EventKind.STALE, EventKind.WASTED
+_ISOLATED_WRITE, _READ_ONLY = Effect.ISOLATED_WRITE, Effect.READ_ONLY
+_ERROR, _USEFUL, _WASTE = Outcome.ERROR, Outcome.USEFUL, Outcome.WASTED
 
 
 class Runtime:
     """Shared state of all sessions: tools, policy, scheduler, breaker and telemetry."""
 
     def __init__(self, tools: Iterable[Tool] = (), policy: Policy | None = None,
-                 telemetry: Telemetry | None = None) -> None:
+                 telemetry: Telemetry | None = None, breaker: CircuitBreaker | None = None) -> None:
         self.policy = policy or Policy()
         self.tools = ToolRegistry(self._with_policy(tools))
         self.telemetry = telemetry or Telemetry()
         self.scheduler = Scheduler(self.policy)
-        self.breaker = CircuitBreaker(self.policy.breaker)
+        self.breaker = breaker or CircuitBreaker(self.policy.breaker)
         self.tool_runtime_ewma: dict[str, float] = {}
         self._ids = itertools.count(1)
 
@@ -141,12 +96,16 @@ class Runtime:
 
 
 class Session:
-    """One agent's view: an isolated speculation store and the authoritative call path."""
+    """One agent's view: an isolated speculation store and the authoritative call path.
+
+    After :meth:`close` the session speculates nothing more; :meth:`execute` still runs calls plainly.
+    """
 
     def __init__(self, runtime: Runtime, session_id: str, tools: ToolRegistry) -> None:
         self.runtime = runtime
         self.id = session_id
         self.tools = tools
+        self._lookup = tools.table().get
         self.store = SpeculationStore()
         self.order = CallOrder()
         self.budget = runtime.scheduler.budget()
@@ -154,6 +113,10 @@ class Session:
         self._counts: Counter[EventKind] = Counter()
         self._saved_s = 0.0
         self._wasted_s = 0.0
+        self._telemetry = runtime.telemetry
+        self._scope = f"session:{session_id}"
+        self._tool_scopes: dict[str, str] = {}
+        self._static_rejections: dict[str, tuple[Tool, str | None]] = {}
         self.epoch = 0  # bumped at start and end of every authoritative write
         self.closed = False
 
@@ -162,95 +125,148 @@ class Session:
     def _emit(self, kind: EventKind, tool: str, key: str, source: str = "", confidence: float | None = None,
               seconds: float = 0.0, detail: str = "") -> None:
         self._counts[kind] += 1
-        if kind in (EventKind.HIT, EventKind.PARTIAL_HIT):
-            self._saved_s += seconds
-        elif kind is EventKind.WASTED:
-            self._wasted_s += seconds
-        self.runtime.telemetry.emit(Event(kind, self.id, tool, key_hash(key) if key else "", source,
-                                          confidence, seconds, detail))
+        if seconds > 0.0:
+            if kind in SAVING_KINDS:
+                self._saved_s += seconds
+            elif kind is _WASTED:
+                self._wasted_s += seconds
+        self._telemetry.record(kind, self.id, tool, key, source, confidence, seconds, detail)
 
     def stats(self) -> SessionStats:
         return stats_from(self._counts, self._saved_s, self._wasted_s)
+
+    def _tool_scope(self, tool: str) -> str:
+        scope = self._tool_scopes.get(tool)
+        if scope is None:
+            scope = self._tool_scopes[tool] = f"tool:{tool}"
+        return scope
+
+    def _record(self, tool: str, outcome: Outcome) -> None:
+        self.runtime.breaker.record(self._tool_scope(tool), outcome)
+        self.runtime.breaker.record(self._scope, outcome)
 
     # --- keys -------------------------------------------------------------------------------------
 
     def resolve(self, call: ToolCall) -> tuple[Tool, dict[str, Any], CallKey]:
         """Look up the tool and canonicalise the call; raises a :class:`CallError` on bad input."""
-        t = self.tools.get_tool(call.name)
-        arguments = t.arguments.canonical_arguments(call)
-        return t, arguments, call.name + KEY_SEPARATOR + dumps_canonical(arguments)
+        if type(call) is not ToolCall and not isinstance(call, ToolCall):
+            raise CallError(f"expected a ToolCall, got {type(call).__name__}")
+        try:
+            t = self._lookup(call.name)
+        except TypeError:  # an unhashable name
+            t = None
+        if t is None:
+            t = self.tools.get_tool(call.name)  # raises UnknownToolError
+        arguments, key = t.arguments.keyed(call)
+        return t, arguments, key
 
     # --- speculation ------------------------------------------------------------------------------
 
     def speculate(self, call: ToolCall, source: str = "unknown", confidence: float = 1.0) -> SpeculationTicket:
-        """Start ``call`` early if policy, effect, budget and breaker allow; never raises on bad guesses."""
+        """Start ``call`` early if policy, effect, budget and breaker allow; never raises on bad guesses.
+
+        Must be called from the event loop the session's calls run on.
+        """
+        loop = asyncio.get_running_loop()
         try:
             t, arguments, key = self.resolve(call)
         except CallError as exc:
-            self._emit(EventKind.REJECTED, call.name if isinstance(call.name, str) else "?", "", source,
-                       confidence, detail=str(exc))
+            name = getattr(call, "name", None)
+            self._emit(_REJECTED, name if isinstance(name, str) and name in self.tools else "?", "",
+                       source, confidence if isinstance(confidence, float | int) else None,
+                       detail=type(exc).__name__)
             return SpeculationTicket("rejected", None, str(exc))
-        reason = self._rejection(t, source, confidence)
-        existing = self.store.get(key)
-        if reason is None and existing is not None:
-            existing.sources.append(source)
-            self._emit(EventKind.DEDUPLICATED, t.name, key, source, confidence)
-            return SpeculationTicket("deduplicated", key)
+        reason = self._rejection(t, confidence)
         if reason is None:
+            existing = self.store.get(key)
+            if existing is not None:
+                useless = self._useless(existing)
+                if useless is None:
+                    existing.sources.append(source)
+                    self._emit(_DEDUPLICATED, t.name, key, source, confidence)
+                    return SpeculationTicket("deduplicated", key)
+                self.store.pop(key)  # a dead entry is replaced by a fresh run, not joined
+                self._finish(existing, useless[0], useless[1])
             reason = self.budget.reserve(t.cost_units)
         if reason is not None:
-            self._emit(EventKind.REJECTED, t.name, key, source, confidence, detail=reason)
+            self._emit(_REJECTED, t.name, key, source,
+                       confidence if isinstance(confidence, float | int) else None, detail=reason)
             return SpeculationTicket("rejected", key, reason)
         now = time.monotonic()
-        entry = Entry(key=key, call=call, arguments=arguments, tool=t, source=source, confidence=confidence,
-                      created=now, expires=now + t.ttl_s, epoch=-1, sources=[source])
+        # Positional arguments: keywords would double the cost of this constructor on the hot path.
+        entry = Entry(key, call, arguments, t, source, confidence, now, now + t.ttl_s, -1, [source])
+        entry.task = loop.create_task(self._run_speculation(entry))  # it first runs after we return
         self.store.add(entry)
-        entry.task = asyncio.get_running_loop().create_task(self._run_speculation(entry))
-        entry.task.add_done_callback(_retrieve_exception)
-        self._emit(EventKind.LAUNCHED, t.name, key, source, confidence)
+        self._emit(_LAUNCHED, t.name, key, source, confidence)
         return SpeculationTicket("launched", key)
 
-    def _rejection(self, t: Tool, source: str, confidence: float) -> str | None:
+    def _useless(self, entry: Entry) -> tuple[EventKind, str] | None:
+        """Why an entry could no longer be served (expired, failed, stale), or ``None``."""
+        if time.monotonic() >= entry.expires:
+            return _EXPIRED, "replaced by a new guess"
+        if entry.error is not None:
+            return _FAILED, type(entry.error).__name__
+        if entry.tool.effect is _READ_ONLY and entry.started is not None and entry.epoch != self.epoch:
+            return _STALE, "a write happened since it started"
+        return None
+
+    def _rejection(self, t: Tool, confidence: Any) -> str | None:
         if self.closed:
             return "session closed"
-        if not self.runtime.policy.for_tool(t.name).speculate:
-            return "policy denies speculation of this tool"
-        if not t.speculable:
-            return f"effect {t.effect.value} may not run early" + (
-                " (no snapshot state)" if t.effect is Effect.ISOLATED_WRITE else "")
-        if confidence < self.runtime.policy.min_confidence:
-            return f"confidence {confidence:.2f} below threshold {self.runtime.policy.min_confidence:.2f}"
+        cached = self._static_rejections.get(t.name)
+        if cached is None or cached[0] is not t:
+            cached = self._static_rejections[t.name] = (t, self._static_rejection(t))
+        if cached[1] is not None:
+            return cached[1]
+        kind = type(confidence)
+        exact = kind is float or kind is int  # the fast path; anything else is checked in full
+        if not (exact or (isinstance(confidence, float | int) and not isinstance(confidence, bool))) or not (
+                0.0 <= confidence <= 1.0):
+            return f"confidence {confidence!r} is not a number between 0 and 1"
+        policy = self.runtime.policy
+        if confidence < policy.min_confidence:
+            return f"confidence {confidence:.2f} below threshold {policy.min_confidence:.2f}"
         breaker = self.runtime.breaker
-        if not breaker.allows(f"tool:{t.name}") or not breaker.allows(f"session:{self.id}"):
+        if not breaker.allows(self._tool_scope(t.name)) or not breaker.allows(self._scope):
             return "circuit breaker open"
         return None
 
+    def _static_rejection(self, t: Tool) -> str | None:
+        """Why ``t`` may never be speculated under this runtime's policy (constant per tool)."""
+        policy = self.runtime.policy
+        if not policy.for_tool(t.name).speculate:
+            return "policy denies speculation of this tool"
+        if not t.speculable:
+            return f"effect {t.effect.value} may not run early" + (
+                " (no snapshot state)" if t.effect is _ISOLATED_WRITE else "")
+        if policy.max_concurrent < 1 or policy.max_concurrent_per_session < 1:
+            return "speculation disabled (no speculative slots)"
+        return None
+
     async def _run_speculation(self, entry: Entry) -> Any:
+        """The speculative task: never raises (errors land in ``entry.error``), except when cancelled."""
         t = entry.tool
-        async with self.runtime.scheduler.speculative_slot(self._slots):
-            if self.store.get(entry.key) is not entry:
-                raise asyncio.CancelledError  # discarded while queued
-            entry.started = time.monotonic()
+        runtime = self.runtime
+        async with runtime.scheduler.speculative_slot(self._slots):
+            if entry.dropped:
+                return None
             entry.epoch = self.epoch
             try:
-                if t.validator is not None:
-                    entry.freshness = await maybe_await(t.validator(entry.call))
-
-                def run() -> Any:
-                    target = None
-                    if t.state is not None:
-                        entry.snapshot = t.state.snapshot()
-                        target = entry.snapshot.target
-                    return invoke_tool(t, target, entry.arguments)
-
-                async with asyncio.timeout(self.runtime.policy.speculation_timeout_s):
+                async with asyncio.timeout(runtime.policy.speculation_timeout_s):
+                    if t.validator is not None:
+                        entry.freshness = await maybe_await(t.validator(entry.call))
                     if t.threaded:
-                        value = await maybe_await(await self.runtime.scheduler.run_sync(run, speculative=True))
+                        value = await runtime.scheduler.run_sync(entry.invoke, speculative=True)
                     else:
-                        value = await maybe_await(run())
+                        value = entry.invoke()
+                    value = await maybe_await(value)
+            except Exception as exc:
+                entry.error = exc
+                return None
             finally:
-                entry.finished = time.monotonic()
-            self.runtime.note_runtime(t.name, entry.run_seconds)
+                if entry.started is not None:
+                    entry.finished = time.monotonic()
+            runtime.note_runtime(t.name, entry.run_seconds)
             return value
 
     # --- the authoritative path -------------------------------------------------------------------
@@ -263,98 +279,153 @@ class Session:
         """Like :meth:`execute`, also saying whether it was a hit and how long it waited."""
         t, arguments, key = self.resolve(call)
         start = time.monotonic()
-        with self.order.issue(t.effect) as waits:
+        entry = self.store.get(key)
+        if (entry is not None and entry.task is not None and entry.task.done() and t.validator is None
+                and self.order.clear_for(t.effect)):
+            # The common hit: nothing to wait for and no await until it is served, so no other call can be
+            # issued meanwhile and the call needs no place in the session's call order.
+            self.store.pop(key)
+            claimed = self._settle(entry, start, start)
+            if claimed is not None:
+                return claimed
+        ticket, waits = self.order.begin(t.effect)
+        try:
+            ready = start
             if waits:
                 await asyncio.wait(waits)
+                ready = time.monotonic()
             entry = self.store.pop(key)
             if entry is not None:
-                claimed = await self._claim(entry, start)
+                try:
+                    claimed = await self._claim(entry, start, ready)
+                except BaseException:  # the caller was cancelled while the claim waited
+                    if not entry.dropped:
+                        self._finish(entry, _CANCELLED, "claim cancelled")
+                    raise
                 if claimed is not None:
                     return claimed
             if t.partial is not None:
                 partial = self._claim_partial(t, arguments, start)
                 if partial is not None:
                     return partial
-            value = await self._run_authoritative(t, arguments)
-            waited = time.monotonic() - start
-            self._emit(EventKind.MISS, t.name, key, seconds=waited)
-            self.runtime.telemetry.observe_wait("miss", waited)
+            try:
+                value = await self._run_authoritative(t, arguments)
+            finally:
+                waited = time.monotonic() - start
+                self._emit(_MISS, t.name, key, seconds=waited)
+                self._telemetry.observe_wait("miss", waited)
             return CallOutcome(value, "miss", waited, 0.0)
+        finally:
+            CallOrder.end(ticket)
 
-    async def _claim(self, entry: Entry, start: float) -> CallOutcome | None:
-        """Serve ``entry`` if it is fresh and succeeds; ``None`` sends the caller down the miss path."""
-        t, key, task = entry.tool, entry.key, entry.task
+    async def _claim(self, entry: Entry, start: float, ready: float) -> CallOutcome | None:
+        """Wait for ``entry`` if its tool is running, check its validator, then :meth:`_settle` it.
+
+        ``start`` is when the call was issued, ``ready`` when its ordering let it take effect.
+        """
+        t, task = entry.tool, entry.task
         assert task is not None
-        if time.monotonic() >= entry.expires:
-            self._drop(entry, EventKind.EXPIRED)
-            return None
-        if entry.started is None:
-            self._drop(entry, EventKind.CANCELLED, "still queued when claimed")
-            return None
         if not task.done():
+            if time.monotonic() >= entry.expires:
+                self._finish(entry, _EXPIRED)
+                return None
+            if entry.started is None:
+                self._finish(entry, _CANCELLED, "tool not started when claimed")
+                return None
             await asyncio.wait([task], timeout=self.runtime.claim_wait_limit(t.name))
             if not task.done():
-                self._drop(entry, EventKind.CANCELLED, "running far longer than usual when claimed")
+                self._finish(entry, _CANCELLED, "running far longer than usual when claimed")
                 return None
-        if task.cancelled() or task.exception() is not None:
-            self._record(t.name, Outcome.ERROR)
-            self._emit(EventKind.FAILED, t.name, key, entry.source, entry.confidence,
-                       detail=repr(task.exception()) if not task.cancelled() else "cancelled")
-            self._discard_snapshot(entry)
+        if (t.validator is not None and entry.succeeded() and time.monotonic() < entry.expires
+                and not await self._validator_agrees(entry)):
+            self._finish(entry, _STALE, "validator token changed")
             return None
-        if not await self._fresh(entry):
-            self._record(t.name, Outcome.WASTED)
-            self._emit(EventKind.STALE, t.name, key, entry.source, entry.confidence)
-            self._discard_snapshot(entry)
+        return self._settle(entry, start, ready)
+
+    def _settle(self, entry: Entry, start: float, ready: float) -> CallOutcome | None:
+        """Serve a finished ``entry`` if it is fresh and succeeded; ``None`` sends the caller to the miss path."""
+        task = entry.task
+        assert task is not None
+        if time.monotonic() >= entry.expires:
+            self._finish(entry, _EXPIRED)
             return None
-        if entry.snapshot is not None:
-            self.epoch += 1
-            committed = entry.snapshot.commit()
-            self.epoch += 1
-            if not committed:
-                self._record(t.name, Outcome.WASTED)
-                self._emit(EventKind.CONFLICT, t.name, key, entry.source, entry.confidence)
-                return None
-            self._emit(EventKind.COMMITTED, t.name, key, entry.source, entry.confidence)
-        waited = time.monotonic() - start
-        saved = max(0.0, entry.run_seconds - waited)
-        self._record(t.name, Outcome.USEFUL)
-        self._emit(EventKind.HIT, t.name, key, entry.source, entry.confidence, seconds=saved)
-        self.runtime.telemetry.observe_wait("hit", waited)
+        if task.cancelled() or (entry.started is None and entry.error is None):
+            self._finish(entry, _CANCELLED, "cancelled before it finished")
+            return None
+        if entry.error is not None:
+            self._finish(entry, _FAILED, type(entry.error).__name__)
+            return None
+        t = entry.tool
+        if t.effect is _READ_ONLY and entry.epoch != self.epoch:
+            self._finish(entry, _STALE, "a write happened since it started")
+            return None
+        if entry.snapshot is not None and not self._commit(entry):
+            self._finish(entry, _CONFLICT, "state changed since the snapshot")
+            return None
+        now = time.monotonic()
+        waited = now - start
+        tool_s = entry.run_seconds
+        saved = max(0.0, min(tool_s - (now - ready), tool_s - entry.credited_s))
+        entry.credited_s += saved
+        entry.dropped = True
+        self._record(t.name, _USEFUL)
+        self._emit(_HIT, t.name, entry.key, entry.source, entry.confidence, saved)
+        self._telemetry.observe_wait("hit", waited)
         return CallOutcome(task.result(), "hit", waited, saved, entry.source)
 
-    async def _fresh(self, entry: Entry) -> bool:
-        t = entry.tool
-        if t.effect is Effect.READ_ONLY and entry.epoch != self.epoch:
+    async def _validator_agrees(self, entry: Entry) -> bool:
+        """Whether the validator still gives the token seen at speculation start (errors and hangs: no)."""
+        validator = entry.tool.validator
+        assert validator is not None
+        try:
+            async with asyncio.timeout(self.runtime.claim_wait_limit(entry.tool.name)):
+                return bool(await maybe_await(validator(entry.call)) == entry.freshness)
+        except Exception:
             return False
-        if t.validator is not None:
-            try:
-                return bool(await maybe_await(t.validator(entry.call)) == entry.freshness)
-            except Exception:
-                return False
+
+    def _commit(self, entry: Entry) -> bool:
+        """Commit a hit's snapshot into the live state (a write: bumps the epoch); ``False`` on conflict."""
+        snapshot = entry.snapshot
+        assert snapshot is not None
+        entry.snapshot = None
+        self.epoch += 1
+        try:
+            committed = bool(snapshot.commit())
+        except Exception:
+            _log.exception("commit of a %s snapshot failed", entry.tool.name)
+            committed = False
+        finally:
+            self.epoch += 1
+        if not committed:
+            discard_quietly(snapshot, entry.tool.name)
+            return False
+        self._emit(_COMMITTED, entry.tool.name, entry.key, entry.source, entry.confidence)
         return True
 
     def _claim_partial(self, t: Tool, arguments: dict[str, Any], start: float) -> CallOutcome | None:
         rule = t.partial
         assert rule is not None
+        if t.state is not None or t.validator is not None:
+            return None
         for entry in self.store.of_tool(t.name):
-            if (not entry.succeeded() or entry.snapshot is not None
-                    or (t.effect is Effect.READ_ONLY and entry.epoch != self.epoch)
-                    or time.monotonic() >= entry.expires or t.validator is not None):
+            if (not entry.succeeded() or (t.effect is _READ_ONLY and entry.epoch != self.epoch)
+                    or time.monotonic() >= entry.expires):
                 continue
+            assert entry.task is not None
             try:
                 if not rule.covers(entry.arguments, arguments):
                     continue
-                assert entry.task is not None
                 value = rule.narrow(arguments, entry.task.result())
             except Exception:
                 continue
             waited = time.monotonic() - start
-            self._record(t.name, Outcome.USEFUL)
-            self._emit(EventKind.PARTIAL_HIT, t.name, entry.key, entry.source, entry.confidence,
-                       seconds=entry.run_seconds)
-            self.runtime.telemetry.observe_wait("partial_hit", waited)
-            return CallOutcome(value, "partial_hit", waited, entry.run_seconds, entry.source)
+            saved = max(0.0, entry.run_seconds - entry.credited_s - waited)
+            entry.credited_s += saved
+            entry.partial_hits += 1
+            self._record(t.name, _USEFUL)
+            self._emit(_PARTIAL_HIT, t.name, entry.key, entry.source, entry.confidence, seconds=saved)
+            self._telemetry.observe_wait("partial_hit", waited)
+            return CallOutcome(value, "partial_hit", waited, saved, entry.source)
         return None
 
     async def _run_authoritative(self, t: Tool, arguments: dict[str, Any]) -> Any:
@@ -377,41 +448,51 @@ class Session:
             raise ToolExecutionError(t.name, f"{type(exc).__name__}: {exc}") from exc
         finally:
             if t.state is not None:
-                t.state.mark_changed()
-            self.runtime.note_runtime(t.name, time.monotonic() - started)
+                t.state.mark_changed()  # whatever the declared effect: a snapshot must never commit over it
             if writes:
                 self.epoch += 1
+            self.runtime.note_runtime(t.name, time.monotonic() - started)
 
     # --- discarding -------------------------------------------------------------------------------
 
-    def _record(self, tool: str, outcome: Outcome) -> None:
-        self.runtime.breaker.record(f"tool:{tool}", outcome)
-        self.runtime.breaker.record(f"session:{self.id}", outcome)
+    def _finish(self, entry: Entry, kind: EventKind | None, detail: str = "") -> None:
+        """Account once for an entry that leaves unserved (already out of the store); cancel its work.
 
-    def _discard_snapshot(self, entry: Entry) -> None:
-        if entry.snapshot is not None:
-            entry.snapshot.discard()
-            entry.snapshot = None
-
-    def _drop(self, entry: Entry, kind: EventKind, detail: str = "") -> None:
-        """Cancel an entry's work and account for it (it has already left the store)."""
+        Emits ``kind`` (if any), then WASTED with the tool seconds when the tool ran and served nothing.
+        The breaker counts an error, or waste when the tool ran; a guess stopped before its tool started
+        cost nothing and is not counted. Always returns ``None`` (the claim's "not served").
+        """
         task = entry.task
         if task is not None and not task.done():
             task.cancel()
-        self._discard_snapshot(entry)
-        if kind in (EventKind.WASTED, EventKind.CANCELLED) and entry.started is not None:
-            self._record(entry.tool.name, Outcome.WASTED)
-            self._emit(EventKind.WASTED, entry.tool.name, entry.key, entry.source, entry.confidence,
+        entry.drop_snapshot()
+        name = entry.tool.name
+        if kind is not None:
+            self._emit(kind, name, entry.key, entry.source, entry.confidence, detail=detail)
+        ran = entry.started is not None and not entry.partial_hits
+        if entry.error is not None:
+            self._record(name, _ERROR)
+        elif ran:
+            self._record(name, _WASTE)
+        if ran:
+            self._emit(_WASTED, name, entry.key, entry.source, entry.confidence,
                        seconds=entry.run_seconds, detail=detail)
-        if kind is not EventKind.WASTED:
-            self._emit(kind, entry.tool.name, entry.key, entry.source, entry.confidence, detail=detail)
 
     def discard(self, key: CallKey) -> bool:
         """Discard one speculation (cancelling its work); returns whether it existed."""
         entry = self.store.pop(key)
         if entry is None:
             return False
-        self._drop(entry, EventKind.WASTED if entry.started is not None else EventKind.CANCELLED)
+        task = entry.task
+        if task is not None and not task.done():
+            kind: EventKind | None = _CANCELLED
+        elif entry.error is not None:
+            kind = _FAILED
+        elif entry.started is None:
+            kind = _CANCELLED
+        else:
+            kind = None
+        self._finish(entry, kind, "discarded" if kind is not _FAILED else type(entry.error).__name__)
         return True
 
     def evict_expired(self) -> int:
@@ -419,7 +500,7 @@ class Session:
         expired = self.store.expired(now)
         for entry in expired:
             self.store.pop(entry.key)
-            self._drop(entry, EventKind.EXPIRED)
+            self._finish(entry, _EXPIRED)
         return len(expired)
 
     def end_turn(self) -> int:
@@ -431,15 +512,10 @@ class Session:
         return n
 
     async def close(self) -> None:
-        """Discard everything and wait until cancelled speculative work has stopped."""
+        """Discard everything and wait (briefly) until cancelled speculative work has stopped."""
         self.closed = True
-        tasks = [e.task for e in self.store if e.task is not None]
+        tasks = [e.task for e in self.store if e.task is not None and not e.task.done()]
         self.end_turn()
         if tasks:
-            await asyncio.wait(tasks)
-
-
-def _retrieve_exception(task: asyncio.Task[Any]) -> None:
-    """Mark a speculative task's exception as seen: failures never surface, not even as warnings."""
-    if not task.cancelled():
-        task.exception()
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+        self.runtime.breaker.forget(self._scope)

@@ -64,8 +64,12 @@ class Scheduler:
 
     @contextlib.asynccontextmanager
     async def speculative_slot(self, session_slots: asyncio.Semaphore) -> AsyncIterator[None]:
-        """Hold one global and one session slot for a speculative run."""
-        async with self._global, session_slots:
+        """Hold one session slot and one global slot for a speculative run.
+
+        The session slot is taken first: a session that is already at its own limit waits without holding a
+        global slot, so it cannot starve other sessions of global capacity.
+        """
+        async with session_slots, self._global:
             self.speculative_running += 1
             try:
                 yield

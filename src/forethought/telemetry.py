@@ -2,21 +2,32 @@
 
 Events carry the tool name and a short hash of the call key, never raw argument values, so a private
 argument cannot leak through telemetry. Subscribers (tests, the bench, loggers) observe behaviour without
-reaching into the store. Each :class:`Telemetry` owns its own Prometheus registry, so several runtimes in
-one process never collide.
+reaching into the store; a subscriber that raises is logged and never disturbs the call that emitted.
+
+Counting is on the hot path of every call, so it is plain Python arithmetic; the Prometheus view is built
+from those counts when it is scraped (a custom collector on a registry each :class:`Telemetry` owns, so
+several runtimes in one process never collide). An :class:`Event` object is built only when someone
+subscribed.
 """
 
 from __future__ import annotations
 
+import bisect
 import enum
 import hashlib
+import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client import Counter as PromCounter
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
+_log = logging.getLogger(__name__)
+_go_float: Callable[[float], str] = floatToGoString
 
 
 class EventKind(enum.Enum):
@@ -37,6 +48,17 @@ class EventKind(enum.Enum):
     COMMITTED = "committed"
     EARLY_DISPATCH = "early_dispatch"
 
+    # Members are singletons compared by identity; the C identity hash keeps the hot-path counting (dict
+    # and set lookups keyed by kind) cheaper than Enum's Python-level hash of the member name.
+    __hash__ = object.__hash__
+
+
+SAVING_KINDS = frozenset({EventKind.HIT, EventKind.PARTIAL_HIT})
+_WASTED = EventKind.WASTED
+
+WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Upper bounds (seconds) of the ``forethought_tool_wait_seconds`` histogram."""
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -54,53 +76,166 @@ class Event:
 
 
 def key_hash(key: str) -> str:
-    """A short stable digest of a call key, safe to log."""
-    return hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
+    """A short stable digest of a call key, safe to log (any string, lone surrogates included)."""
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStats:
+    """Counts and seconds for one session (or a whole runtime).
+
+    ``wasted`` counts speculations whose tool ran (fully or partly) and served nothing, whatever the
+    reason (discarded, expired, stale, conflicting, failed, cancelled while running); ``wasted_s`` is their
+    tool time. ``cancelled`` counts speculations stopped while queued or running.
+    """
+
+    launched: int = 0
+    deduplicated: int = 0
+    rejected: int = 0
+    hits: int = 0
+    partial_hits: int = 0
+    misses: int = 0
+    wasted: int = 0
+    cancelled: int = 0
+    expired: int = 0
+    failed: int = 0
+    stale: int = 0
+    conflicts: int = 0
+    committed: int = 0
+    saved_s: float = 0.0
+    wasted_s: float = 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Acceptance rate: the fraction of authoritative calls served by a speculation."""
+        total = self.hits + self.partial_hits + self.misses
+        return (self.hits + self.partial_hits) / total if total else 0.0
+
+
+_STAT_FIELDS = {EventKind.LAUNCHED: "launched", EventKind.DEDUPLICATED: "deduplicated",
+                EventKind.REJECTED: "rejected", EventKind.HIT: "hits", EventKind.PARTIAL_HIT: "partial_hits",
+                EventKind.MISS: "misses", EventKind.WASTED: "wasted", EventKind.CANCELLED: "cancelled",
+                EventKind.EXPIRED: "expired", EventKind.FAILED: "failed", EventKind.STALE: "stale",
+                EventKind.CONFLICT: "conflicts", EventKind.COMMITTED: "committed"}
+
+
+def stats_from(counts: Counter[EventKind], saved_s: float, wasted_s: float) -> SessionStats:
+    """Event counts (and saved/wasted seconds) as :class:`SessionStats`."""
+    values: dict[str, Any] = {field: counts.get(kind, 0) for kind, field in _STAT_FIELDS.items()}
+    return SessionStats(**values, saved_s=saved_s, wasted_s=wasted_s)
 
 
 Subscriber = Callable[[Event], None]
+
+
+@dataclass(slots=True)
+class _WaitHistogram:
+    counts: list[int]
+    total: float = 0.0
+
+
+class _Collector:
+    """Builds the Prometheus metric families from a :class:`Telemetry`'s counts at scrape time."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self._telemetry = telemetry
+
+    def collect(self) -> Iterator[Metric]:
+        t = self._telemetry
+        outcomes = CounterMetricFamily("forethought_speculations", "Speculation outcomes",
+                                       labels=["outcome", "tool"])
+        for (kind, tool), n in sorted(t.by_tool.items(), key=lambda item: (item[0][0].value, item[0][1])):
+            outcomes.add_metric([kind.value, tool], n)
+        yield outcomes
+        wait = HistogramMetricFamily("forethought_tool_wait_seconds",
+                                     "Time an authoritative call waited for its result", labels=["outcome"])
+        for outcome, hist in sorted(t.waits.items()):
+            cumulative, buckets = 0, []
+            for bound, n in zip((*WAIT_BUCKETS, float("inf")), hist.counts, strict=True):
+                cumulative += n
+                buckets.append((_go_float(bound), cumulative))
+            wait.add_metric([outcome], buckets, hist.total)
+        yield wait
+        saved = CounterMetricFamily("forethought_saved_seconds", "Tool seconds hidden by speculation")
+        saved.add_metric([], t.saved_s)
+        yield saved
+        wasted = CounterMetricFamily("forethought_wasted_seconds", "Tool seconds spent on unclaimed speculations")
+        wasted.add_metric([], t.wasted_s)
+        yield wasted
 
 
 class Telemetry:
     """Event bus plus Prometheus metrics for one runtime."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
         self._subscribers: list[Subscriber] = []
-        self.counts: Counter[EventKind] = Counter()
+        self.by_tool: dict[tuple[EventKind, str], int] = {}
+        self.waits: dict[str, _WaitHistogram] = {}
         self.saved_s = 0.0
         self.wasted_s = 0.0
-        self.speculations = PromCounter(
-            "forethought_speculations", "Speculation outcomes", ["outcome", "tool"], registry=self.registry)
-        self.tool_wait = Histogram(
-            "forethought_tool_wait_seconds", "Time an authoritative call waited for its result",
-            ["outcome"], registry=self.registry,
-            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
-        self.saved = PromCounter(
-            "forethought_saved_seconds", "Tool seconds hidden by speculation", registry=self.registry)
-        self.wasted = PromCounter(
-            "forethought_wasted_seconds", "Tool seconds spent on unclaimed speculations",
-            registry=self.registry)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_Collector(self))
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call ``subscriber`` with every event; returns a function that unsubscribes it."""
         self._subscribers.append(subscriber)
-        return lambda: self._subscribers.remove(subscriber)
+
+        def unsubscribe() -> None:
+            if subscriber in self._subscribers:
+                self._subscribers.remove(subscriber)
+
+        return unsubscribe
+
+    @property
+    def counts(self) -> Counter[EventKind]:
+        """Events so far by kind (all tools)."""
+        out: Counter[EventKind] = Counter()
+        for (kind, _tool), n in self.by_tool.items():
+            out[kind] += n
+        return out
+
+    @property
+    def subscribed(self) -> bool:
+        return bool(self._subscribers)
+
+    def record(self, kind: EventKind, session: str, tool: str, key: str, source: str = "",
+               confidence: float | None = None, seconds: float = 0.0, detail: str = "") -> None:
+        """Count one event; build and publish the :class:`Event` (hashing ``key``) only for subscribers."""
+        pair = (kind, tool)
+        self.by_tool[pair] = self.by_tool.get(pair, 0) + 1
+        if seconds > 0.0:
+            if kind in SAVING_KINDS:
+                self.saved_s += seconds
+            elif kind is _WASTED:
+                self.wasted_s += seconds
+        if self._subscribers:
+            self._publish(Event(kind, session, tool, key_hash(key) if key else "", source, confidence, seconds,
+                                detail))
 
     def emit(self, event: Event) -> None:
-        self.counts[event.kind] += 1
-        self.speculations.labels(event.kind.value, event.tool).inc()
-        if event.kind in (EventKind.HIT, EventKind.PARTIAL_HIT) and event.seconds > 0:
-            self.saved_s += event.seconds
-            self.saved.inc(event.seconds)
-        elif event.kind is EventKind.WASTED and event.seconds > 0:
-            self.wasted_s += event.seconds
-            self.wasted.inc(event.seconds)
-        for subscriber in list(self._subscribers):
-            subscriber(event)
+        """Count and publish an event built by the caller."""
+        pair = (event.kind, event.tool)
+        self.by_tool[pair] = self.by_tool.get(pair, 0) + 1
+        if event.seconds > 0.0:
+            if event.kind in SAVING_KINDS:
+                self.saved_s += event.seconds
+            elif event.kind is EventKind.WASTED:
+                self.wasted_s += event.seconds
+        self._publish(event)
+
+    def _publish(self, event: Event) -> None:
+        for subscriber in tuple(self._subscribers):
+            try:
+                subscriber(event)
+            except Exception:
+                _log.exception("telemetry subscriber %r failed on %s", subscriber, event.kind.value)
 
     def observe_wait(self, outcome: str, seconds: float) -> None:
-        self.tool_wait.labels(outcome).observe(seconds)
+        hist = self.waits.get(outcome)
+        if hist is None:
+            hist = self.waits[outcome] = _WaitHistogram([0] * (len(WAIT_BUCKETS) + 1))
+        hist.counts[bisect.bisect_left(WAIT_BUCKETS, seconds)] += 1
+        hist.total += seconds
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition of this runtime's metrics."""

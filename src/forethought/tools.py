@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import enum
 import inspect
+import json
 import types
 import typing
+from collections import abc
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from forethought.calls import ArgumentSpec, CallKey, ToolCall, compile_arguments
-from forethought.errors import ToolDefinitionError, UnknownToolError
+from forethought.errors import InvalidArgumentsError, ToolDefinitionError, UnknownToolError
 
 
 class Effect(enum.Enum):
@@ -33,9 +35,14 @@ class Effect(enum.Enum):
     DESTRUCTIVE = "destructive"
     """Changes the world irreversibly (or unknown); runs only when the model asks for it."""
 
+    __hash__ = object.__hash__  # identity hash: members are singletons (Enum's own hash is Python-level)
+
     @property
     def writes(self) -> bool:
-        return self in (Effect.ISOLATED_WRITE, Effect.DESTRUCTIVE)
+        return self in _WRITING_EFFECTS
+
+
+_WRITING_EFFECTS = frozenset({Effect.ISOLATED_WRITE, Effect.DESTRUCTIVE})
 
 
 @runtime_checkable
@@ -120,7 +127,13 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r}: fn is not callable")
         if self.cost_units < 0 or self.ttl_s <= 0:
             raise ToolDefinitionError(f"tool {self.name!r}: cost_units must be >= 0 and ttl_s > 0")
-        object.__setattr__(self, "arguments", compile_arguments(self.name, self.parameters, self.parameter_order))
+        if not isinstance(self.effect, Effect):
+            raise ToolDefinitionError(f"tool {self.name!r}: effect must be an Effect, got {self.effect!r}")
+        try:
+            spec = compile_arguments(self.name, self.parameters, self.parameter_order)
+        except InvalidArgumentsError as exc:
+            raise ToolDefinitionError(f"tool {self.name!r}: unusable parameters schema: {exc}") from None
+        object.__setattr__(self, "arguments", spec)
 
     @property
     def speculable(self) -> bool:
@@ -139,6 +152,35 @@ class Tool:
                              "parameters": dict(self.parameters)}}
 
 
+_SEQUENCE_ORIGINS = (list, tuple, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Set, abc.MutableSet,
+                     abc.Iterable, abc.Collection)
+_MAPPING_ORIGINS = (dict, abc.Mapping, abc.MutableMapping)
+
+
+def _json_type(values: Iterable[Any]) -> str | None:
+    """The one JSON type all ``values`` share (for enums and literals), if any."""
+    kinds = set()
+    for v in values:
+        if isinstance(v, bool):
+            kinds.add("boolean")
+        elif isinstance(v, int):
+            kinds.add("integer")
+        elif isinstance(v, float):
+            kinds.add("number")
+        elif isinstance(v, str):
+            kinds.add("string")
+        else:
+            return None
+    if kinds == {"integer", "number"}:
+        return "number"
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _enum_schema(values: list[Any]) -> dict[str, Any]:
+    kind = _json_type(values)
+    return {"type": kind, "enum": values} if kind else {"enum": values}
+
+
 def _schema_for(annotation: Any) -> dict[str, Any]:
     """JSON schema for a Python type hint (the common cases; anything else is unconstrained)."""
     if annotation is inspect.Parameter.empty or annotation is Any:
@@ -150,9 +192,11 @@ def _schema_for(annotation: Any) -> dict[str, Any]:
         schemas = [_schema_for(a) for a in options]
         if type(None) in args:
             schemas.append({"type": "null"})
+        if any(not s for s in schemas):
+            return {}
         return {"anyOf": schemas} if len(schemas) > 1 else schemas[0]
     if origin is Literal:
-        return {"enum": list(args)}
+        return _enum_schema([v.value if isinstance(v, enum.Enum) else v for v in args])
     if annotation is bool:
         return {"type": "boolean"}
     if annotation is int:
@@ -163,37 +207,72 @@ def _schema_for(annotation: Any) -> dict[str, Any]:
         return {"type": "string"}
     if annotation is type(None):
         return {"type": "null"}
-    if annotation in (list, tuple) or origin in (list, tuple, typing.Sequence, Iterable):
-        return {"type": "array", "items": _schema_for(args[0])} if args else {"type": "array"}
-    if annotation is dict or origin in (dict, Mapping):
-        return {"type": "object"}
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return {"enum": [m.value for m in annotation]}
+        return _enum_schema([m.value for m in annotation])
+    if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+        if args == ((),):
+            return {"type": "array", "maxItems": 0}
+        return {"type": "array", "prefixItems": [_schema_for(a) for a in args], "minItems": len(args),
+                "maxItems": len(args)}
+    if annotation in _SEQUENCE_ORIGINS or origin in _SEQUENCE_ORIGINS:
+        return {"type": "array", "items": _schema_for(args[0])} if args else {"type": "array"}
+    if annotation in _MAPPING_ORIGINS or origin in _MAPPING_ORIGINS:
+        if len(args) == 2 and _schema_for(args[1]):
+            return {"type": "object", "additionalProperties": _schema_for(args[1])}
+        return {"type": "object"}
     return {}
 
 
+def _json_default(fn_name: str, param: str, value: Any) -> Any:
+    """A parameter default as plain JSON (enum members by value, tuples as lists)."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, tuple):
+        value = list(value)
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ToolDefinitionError(f"{fn_name}: default of {param!r} is not a JSON value ({exc})") from None
+    return value
+
+
+def _admits_null(schema: Mapping[str, Any]) -> bool:
+    if not schema or schema.get("type") == "null":
+        return True
+    return any(_admits_null(s) for s in schema.get("anyOf", ()))
+
+
 def schema_from_signature(fn: Callable[..., Any], skip_first: bool = False) -> dict[str, Any]:
-    """Derive an object schema from ``fn``'s parameters, type hints and defaults."""
+    """Derive an object schema from ``fn``'s parameters, type hints and defaults.
+
+    A ``None`` default widens the type to admit ``null`` (``x: int = None`` means ``x: int | None``).
+    """
     try:
         signature = inspect.signature(fn)
         hints = typing.get_type_hints(fn)
     except (TypeError, ValueError, NameError) as exc:
         raise ToolDefinitionError(f"cannot read the signature of {fn!r}: {exc}") from exc
+    fn_name = getattr(fn, "__name__", repr(fn))
     properties: dict[str, Any] = {}
     required: list[str] = []
     params = list(signature.parameters.values())
     if skip_first:
+        if not params:
+            raise ToolDefinitionError(f"{fn_name}: a tool with state needs a first parameter for the state")
         params = params[1:]
     for param in params:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolDefinitionError(f"{fn.__name__}: *args/**kwargs cannot be described by a schema")
+            raise ToolDefinitionError(f"{fn_name}: *args/**kwargs cannot be described by a schema")
         if param.kind is param.POSITIONAL_ONLY:
-            raise ToolDefinitionError(f"{fn.__name__}: positional-only parameters are not supported")
+            raise ToolDefinitionError(f"{fn_name}: positional-only parameters are not supported")
         schema = _schema_for(hints.get(param.name, param.annotation))
         if param.default is param.empty:
             required.append(param.name)
         else:
-            schema = {**schema, "default": param.default}
+            default = _json_default(fn_name, param.name, param.default)
+            if default is None and not _admits_null(schema):
+                schema = {"anyOf": [schema, {"type": "null"}]}
+            schema = {**schema, "default": default}
         properties[param.name] = schema
     out: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     if required:
@@ -201,10 +280,26 @@ def schema_from_signature(fn: Callable[..., Any], skip_first: bool = False) -> d
     return out
 
 
+@typing.overload
+def tool(fn: ToolFunction, *, name: str | None = None, effect: Effect = Effect.DESTRUCTIVE,
+         description: str | None = None, cost_units: float = 1.0, ttl_s: float = 60.0,
+         validator: Validator | None = None, partial: PartialRule | None = None,
+         state: StateCell | None = None, threaded: bool | None = None) -> Tool:
+    """Bare use: ``@tool``."""
+
+
+@typing.overload
+def tool(fn: None = None, *, name: str | None = None, effect: Effect = Effect.DESTRUCTIVE,
+         description: str | None = None, cost_units: float = 1.0, ttl_s: float = 60.0,
+         validator: Validator | None = None, partial: PartialRule | None = None,
+         state: StateCell | None = None, threaded: bool | None = None) -> Callable[[ToolFunction], Tool]:
+    """With options: ``@tool(effect=Effect.READ_ONLY)``."""
+
+
 def tool(fn: ToolFunction | None = None, *, name: str | None = None, effect: Effect = Effect.DESTRUCTIVE,
          description: str | None = None, cost_units: float = 1.0, ttl_s: float = 60.0,
          validator: Validator | None = None, partial: PartialRule | None = None,
-         state: StateCell | None = None, threaded: bool | None = None) -> Any:
+         state: StateCell | None = None, threaded: bool | None = None) -> Tool | Callable[[ToolFunction], Tool]:
     """Turn a sync or async function into a :class:`Tool`; usable bare or with keyword options.
 
     The effect defaults to DESTRUCTIVE: a tool is speculated only once its author says it is safe.
@@ -230,8 +325,13 @@ class ToolRegistry(Mapping[str, Tool]):
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._view = types.MappingProxyType(self._tools)
         for t in tools:
             self.add(t)
+
+    def table(self) -> Mapping[str, Tool]:
+        """A live read-only view of the tools by name (its ``get`` is the fastest lookup)."""
+        return self._view
 
     def add(self, t: Tool) -> None:
         if not isinstance(t, Tool):
@@ -241,7 +341,7 @@ class ToolRegistry(Mapping[str, Tool]):
     def get_tool(self, name: str) -> Tool:
         try:
             return self._tools[name]
-        except KeyError:
+        except (KeyError, TypeError):
             raise UnknownToolError(f"unknown tool {name!r}") from None
 
     def merged(self, extra: Iterable[Tool]) -> ToolRegistry:

@@ -1,0 +1,149 @@
+"""Shared fakes for the core tests: an injectable clock, a versioned state cell, gates and an execution log.
+
+The fakes are small real implementations of the seams (``StateCell``/``Snapshot``, the breaker's clock), so
+tests can count what ran, where (live state or a snapshot) and in which order, without timing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from forethought.runtime import Session
+
+PHASE: contextvars.ContextVar[str] = contextvars.ContextVar("phase", default="authoritative")
+"""Set to "speculative" around ``speculate`` calls: the speculative task copies it at creation, so an
+(async) tool can tell from ``PHASE.get()`` on which path it runs."""
+
+
+def speculate_marked(session: Session, call: Any, **kwargs: Any) -> Any:
+    """``session.speculate`` with :data:`PHASE` set, so the launched task's tool runs see "speculative"."""
+    token = PHASE.set("speculative")
+    try:
+        return session.speculate(call, **kwargs)
+    finally:
+        PHASE.reset(token)
+
+
+class FakeClock:
+    """A settable monotonic clock."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeSnapshot:
+    """A deep copy of a :class:`FakeState` at a base version; commit installs it if nothing changed since."""
+
+    def __init__(self, cell: FakeState) -> None:
+        self.cell = cell
+        self.base = cell.version
+        self.copy = copy.deepcopy(cell.value)
+        self.committed = False
+        self.discards = 0
+
+    @property
+    def target(self) -> Any:
+        return self.copy
+
+    def commit(self) -> bool:
+        self.cell.commits_tried += 1
+        if self.committed or self.discards or self.cell.version != self.base:
+            return False
+        self.cell.value = self.copy
+        self.cell.version += 1
+        self.committed = True
+        return True
+
+    def discard(self) -> None:
+        self.discards += 1
+
+
+class FakeState:
+    """A versioned live value handing out deep-copy snapshots (the ``StateCell`` seam)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.version = 0
+        self.snapshots: list[FakeSnapshot] = []
+        self.commits_tried = 0
+
+    @property
+    def live(self) -> Any:
+        return self.value
+
+    def snapshot(self) -> FakeSnapshot:
+        snap = FakeSnapshot(self)
+        self.snapshots.append(snap)
+        return snap
+
+    def mark_changed(self) -> None:
+        self.version += 1
+
+
+@dataclass
+class ExecLog:
+    """Every tool invocation as (tool, phase, arguments), in order."""
+
+    runs: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+
+    def add(self, tool: str, arguments: dict[str, Any]) -> None:
+        self.runs.append((tool, PHASE.get(), arguments))
+
+    def count(self, tool: str | None = None, phase: str | None = None) -> int:
+        return sum(1 for t, p, _ in self.runs if (tool is None or t == tool) and (phase is None or p == phase))
+
+
+class Gate:
+    """An async barrier a test opens explicitly; ``entered`` counts the waiters that reached it."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.entered = 0
+
+    async def wait(self) -> None:
+        self.entered += 1
+        await self.event.wait()
+
+    def open(self) -> None:
+        self.event.set()
+
+
+async def settle(session: Session) -> None:
+    """Wait until every speculation in the session's store has finished (none may hang)."""
+    tasks = [e.task for e in session.store if e.task is not None and not e.task.done()]
+    if tasks:
+        await asyncio.wait(tasks)
+
+
+async def spin(times: int = 5) -> None:
+    """Give the event loop a few turns (to let just-launched tasks reach their first await)."""
+    for _ in range(times):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def log() -> ExecLog:
+    return ExecLog()
+
+
+@pytest.fixture
+def gate_factory() -> Callable[[], Gate]:
+    return Gate
