@@ -83,9 +83,13 @@ def plot_outcomes(path: Path, arms: Mapping[str, Mapping[str, Any]]) -> Path:
     names = list(arms)
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 4.0))
     bottom = [0.0] * len(names)
-    for key, label in (("hits", "hits"), ("partial_hits", "partial"), ("early_dispatched", "early"),
-                       ("misses", "misses")):
-        values = [float(arms[n].get(key, 0)) for n in names]
+    columns = {"hits": "hits", "partial_hits": "partial hits", "early_dispatched": "early dispatch (miss)",
+               "late_misses": "misses, run after the message"}
+    for key, label in columns.items():
+        if key == "late_misses":  # early-dispatched calls are misses of the store too: count them once
+            values = [float(arms[n].get("misses", 0)) - float(arms[n].get("early_dispatched", 0)) for n in names]
+        else:
+            values = [float(arms[n].get(key, 0)) for n in names]
         left.bar(names, values, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     left.set_title("authoritative calls by outcome")
