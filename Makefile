@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean
+.PHONY: demo test clean sptc-venv bench-code
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -13,6 +13,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps bfcl-eval==2026.3.23
 	$(BIN)/python -m pip install -q mpmath==1.3.0
 	touch $(STAMP)
+
+SPTC_PY ?= $(shell PYENV_VERSION=3.12.1 python3.12 --version >/dev/null 2>&1 && echo "env PYENV_VERSION=3.12.1 python3.12" || echo python3.12)
+SPTC_VENV := .venv-sptc
+SPTC_STAMP := $(SPTC_VENV)/.installed
+
+# The spec-ptc comparison arm of the code benchmark needs Python 3.12 in a venv of its own.
+$(SPTC_STAMP):
+	$(SPTC_PY) -m venv $(SPTC_VENV)
+	$(SPTC_VENV)/bin/python -m pip install -q spec-ptc==0.1.1
+	touch $(SPTC_STAMP)
+
+sptc-venv: $(SPTC_STAMP)
+
+bench-code: $(STAMP)
+	-$(MAKE) sptc-venv
+	$(BIN)/forethought bench --workload code --json reports/bench-code.json
 
 demo: $(STAMP)
 	$(BIN)/forethought bench --json reports/bench.json
@@ -23,4 +39,4 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SPTC_VENV) reports .pytest_cache .mypy_cache .ruff_cache

@@ -78,6 +78,12 @@ def bench(
                                                "message.")] = "step",
     seed: int = 0,
     out: Annotated[str, typer.Option(help="Report directory.")] = "reports",
+    code_latency: Annotated[float, typer.Option(help="code workload: tool latency (s).")] = 0.4,
+    code_rate: Annotated[float, typer.Option(help="code workload: stream rate (tokens/s).")] = 60.0,
+    repeats: Annotated[int, typer.Option(help="code workload: repeats per program (medians).")] = 3,
+    program: Annotated[list[str] | None, typer.Option(help="code workload: only these programs.")] = None,
+    spec_ptc: Annotated[bool, typer.Option("--spec-ptc/--no-spec-ptc", help="code workload: spec-ptc arm.")] = True,
+    sptc_python: Annotated[str | None, typer.Option(help="code workload: Python 3.12 with spec-ptc.")] = None,
     policy: PolicyOption = None,
     json_path: JsonOption = None,
 ) -> None:
@@ -100,6 +106,15 @@ def bench(
         from forethought.bench.paper_table import run_paper_table
 
         doc = _run(lambda: run_paper_table(config, console, json_path))
+    elif workload == "code":
+        from forethought.bench.code_runner import code_bench, format_code_bench, save_document
+
+        doc = _run(lambda: code_bench(latency_s=code_latency, tokens_per_s=code_rate, repeats=repeats,
+                                      programs=program or None, spec_ptc=spec_ptc, sptc_python=sptc_python,
+                                      progress=lambda line: console.print(line, style="dim")))
+        console.print(format_code_bench(doc))
+        if json_path:
+            save_document(doc, json_path)
     else:
         doc = _run(lambda: run_bench(config, console, json_path))
     if not doc["results"].get("equivalent", True):

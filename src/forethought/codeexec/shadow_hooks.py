@@ -1,0 +1,79 @@
+"""The tool functions of the shadow namespace: each call becomes a speculation and returns a lazy value.
+
+A hook checks its arguments first: they must be JSON values (lists, dicts with string keys, strings, finite
+numbers, booleans, ``None``), possibly holding pending shadow values; anything else cannot be keyed the
+way the real call will be, so the hook blocks (and only the statements depending on the result are
+skipped). Arguments are copied at the call, so later changes to a list passed in do not change the
+speculated call. A tool whose effect does not allow early runs returns :class:`Blocked`: its result is
+unknown until the real run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from forethought.codeexec.cell import Cell
+from forethought.codeexec.lazy import Blocked, ShadowLazy, Waiter
+from forethought.codeexec.signals import ShadowBlocked
+from forethought.tools import Tool
+
+MAX_ARGUMENT_NODES = 100_000
+
+
+class Launch(Protocol):
+    def launch(self, tool: str, arguments: dict[str, Any], positional: tuple[Any, ...], source: str) -> Cell:
+        """Speculate one call; its result arrives in the returned cell."""
+
+
+def json_template(value: Any, budget: list[int]) -> Any:
+    """A fresh copy of a JSON value that may hold pending shadow values; raises :class:`ShadowBlocked`."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ShadowBlocked("tool arguments too large to speculate")
+    kind = type(value)
+    if value is None or kind in (bool, int, str) or kind is ShadowLazy:
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            raise ShadowBlocked("a non-finite number is not a JSON value")
+        return value
+    if kind in (list, tuple):
+        return [json_template(v, budget) for v in value]
+    if kind is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise ShadowBlocked("a dict with non-string keys is not a JSON value")
+            out[k] = json_template(v, budget)
+        return out
+    if kind is Blocked:
+        raise ShadowBlocked(object.__getattribute__(value, "reason"))
+    raise ShadowBlocked(f"a {kind.__name__} argument is not a JSON value: the call is not speculated")
+
+
+class ShadowHook:
+    """The shadow's stand-in for one tool."""
+
+    __slots__ = ("_launcher", "_observe", "_source", "_tool", "_waiter")
+
+    def __init__(self, tool: Tool, launcher: Launch, waiter: Waiter, source: str,
+                 observe: Callable[[Cell], None] | None = None) -> None:
+        self._tool = tool
+        self._launcher = launcher
+        self._waiter = waiter
+        self._source = source
+        self._observe = observe
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tool = self._tool
+        if not tool.speculable:
+            return Blocked(f"{tool.name} ({tool.effect.value}) does not run before the real call")
+        budget = [MAX_ARGUMENT_NODES]
+        positional = tuple(json_template(a, budget) for a in args)
+        arguments = {k: json_template(v, budget) for k, v in kwargs.items()}
+        cell = self._launcher.launch(tool.name, arguments, positional, self._source)
+        if self._observe is not None:
+            self._observe(cell)
+        return ShadowLazy(cell, self._waiter)
