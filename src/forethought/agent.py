@@ -12,6 +12,16 @@ whose arguments close is dispatched at once when that is safe:
 
 Tool results go back to the model in the model's order. Serial mode turns predictors and early dispatch
 off and changes nothing else, so both modes produce the same transcript.
+
+Engine-side mode (``engine_side=True``, behind forethought's gateway, docs/gateway.md): every speculation
+that finishes is also posted to the gateway's tool cache for the current response, when its result is
+certain to be what the authoritative call will get: PURE and READ_ONLY results (no validator), and
+ISOLATED_WRITE results marked ``exclusive`` (the gateway serves them only to a message with that single
+call, so nothing else of the message can write before the commit). When the gateway serves a message's
+calls and continues the response, the agent records the assistant message and the served outputs as a
+serial run would, claims each call through the session (so snapshots commit), checks that the claim gives
+the served output (a difference raises :class:`~forethought.errors.ForethoughtError`), and reads the
+continuation as its next step.
 """
 
 from __future__ import annotations
@@ -19,22 +29,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from forethought.calls import ToolCall
-from forethought.errors import ForethoughtError, LLMError
+from forethought.errors import ForethoughtError, LLMError, UpstreamError
 from forethought.llm.client import LLMClient
-from forethought.llm.events import MessageDone, TextDelta, ToolCallClosed, ToolCallStarted
+from forethought.llm.events import (
+    LLMEvent,
+    MessageDone,
+    ResponseStarted,
+    TextDelta,
+    ToolCallClosed,
+    ToolCallStarted,
+    ToolResultServed,
+)
+from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster, ToolCachePoster
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor, StreamingPredictor
 from forethought.runtime import CallOutcome, Runtime, Session
+from forethought.store import Entry
 from forethought.telemetry import Event, EventKind
 from forethought.tools import Effect, Tool
 
 DEFAULT_MAX_STEPS = 32
 STREAM_SOURCE = "stream"
+POST_MARGIN_S = 1.0
+"""A posted result's keep-alive ends this long before the speculation itself would expire."""
 
 
 def render_output(value: Any) -> str:
@@ -107,6 +130,16 @@ class AgentResult:
 
 
 @dataclass(slots=True)
+class EngineSideStats:
+    """What engine-side mode did: posts sent, entries the gateway cached, failed posts, calls it served."""
+
+    posts: int = 0
+    entries_cached: int = 0
+    post_errors: int = 0
+    served_calls: int = 0
+
+
+@dataclass(slots=True)
 class _PendingCall:
     index: int
     id: str
@@ -135,7 +168,8 @@ class Agent:
     def __init__(self, client: LLMClient, model: str, tools: Sequence[Tool], runtime: Runtime, *,
                  speculate: bool = True, predictors: Sequence[Predictor] = (), early_dispatch: bool | None = None,
                  request_extra: Mapping[str, Any] | None = None, max_steps: int = DEFAULT_MAX_STEPS,
-                 session_id: str | None = None) -> None:
+                 session_id: str | None = None, engine_side: bool = False,
+                 cache_poster: ToolCachePoster | None = None) -> None:
         self.client = client
         self.model = model
         self.runtime = runtime
@@ -148,6 +182,16 @@ class Agent:
         self.openai_tools = [t.openai_schema() for t in tools]
         self.parameter_schemas = {t.name: dict(t.parameters) for t in tools}
         self.history: list[ObservedCall] = []
+        self.engine_side = engine_side
+        self.engine_stats = EngineSideStats()
+        self._poster: ToolCachePoster | None = cache_poster or (HttpToolCachePoster() if engine_side else None)
+        self._own_poster = cache_poster is None
+        self._target: CacheTarget | None = None
+        self._target_ready = asyncio.Event()
+        self._carry: AsyncIterator[LLMEvent] | None = None
+        self._step_number = 0
+        self._watched: set[str] = set()
+        self._watchers: set[asyncio.Task[None]] = set()
 
     # --- public -----------------------------------------------------------------------------------
 
@@ -159,15 +203,24 @@ class Agent:
         steps: list[StepTiming] = []
         tokens = 0
         for _ in range(self.max_steps):
-            step, done, text, used = await self._step(transcript, records)
+            try:
+                step, done, text, used = await self._step(transcript, records)
+            except BaseException:
+                await self._drop_carry()  # a continued response is not read on after a failed step
+                raise
             steps.append(step)
             tokens += used
             if done:
                 return AgentResult(transcript[start_len:], records, steps, text, tokens)
+        await self._drop_carry()
         raise ForethoughtError(f"the model did not finish within {self.max_steps} steps")
 
     async def close(self) -> None:
+        await self._drop_carry()
+        await self._stop_watchers()
         await self.session.close()
+        if self._poster is not None and self._own_poster:
+            await self._poster.aclose()
 
     # --- one step ---------------------------------------------------------------------------------
 
@@ -179,15 +232,21 @@ class Agent:
 
     async def _step(self, transcript: list[dict[str, Any]],
                     records: list[ToolRecord]) -> tuple[StepTiming, bool, str, int]:
+        self._step_number += 1
+        stream, self._carry = self._carry, None
+        if stream is None:  # a new response (not the continuation of a served one)
+            self._target = None
+            self._target_ready = asyncio.Event()
+            stream = self.client.stream(self.model, transcript, self.openai_tools or None, **self.request_extra)
         context = self._context(transcript)
         predictor_tasks = [asyncio.create_task(self._run_predictor(p, context)) for p in self.predictors]
         started = time.monotonic()
         state = _StepState(started=started)
         finish = ""
         usage = 0
+        served: list[ToolResultServed] = []
         try:
-            async for event in self.client.stream(self.model, transcript, self.openai_tools or None,
-                                                  **self.request_extra):
+            async for event in _until_served(stream, served, state):
                 if isinstance(event, TextDelta):
                     state.text.append(event.text)
                 elif isinstance(event, ToolCallStarted):
@@ -197,9 +256,21 @@ class Agent:
                 elif isinstance(event, MessageDone):
                     finish = event.finish_reason or ""
                     usage = event.usage.total_tokens if event.usage is not None else 0
+                elif isinstance(event, ResponseStarted):
+                    self._on_response(event)
+                if self.engine_side and self._target is None:
+                    raise ForethoughtError(
+                        "engine_side=True needs forethought's gateway: the response carried no "
+                        "x-forethought-response-id/token headers (use OpenAIChatClient.for_gateway(url) "
+                        "against `forethought gateway`, or engine_side=False)")
         except BaseException:
             await self._abandon(state, predictor_tasks)
+            with contextlib.suppress(Exception):
+                await _aclose(stream)
             raise
+        if served:
+            self._carry = stream
+            finish = "tool_calls"
         generated = time.monotonic()
         for task in predictor_tasks:
             task.cancel()
@@ -213,8 +284,14 @@ class Agent:
         transcript.append(assistant)
         tool_s = 0.0
         hits = 0
-        for pending in ordered:
+        if served:
+            self._check_served(ordered, served)
+        for position, pending in enumerate(ordered):
             output, ok, outcome, source, seconds = await self._result(pending)
+            if served and output != served[position].output:
+                raise ForethoughtError(
+                    f"engine-side result mismatch for {pending.name} (call {pending.id}): the gateway served "
+                    f"{served[position].output[:120]!r} but the authoritative call gave {output[:120]!r}")
             tool_s += seconds
             hits += outcome in ("hit", "partial_hit")
             transcript.append({"role": "tool", "tool_call_id": pending.id, "content": output})
@@ -227,7 +304,13 @@ class Agent:
                 for predictor in self.predictors:
                     predictor.observe(context, observed)
         finished = time.monotonic()
+        await self._stop_watchers()
         self.session.end_turn()
+        if served:
+            self.engine_stats.served_calls += len(served)
+            if self._target is not None:
+                self._target = self._target.next_segment(served[-1].segment)
+                self._target_ready.set()
         done = not ordered
         wait = finished - generated
         timing = StepTiming(generation_s=generated - started, tool_wait_s=wait, tool_s=tool_s,
@@ -267,8 +350,10 @@ class Agent:
         if state.blocked:
             for pending in state.calls.values():
                 if pending.call is not None and pending.task is None and not pending.speculated:
-                    self.session.speculate(pending.call, source=STREAM_SOURCE, confidence=1.0)
+                    ticket = self.session.speculate(pending.call, source=STREAM_SOURCE, confidence=1.0)
                     pending.speculated = True  # claimed by the authoritative call at message end
+                    if self.engine_side and ticket.key is not None and ticket.status != "rejected":
+                        self._watch(ticket.key)
 
     async def _result(self, pending: _PendingCall) -> tuple[str, bool, str, str, float]:
         """Await (or start) one call: its output, ok, outcome kind, source and the tool seconds it needed."""
@@ -297,8 +382,64 @@ class Agent:
 
     def _speculate(self, prediction: Prediction, name: str) -> None:
         if prediction.executable:
-            self.session.speculate(prediction.call, source=prediction.source or name,
-                                   confidence=prediction.confidence)
+            ticket = self.session.speculate(prediction.call, source=prediction.source or name,
+                                            confidence=prediction.confidence)
+            if self.engine_side and ticket.key is not None and ticket.status != "rejected":
+                self._watch(ticket.key)
+
+    # --- engine side ------------------------------------------------------------------------------
+
+    def _on_response(self, event: ResponseStarted) -> None:
+        """A new response started: learn where (and with which token) to post speculated results."""
+        target = CacheTarget.from_response(event)
+        if target is not None:
+            self._target = target
+            self._target_ready.set()
+
+    def _watch(self, key: str) -> None:
+        """Post the speculation under ``key`` to the gateway once it has finished (engine-side mode)."""
+        entry = self.session.store.get(key)
+        if entry is None or entry.task is None or key in self._watched:
+            return
+        self._watched.add(key)
+        task = asyncio.create_task(self._post_when_done(entry, self._step_number))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _post_when_done(self, entry: Entry, step: int) -> None:
+        assert entry.task is not None
+        await asyncio.wait([entry.task])
+        await self._target_ready.wait()
+        cached = _postable(entry)
+        target = self._target
+        if cached is None or target is None or step != self._step_number or self._poster is None:
+            return
+        self.engine_stats.posts += 1
+        try:
+            self.engine_stats.entries_cached += await self._poster.post(target, [cached])
+        except Exception:  # refused, unreachable, unserialisable: the call just misses, nothing surfaces
+            self.engine_stats.post_errors += 1
+
+    async def _stop_watchers(self) -> None:
+        """End this step's posting (a post still waiting is moot once the step is over)."""
+        self._watched.clear()
+        watchers = list(self._watchers)
+        for task in watchers:
+            task.cancel()
+        if watchers:
+            await asyncio.gather(*watchers, return_exceptions=True)
+
+    async def _drop_carry(self) -> None:
+        stream, self._carry = self._carry, None
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                await _aclose(stream)
+
+    @staticmethod
+    def _check_served(ordered: Sequence[_PendingCall], served: Sequence[ToolResultServed]) -> None:
+        if [p.id for p in ordered] != [s.tool_call_id for s in served]:
+            raise UpstreamError(f"the gateway served results for calls {[s.tool_call_id for s in served]}, "
+                                f"but the message has calls {[p.id for p in ordered]}")
 
     async def _abandon(self, state: _StepState, predictor_tasks: list[asyncio.Task[None]]) -> None:
         """The stream failed: stop guessing, let issued reads finish, drop every speculation."""
@@ -314,4 +455,52 @@ def _arguments_text(pending: _PendingCall) -> str:
     return pending.raw
 
 
-__all__ = ["Agent", "AgentResult", "LLMError", "StepTiming", "ToolRecord", "render_error", "render_output"]
+async def _until_served(stream: AsyncIterator[LLMEvent], served: list[ToolResultServed],
+                        state: _StepState) -> AsyncIterator[LLMEvent]:
+    """Events of one assistant message: up to ``MessageDone``, or until every call of it was served.
+
+    Served results are collected in ``served`` (not yielded); the stream itself is left open, so the
+    next step can read the continuation.
+    """
+    while True:
+        try:
+            event = await anext(stream)
+        except StopAsyncIteration:
+            return
+        if isinstance(event, ToolResultServed):
+            served.append(event)
+            if len(served) >= len(state.calls):
+                return
+            continue
+        yield event
+
+
+async def _aclose(stream: AsyncIterator[LLMEvent]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def _postable(entry: Entry) -> CachedOutput | None:
+    """The cache entry for a finished speculation, or ``None`` when serving it could differ from serial.
+
+    PURE and READ_ONLY results (no validator) are posted as they are; ISOLATED_WRITE results are posted
+    ``exclusive``, so the gateway serves them only to a message that has just that call and the commit
+    at the claim cannot meet another write. Failed, dropped or nearly expired results are not posted.
+    """
+    tool = entry.tool
+    if entry.dropped or not entry.succeeded() or tool.validator is not None:
+        return None
+    if tool.effect not in (Effect.PURE, Effect.READ_ONLY, Effect.ISOLATED_WRITE):
+        return None
+    remaining = entry.expires - time.monotonic()
+    keep_alive = None if math.isinf(remaining) else remaining - POST_MARGIN_S
+    if keep_alive is not None and keep_alive <= 0:
+        return None
+    assert entry.task is not None
+    return CachedOutput(tool.name, render_output(entry.task.result()), params=entry.arguments,
+                        keep_alive=keep_alive, exclusive=tool.effect is Effect.ISOLATED_WRITE)
+
+
+__all__ = ["Agent", "AgentResult", "EngineSideStats", "LLMError", "StepTiming", "ToolRecord", "render_error",
+           "render_output"]

@@ -71,7 +71,9 @@ def bench(
     tool_latency: Annotated[float, typer.Option(help="Mean tool latency in seconds (before scaling).")] = 1.0,
     latencies: Annotated[str, typer.Option(help="Extra mean latencies for the time-saved plot, e.g. 0.5,1,2.")] =
         "0.5,1,2",
-    time_scale: Annotated[float, typer.Option(help="Multiplies every latency and generation time.")] = 0.1,
+    time_scale: Annotated[float | None, typer.Option(help="Multiplies every latency and generation time "
+                                                           "(default 0.1; 0.4 for the multi-agent run).")] = None,
+    tasks_per_agent: Annotated[int, typer.Option(help="Multi-agent run: tasks (trajectories) per agent.")] = 2,
     alpha: Annotated[float, typer.Option(help="Stand-in speculator's probability of the true call.")] = 0.7,
     samples: Annotated[int, typer.Option(help="Speculator samples per step (lambda).")] = 3,
     grouping: Annotated[str, typer.Option(help="step: one call per model message; turn: a turn's calls in one "
@@ -95,10 +97,16 @@ def bench(
     agent_counts = [int(a) for a in agents.split(",") if a.strip()]
     config = BenchConfig(workload=workload, arms=arms, trajectories=0 if full else trajectories,
                          agents=agent_counts[0], tool_latency_s=tool_latency, latencies=_floats(latencies),
-                         time_scale=time_scale, alpha=alpha, samples=samples, grouping=grouping, seed=seed,
+                         time_scale=time_scale if time_scale is not None else 0.1, alpha=alpha, samples=samples,
+                         grouping=grouping, seed=seed,
                          out_dir=out, policy=_policy(policy))
     doc: dict[str, Any]
-    if workload == "sweep":
+    if len(agent_counts) > 1:
+        from forethought.bench.multi_agent import MultiAgentParams, run_multi_agent
+
+        params = MultiAgentParams() if time_scale is None else MultiAgentParams(time_scale=time_scale)
+        doc = _run(lambda: run_multi_agent(config, agent_counts, tasks_per_agent, params, console, json_path))
+    elif workload == "sweep":
         from forethought.bench.sweep import run_sweep
 
         doc = _run(lambda: run_sweep(config, console, json_path))
@@ -152,6 +160,30 @@ def serve_model(
                                speculator=SpeculatorConfig(alpha=alpha, timing=spec_timing, seed=seed))
     console.print(f"serving {len(trajectories)} trajectories on http://{host}:{port}/v1")
     serve_forever(app_, host, port)
+
+
+@app.command()
+def gateway(
+    upstream: Annotated[str, typer.Option(help="Upstream OpenAI-compatible base URL, including /v1.")],
+    host: str = "127.0.0.1",
+    port: int = 8100,
+    post_wait_s: Annotated[float, typer.Option(help="How long a closed call waits for a late cache post.")] = 0.05,
+    max_keep_alive_s: Annotated[float, typer.Option(help="Upper bound on a cached entry's keep_alive.")] = 300.0,
+    mark_continuations: bool = True,
+    upstream_api_key: str | None = None,
+) -> None:
+    """Run the engine-side tool-cache gateway in front of an OpenAI-compatible engine."""
+    from forethought.serve.gateway import GatewayConfig, create_gateway
+    from forethought.serve.gateway_cache import CacheLimits
+    from forethought.serve.http import serve_forever
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise typer.BadParameter("the gateway binds loopback only")
+    limits = CacheLimits(default_keep_alive_s=min(30.0, max_keep_alive_s), max_keep_alive_s=max_keep_alive_s)
+    config = GatewayConfig(post_wait_s=post_wait_s, mark_continuations=mark_continuations,
+                           upstream_api_key=upstream_api_key, limits=limits)
+    console.print(f"gateway on http://{host}:{port}/v1 -> {upstream}")
+    serve_forever(create_gateway(upstream, config), host, port)
 
 
 @app.command("predict-eval")

@@ -5,10 +5,12 @@ from forethought.llm.closing import ArgumentStream, ObjectCloseScanner
 from forethought.llm.events import (
     LLMEvent,
     MessageDone,
+    ResponseStarted,
     TextDelta,
     ToolCallArgumentsDelta,
     ToolCallClosed,
     ToolCallStarted,
+    ToolResultServed,
     Usage,
 )
 from forethought.llm.fake import FakeLLMClient, FakeRequest, scripted_message
@@ -22,11 +24,13 @@ __all__ = [
     "MessageDone",
     "ObjectCloseScanner",
     "OpenAIChatClient",
+    "ResponseStarted",
     "TextDelta",
     "ToolCallArgumentsDelta",
     "ToolCallAssembler",
     "ToolCallClosed",
     "ToolCallStarted",
+    "ToolResultServed",
     "Usage",
     "scripted_message",
 ]

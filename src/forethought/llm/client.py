@@ -13,14 +13,20 @@ Errors are mapped here, at the SDK boundary, to :mod:`forethought.errors`:
   :class:`~forethought.errors.UpstreamError`;
 * malformed or cut-off argument JSON is not an exception: that call's ``ToolCallClosed`` carries
   ``error`` (with ``arguments=None``), so the agent can report it to the model as serial execution would.
+
+Behind forethought's gateway (docs/gateway.md) a response may hold several assistant messages: a chunk
+whose delta carries ``forethought_tool_result`` becomes a
+:class:`~forethought.llm.events.ToolResultServed`, and tool calls after it start a new message. With
+``response_events=True`` the client also emits :class:`~forethought.llm.events.ResponseStarted` first,
+carrying the response headers (the gateway's response id and token).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import httpx2
 import openai
@@ -30,12 +36,15 @@ from forethought.llm.closing import ArgumentStream
 from forethought.llm.events import (
     LLMEvent,
     MessageDone,
+    ResponseStarted,
     TextDelta,
     ToolCallArgumentsDelta,
     ToolCallClosed,
     ToolCallStarted,
+    ToolResultServed,
     Usage,
 )
+from forethought.llm.tool_cache import CACHE_CLIENT_HEADER, CACHE_CLIENT_VALUE, RESPONSE_ID_HEADER, RESULT_FIELD
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -162,7 +171,8 @@ class OpenAIChatClient:
 
     ``base_url`` includes the ``/v1`` suffix, e.g. ``http://127.0.0.1:8000/v1``. ``include_usage`` asks for
     a final usage chunk (``stream_options``); turn it off for servers that reject the option.
-    ``max_retries`` is the SDK's retry count for failures before the stream starts.
+    ``max_retries`` is the SDK's retry count for failures before the stream starts. ``response_events``
+    makes every stream start with a :class:`~forethought.llm.events.ResponseStarted` (headers, URL).
 
     The request, its retries and its HTTP errors go through ``AsyncOpenAI``; the server-sent events are
     decoded here as plain JSON: the SDK's per-chunk model objects cost more than everything else in a
@@ -170,11 +180,20 @@ class OpenAIChatClient:
     """
 
     def __init__(self, base_url: str, api_key: str = "not-needed", timeout: float = DEFAULT_TIMEOUT_S, *,
-                 include_usage: bool = True, max_retries: int = 2) -> None:
+                 include_usage: bool = True, max_retries: int = 2, response_events: bool = False,
+                 headers: Mapping[str, str] | None = None) -> None:
         self.base_url = base_url
         self.include_usage = include_usage
+        self.response_events = response_events
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout,
-                                          max_retries=max_retries)
+                                          max_retries=max_retries, default_headers=dict(headers or {}) or None)
+
+    @classmethod
+    def for_gateway(cls, base_url: str, **kwargs: Any) -> OpenAIChatClient:
+        """A client for an engine-side agent behind forethought's gateway: response headers surfaced as
+        :class:`~forethought.llm.events.ResponseStarted`, and the gateway told that results will be posted."""
+        headers = {**dict(kwargs.pop("headers", None) or {}), CACHE_CLIENT_HEADER: CACHE_CLIENT_VALUE}
+        return cls(base_url, response_events=True, headers=headers, **kwargs)
 
     async def aclose(self) -> None:
         """Close the underlying HTTP connections."""
@@ -210,6 +229,10 @@ class OpenAIChatClient:
         usage: Usage | None = None
         response_id: str | None = None
         try:
+            if self.response_events:
+                http = response.http_response
+                headers = {k.lower(): v for k, v in http.headers.items()}
+                yield ResponseStarted(headers.get(RESPONSE_ID_HEADER), headers, str(http.request.url))
             async for chunk in _chunks(response.http_response):
                 response_id = response_id or chunk.get("id")
                 if chunk.get("usage") is not None:
@@ -218,6 +241,12 @@ class OpenAIChatClient:
                     if choice.get("index", 0) != 0:
                         continue
                     delta = choice.get("delta") or {}
+                    served = delta.get(RESULT_FIELD)
+                    if served is not None:
+                        for event in assembler.finish("tool_calls"):
+                            yield event
+                        yield _served(served)
+                        assembler = ToolCallAssembler()  # what follows is the next message of the response
                     if delta.get("content"):
                         for event in assembler.add_text(delta["content"]):
                             yield event
@@ -238,6 +267,18 @@ class OpenAIChatClient:
         for event in assembler.finish(finish_reason):
             yield event
         yield MessageDone(finish_reason, usage, response_id)
+
+
+def _served(payload: Any) -> ToolResultServed:
+    """A ``forethought_tool_result`` delta as an event; a malformed one is an unparsable chunk."""
+    if not isinstance(payload, dict):
+        raise ValueError(f"{RESULT_FIELD} must be an object, got {type(payload).__name__}")
+    index, call_id, output = payload.get("index", 0), payload.get("tool_call_id"), payload.get("output")
+    name, segment = payload.get("name", ""), payload.get("segment", 0)
+    if (not isinstance(index, int) or not isinstance(call_id, str) or not isinstance(output, str)
+            or not isinstance(name, str) or not isinstance(segment, int)):
+        raise ValueError(f"{RESULT_FIELD} needs index (int), tool_call_id, name, output (strings), segment (int)")
+    return ToolResultServed(index, call_id, name, output, segment)
 
 
 async def _chunks(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:

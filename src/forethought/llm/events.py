@@ -9,10 +9,18 @@ Order guarantees for one message: ``ToolCallStarted(i)`` comes before any ``Tool
 which come before ``ToolCallClosed(i)``; each started call is closed exactly once, and ``MessageDone`` is
 last. ``ToolCallClosed(i)`` is emitted while processing the fragment that closed the object, before any
 later fragment (of this or another call) is looked at.
+
+Two events belong to forethought's gateway (docs/gateway.md) and are ignored by consumers that do not know
+them: :class:`ResponseStarted` comes first, from clients asked for it, with the response headers (the
+gateway's response id and token); :class:`ToolResultServed` says the gateway executed a call of the message
+itself (it had a speculated result) and continued the response. Once every call of the message has its
+``ToolResultServed``, the following events belong to the next assistant message of the same response
+(tool call indices start again at 0); ``MessageDone`` ends the whole response.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,5 +88,34 @@ class MessageDone:
     response_id: str | None = None
 
 
-LLMEvent = TextDelta | ToolCallStarted | ToolCallArgumentsDelta | ToolCallClosed | MessageDone
+@dataclass(frozen=True, slots=True)
+class ResponseStarted:
+    """The endpoint accepted the request and started streaming (emitted first, when the client is asked to).
+
+    ``headers`` are the response headers with lower-case names; ``url`` is the URL the request went to;
+    ``response_id`` is the gateway's response id header when there is one.
+    """
+
+    response_id: str | None
+    headers: Mapping[str, str]
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultServed:
+    """The gateway served tool call ``index`` (id ``tool_call_id``) from its cache with ``output``.
+
+    The client must not execute that call; the response continues with the next assistant message.
+    ``segment`` is the number of the message that follows (the first message of a response is 0).
+    """
+
+    index: int
+    tool_call_id: str
+    name: str
+    output: str
+    segment: int = 0
+
+
+LLMEvent = (TextDelta | ToolCallStarted | ToolCallArgumentsDelta | ToolCallClosed | MessageDone | ResponseStarted
+            | ToolResultServed)
 """Any event of a streamed message."""

@@ -9,23 +9,26 @@ text, then the step's ground-truth calls as proper streamed ``tool_calls`` (para
 ``fragment_tokens`` tokens) with finish reason ``tool_calls``; after a turn's last step it streams the
 turn's answer with finish reason ``stop``. Non-streaming requests get the same content as one object.
 
-Timing (:class:`TimingConfig`, per model): the first token comes ``ttft_s + prefill_s_per_token *
-uncached prompt tokens`` after the request (after a free batch slot when ``max_concurrency`` is set), then
-``decode_tokens_per_s``; every delay is multiplied by ``time_scale`` (0 = no waiting). Chunks are paced
-against absolute target times on the event loop clock, so delays do not drift. Token counts are an
-approximation, documented as such: a text of n characters is ceil(n / 4) tokens; the prompt is the
-compact JSON of the tools and each message, one per line; a per-conversation prefix cache (per model and
-``metadata.conversation_id``, else trajectory id; the 1024 most recent conversations) counts the
-characters the prompt shares with that conversation's previous prompt as cached. Filler words have at
-most 3 letters: with its space, one token.
+Timing (:class:`~forethought.serve.engine.TimingConfig` and :class:`~forethought.serve.engine.EngineModel`,
+per model): a request waits for one of ``max_concurrency`` batch slots (0: unlimited; continuations
+first), its prompt is priced by a per-conversation prefix cache (per model and ``metadata.conversation_id``,
+else trajectory id; ``cache_tokens`` capacity with LRU eviction, 0 = unbounded, at most 1024
+conversations), the first token comes ``ttft_s + prefill_s_per_token * uncached prompt tokens`` after
+admission, then each token takes ``(1 + batch_slowdown * (running - 1)) / decode_tokens_per_s``; every
+delay is multiplied by ``time_scale`` (0 = no waiting). Chunks are paced against absolute target times on
+the event loop clock, so delays do not drift; ``chunk_tokens`` > 1 packs consecutive deltas of one kind
+into fewer chunks. Token counts are an approximation, documented as such: a text of n characters is
+ceil(n / 4) tokens; the prompt is the compact JSON of the tools and each message, one per line. Filler
+words have at most 3 letters: with its space, one token. ``metadata.continuation`` (set by the gateway
+when it resumes a response after a served tool result) marks a server-side continuation: it is admitted
+ahead of queued requests and its previous prompt and generated call are still hot in the prefix cache.
 
 The speculator model (default name ``speculator``) is a *stand-in for a small speculator model*
 (xLAM-class), not a model: it answers with only the current step's tool calls (no text), at its own
 speed. Each call is the true one with probability ``alpha``, drawn from a generator seeded by the config's
 seed, trajectory id, turn, step, call index and the sample index (``metadata.sample``, else the ``seed``
-field, else 0); otherwise it is a plausible wrong call: another tool of the trajectory with arguments
-built from its schema, or the same tool with one argument value changed. Where the turn's answer is due
-it returns no call (finish reason ``stop``).
+field, else 0); otherwise it is a plausible wrong call (:mod:`forethought.serve.wrong_calls`). Where the
+turn's answer is due it returns no call (finish reason ``stop``).
 
 Faults for tests, via ``metadata.fault``: ``malformed_arguments`` (call ``metadata.fault_call``, default
 0, gets balanced but invalid JSON), ``truncated_arguments`` (its closing brace is never sent),
@@ -33,17 +36,16 @@ Faults for tests, via ``metadata.fault``: ``malformed_arguments`` (call ``metada
 ``stream_ends_early`` (the body ends cleanly at the same point, no finish reason, no ``[DONE]``).
 Stream faults apply to streaming requests; a non-streaming request with one gets HTTP 500.
 
-Also: ``GET /v1/models``, ``GET /health``, ``GET /stats`` (requests, prompt, cached and generated
-tokens, overall and per model; rejected requests) and ``POST /reset`` (clears counters and caches).
+Also: ``GET /v1/models``, ``GET /health``, ``GET /stats`` (requests, prompt, cached, computed,
+recomputed and generated tokens, continuations, queue wait, overall and per model with slot occupancy;
+rejected requests; the process's CPU seconds) and ``POST /reset`` (clears counters and caches).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
-import math
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,42 +53,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from forethought.calls import ToolCall
-from forethought.errors import WorkloadError
+from forethought.serve.engine import EngineCounters, EngineModel, TimingConfig
+from forethought.serve.engine_cache import CHARS_PER_TOKEN, count_tokens
 from forethought.serve.http import EventStream, StreamChunks, StreamCut
+from forethought.serve.wrong_calls import WrongCalls, named_arguments
 from forethought.workloads.trajectory import Trajectory
+
+__all__ = ["MAIN_MODEL", "SPECULATOR_MODEL", "ModelServer", "SpeculatorConfig", "TimingConfig", "count_tokens",
+           "create_model_server"]
 
 MAIN_MODEL = "main"
 SPECULATOR_MODEL = "speculator"
-CHARS_PER_TOKEN = 4
-PREFIX_CACHE_CONVERSATIONS = 1024
 FAULTS = frozenset({"malformed_arguments", "truncated_arguments", "drop_stream", "stream_ends_early"})
 _STREAM_FAULTS = frozenset({"drop_stream", "stream_ends_early"})
+_TRUE = frozenset({"true", "1"})
 _FILLER = ("let", "me", "see", "how", "the", "api", "can", "do", "it", "now", "for", "you", "and", "get", "all",
            "we", "ask", "so", "i", "use", "one", "of", "the", "set", "to", "fit")
-
-
-@dataclass(frozen=True, slots=True)
-class TimingConfig:
-    """Timing of one simulated model; all delays are multiplied by ``time_scale``."""
-
-    ttft_s: float = 0.05
-    prefill_s_per_token: float = 0.0
-    decode_tokens_per_s: float = 100.0
-    reasoning_tokens: int = 32
-    fragment_tokens: int = 3
-    max_concurrency: int = 0
-    time_scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        if min(self.ttft_s, self.prefill_s_per_token, self.time_scale) < 0 or self.decode_tokens_per_s <= 0:
-            raise ValueError("timing values must be >= 0 and decode_tokens_per_s > 0")
-        if self.reasoning_tokens < 0 or self.fragment_tokens < 1 or self.max_concurrency < 0:
-            raise ValueError("reasoning_tokens, max_concurrency must be >= 0 and fragment_tokens >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +99,6 @@ class _Rejected(Exception):
         self.code = code
 
 
-def count_tokens(text: str) -> int:
-    """The documented approximation: ceil(len(text) / 4)."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
-
-
 @dataclass(slots=True)
 class _Piece:
     """One streamed delta and how many generated tokens it stands for."""
@@ -128,136 +109,26 @@ class _Piece:
 
 @dataclass(slots=True)
 class _Plan:
-    """Everything one response will contain, decided before the first byte is sent."""
+    """Everything one response will contain, decided before the first byte is sent.
+
+    ``prompt_tokens`` and ``cached_tokens`` are filled in when the request is admitted to a slot.
+    """
 
     pieces: list[_Piece]
     finish_reason: str
-    prompt_tokens: int
-    cached_tokens: int
-    cut_at: int | None = None
-    fault: str | None = None
-
-
-@dataclass(slots=True)
-class _Counters:
-    """What one model has done since the last reset."""
-
-    requests: int = 0
+    prompt: str
+    conversation: str
+    continuation: bool = False
+    tail_chars: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
-    generated_tokens: int = 0
+    cut_at: int | None = None
+    fault: str | None = None
 
 
 def _function(entry: Mapping[str, Any]) -> Mapping[str, Any]:
     inner = entry.get("function")
     return inner if isinstance(inner, Mapping) else entry
-
-
-def _named_arguments(call: ToolCall, schemas: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    arguments = dict(call.arguments)
-    if call.positional:
-        order = list((schemas.get(call.name) or {}).get("properties") or {})
-        if len(order) < len(call.positional):
-            raise WorkloadError(f"trajectory call {call.describe()} has positional arguments that the "
-                                f"schema of {call.name!r} cannot name")
-        arguments = {**dict(zip(order, call.positional, strict=False)), **arguments}
-    return arguments
-
-
-def _common_prefix(a: str, b: str) -> int:
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _strings(value: Any, out: set[str]) -> None:
-    if isinstance(value, str):
-        out.add(value)
-    for item in value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else ():
-        _strings(item, out)
-
-
-class _WrongCalls:
-    """Plausible wrong calls for one trajectory: other tools, or one argument value changed."""
-
-    def __init__(self, trajectory: Trajectory, schemas: Mapping[str, Mapping[str, Any]]) -> None:
-        self.schemas = schemas
-        pool: set[str] = set()
-        for call in trajectory.calls:
-            _strings(_named_arguments(call, schemas), pool)
-        self.pool = sorted(pool)
-
-    def make(self, true_name: str, true_args: dict[str, Any], rng: random.Random) -> tuple[str, dict[str, Any]] | None:
-        others = sorted(name for name in self.schemas if name != true_name)
-        changeable = [key for key in sorted(true_args)
-                      if _changeable(true_args[key], self._property(true_name, key))]
-        if changeable and (not others or rng.random() < 0.5):
-            key = rng.choice(changeable)
-            value = self._changed(true_args[key], self._property(true_name, key), rng)
-            return true_name, {**true_args, key: value}
-        if others:
-            name = rng.choice(others)
-            schema = self.schemas[name]
-            required = [k for k in (schema.get("properties") or {}) if k in set(schema.get("required") or ())]
-            return name, {k: self._value(schema["properties"][k], rng) for k in required}
-        return None
-
-    def _property(self, tool: str, key: str) -> Mapping[str, Any]:
-        prop = ((self.schemas.get(tool) or {}).get("properties") or {}).get(key)
-        return prop if isinstance(prop, Mapping) else {}
-
-    def _value(self, schema: Mapping[str, Any], rng: random.Random) -> Any:
-        if schema.get("enum"):
-            return rng.choice(list(schema["enum"]))
-        kind = schema.get("type")
-        if kind in ("integer", "int"):
-            return rng.randint(0, 10)
-        if kind in ("number", "float"):
-            return rng.randint(0, 100) / 10
-        if kind in ("boolean", "bool"):
-            return rng.random() < 0.5
-        if kind in ("array", "list", "tuple"):
-            return []
-        if kind in ("object", "dict"):
-            return {}
-        return rng.choice(self.pool) if self.pool else "example"
-
-    def _changed(self, value: Any, schema: Mapping[str, Any], rng: random.Random) -> Any:
-        """A different value of the same kind, or ``None`` when there is none to give."""
-        enum_values = schema.get("enum")
-        if enum_values:
-            options = [v for v in enum_values if v != value]
-            return rng.choice(options) if options else None
-        if isinstance(value, bool):
-            return not value
-        if isinstance(value, int):
-            return value + rng.randint(1, 5)
-        if isinstance(value, float):
-            return value + rng.randint(1, 5) / 2
-        if isinstance(value, str):
-            options = [s for s in self.pool if s != value]
-            if options and rng.random() < 0.5:
-                return rng.choice(options)
-            return f"{value}_{rng.choice(('alt', 'old', 'tmp', 'copy'))}"
-        if isinstance(value, list):
-            return value[:-1] if value else [self._value(schema.get("items") or {}, rng)]
-        if isinstance(value, dict):
-            return {k: v for k, v in list(value.items())[:-1]} if value else {"extra": True}
-        if value is None:
-            return "none"
-        return None
-
-
-def _changeable(value: Any, schema: Mapping[str, Any]) -> bool:
-    enum_values = schema.get("enum")
-    if enum_values:
-        return any(v != value for v in enum_values)
-    return value is None or isinstance(value, bool | int | float | str | list | dict)
 
 
 class _Conversation:
@@ -267,7 +138,7 @@ class _Conversation:
         self.trajectory = trajectory
         self.schemas = {str(_function(t).get("name")): dict(_function(t).get("parameters") or {})
                         for t in trajectory.tools}
-        self.wrong = _WrongCalls(trajectory, self.schemas)
+        self.wrong = WrongCalls(trajectory, self.schemas)
 
 
 def _call_pieces(index: int, call_id: str, name: str, arguments: str, fragment_chars: int) -> list[_Piece]:
@@ -281,8 +152,45 @@ def _call_pieces(index: int, call_id: str, name: str, arguments: str, fragment_c
     return pieces
 
 
+def _merge(pieces: Sequence[_Piece], chunk_tokens: int) -> list[_Piece]:
+    """Pack consecutive pieces of one kind (text, or tool-call fragments) into pieces of ~``chunk_tokens``."""
+    if chunk_tokens <= 1:
+        return list(pieces)
+    out: list[_Piece] = []
+    for piece in pieces:
+        last = out[-1] if out else None
+        if last is None or last.tokens >= chunk_tokens or ("content" in last.delta) != ("content" in piece.delta):
+            out.append(_Piece(json.loads(json.dumps(piece.delta)), piece.tokens))
+            continue
+        last.tokens += piece.tokens
+        if "content" in piece.delta:
+            last.delta["content"] += piece.delta["content"]
+            continue
+        for entry in piece.delta["tool_calls"]:
+            calls = last.delta["tool_calls"]
+            if calls[-1]["index"] == entry["index"] and "id" not in entry:
+                calls[-1]["function"]["arguments"] += entry["function"]["arguments"]
+            else:
+                calls.append(json.loads(json.dumps(entry)))
+    return out
+
+
+def _line(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _tail_chars(lines: Sequence[str], messages: Sequence[Mapping[str, Any]]) -> int:
+    """Characters of the trailing tool messages (what a continuation appends), newline included."""
+    tail = 0
+    for line, message in zip(reversed(lines), reversed(messages), strict=False):
+        if message.get("role") != "tool":
+            break
+        tail += len(line) + 1
+    return tail
+
+
 class ModelServer:
-    """State of the simulated engine (trajectories, prefix caches, counters) and its Starlette ``app``."""
+    """State of the simulated engine (trajectories, engine models, counters) and its Starlette ``app``."""
 
     def __init__(self, trajectories: Iterable[Trajectory] = (), timing: TimingConfig | None = None,
                  speculator: SpeculatorConfig | None = None, model: str = MAIN_MODEL) -> None:
@@ -294,12 +202,10 @@ class ModelServer:
         self._conversations: dict[str, _Conversation] = {}
         self.add_trajectories(trajectories)
         self._timings = {model: self.timing, self.speculator.model: self.speculator.timing}
-        self._slots = {name: asyncio.Semaphore(t.max_concurrency) for name, t in self._timings.items()
-                       if t.max_concurrency > 0}
-        self._prefix: dict[tuple[str, str], str] = {}
-        self._counters = {name: _Counters() for name in self._timings}
+        self.engines = {name: EngineModel(t) for name, t in self._timings.items()}
         self._errors = 0
         self._next_id = 0
+        self._tools_lines: dict[str, tuple[Any, str]] = {}
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._completions, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
@@ -314,15 +220,15 @@ class ModelServer:
             self._conversations[trajectory.id] = _Conversation(trajectory)
 
     def stats(self) -> dict[str, Any]:
-        """Counters, overall and per model."""
-        by_model = {name: dataclasses.asdict(c) for name, c in self._counters.items()}
-        total = {key: sum(c[key] for c in by_model.values()) for key in dataclasses.asdict(_Counters())}
-        return {**total, "errors": self._errors, "by_model": by_model}
+        """Counters, overall and per model (per model also the slot meter and cache state)."""
+        by_model = {name: engine.stats() for name, engine in self.engines.items()}
+        total = {key: sum(s[key] for s in by_model.values()) for key in EngineCounters.__dataclass_fields__}
+        return {**total, "errors": self._errors, "by_model": by_model, "process_cpu_s": time.process_time()}
 
     def reset(self) -> None:
-        """Forget all prefix caches and zero the counters."""
-        self._prefix.clear()
-        self._counters = {name: _Counters() for name in self._timings}
+        """Forget all prefix caches, zero the counters and restart the slot meters."""
+        for engine in self.engines.values():
+            engine.reset()
         self._errors = 0
 
     # --- planning ---------------------------------------------------------------------------------
@@ -331,16 +237,14 @@ class ModelServer:
         """Decide the full response for a request body; raises :class:`_Rejected` for bad requests."""
         model, conversation, metadata, turn_index, step_index = self._parse(body)
         trajectory_id = conversation.trajectory.id
-        prompt = "\n".join(json.dumps(x, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-                           for x in [body.get("tools") or [], *body["messages"]])
-        cache_key = (model, str(metadata.get("conversation_id") or trajectory_id))
-        cached_chars = _common_prefix(self._prefix.pop(cache_key, ""), prompt)
-        self._prefix[cache_key] = prompt  # most recent last; the least recently used conversation goes first
-        if len(self._prefix) > PREFIX_CACHE_CONVERSATIONS:
-            del self._prefix[next(iter(self._prefix))]
-        prompt_tokens = count_tokens(prompt)
+        messages = body["messages"]
+        lines = [self._tools_line(trajectory_id, body.get("tools") or []),
+                 *(_line(m) for m in messages)]
         fault = metadata.get("fault")
-        plan = _Plan([], "stop", prompt_tokens, min(prompt_tokens, cached_chars // CHARS_PER_TOKEN), fault=fault)
+        flag = metadata.get("continuation")
+        continuation = flag is True or (isinstance(flag, str) and flag.lower() in _TRUE)
+        plan = _Plan([], "stop", "\n".join(lines), str(metadata.get("conversation_id") or trajectory_id),
+                     continuation, _tail_chars(lines, messages) if continuation else 0, fault=fault)
         turn = conversation.trajectory.turns[turn_index]
         is_speculator = model == self.speculator.model
         if step_index == len(turn.steps):
@@ -356,7 +260,7 @@ class ModelServer:
             fragment_chars = self._timings[model].fragment_tokens * CHARS_PER_TOKEN
             index = 0
             for call_index, call in enumerate(turn.steps[step_index]):
-                name, arguments = call.name, _named_arguments(call, conversation.schemas)
+                name, arguments = call.name, named_arguments(call, conversation.schemas)
                 where = f"{trajectory_id}|{turn_index}|{step_index}|{call_index}"
                 if is_speculator:
                     rng = random.Random(f"{self.speculator.seed}|{where}|{sample}")
@@ -380,6 +284,15 @@ class ModelServer:
         if fault in _STREAM_FAULTS and plan.cut_at is None:
             plan.cut_at = len(plan.pieces) // 2
         return model, plan
+
+    def _tools_line(self, trajectory_id: str, tools: Any) -> str:
+        """The prompt line of the tools, rendered once per trajectory while the tools stay the same."""
+        cached = self._tools_lines.get(trajectory_id)
+        if cached is not None and cached[0] == tools:
+            return cached[1]
+        line = _line(tools)
+        self._tools_lines[trajectory_id] = (tools, line)
+        return line
 
     def _parse(self, body: Mapping[str, Any]) -> tuple[str, _Conversation, Mapping[str, Any], int, int]:
         """Check a request and find its model, conversation, metadata, turn and step."""
@@ -427,6 +340,8 @@ class ModelServer:
                 body = await request.json()
             except ValueError as exc:
                 raise _Rejected(400, f"request body is not JSON: {exc}") from None
+            except ClientDisconnect:
+                return Response(status_code=499)  # the client went away before it sent its request
             if not isinstance(body, dict):
                 raise _Rejected(400, "request body must be a JSON object")
             model, plan = self._plan(body)
@@ -434,10 +349,6 @@ class ModelServer:
             self._errors += 1
             return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
                                            "code": exc.code}}, status_code=exc.status)
-        counters = self._counters[model]
-        counters.requests += 1
-        counters.prompt_tokens += plan.prompt_tokens
-        counters.cached_tokens += plan.cached_tokens
         self._next_id += 1
         response_id = f"chatcmpl-sim-{self._next_id}"
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -448,16 +359,16 @@ class ModelServer:
 
     async def _generate(self, model: str, plan: _Plan, response_id: str, include_usage: bool) -> StreamChunks:
         """The SSE byte chunks of one response, paced by the model's timing; a ``StreamCut`` ends it early."""
-        timing = self._timings[model]
-        slot = self._slots.get(model)
-        if slot is not None:
-            await slot.acquire()
+        engine = self.engines[model]
+        admission = await engine.admit(plan.conversation, plan.prompt, continuation=plan.continuation,
+                                       tail_chars=plan.tail_chars)
+        plan.prompt_tokens = admission.prefill.prompt_tokens
+        plan.cached_tokens = admission.prefill.cached_tokens
+        generated = 0
         try:
             loop = asyncio.get_running_loop()
-            start = loop.time()
-            scale = timing.time_scale
-            first = (timing.ttft_s + timing.prefill_s_per_token * (plan.prompt_tokens - plan.cached_tokens)) * scale
-            per_token = scale / timing.decode_tokens_per_s
+            scale = engine.timing.time_scale
+            due = loop.time() + engine.first_token_s(admission.prefill)
             created = int(time.time())
 
             def chunk(delta: dict[str, Any] | None, finish: str | None = None,
@@ -470,34 +381,36 @@ class ModelServer:
                     data["usage"] = usage
                 return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
 
-            generated = 0
-            for number, piece in enumerate(plan.pieces):
+            pieces = plan.pieces if plan.cut_at is not None else _merge(plan.pieces, engine.timing.chunk_tokens)
+            for number, piece in enumerate(pieces):
                 if number == plan.cut_at:
                     yield StreamCut(plan.fault)
                     return
-                generated += piece.tokens
                 if scale > 0:
-                    delay = start + first + (generated - 1) * per_token - loop.time()
+                    for token in range(piece.tokens):
+                        if generated or token:
+                            due += engine.token_s()
+                    delay = due - loop.time()
                     if delay > 0:
                         await asyncio.sleep(delay)
                 if number == 0:
                     yield chunk({"role": "assistant", "content": ""})
-                self._counters[model].generated_tokens += piece.tokens
+                generated += piece.tokens
+                engine.counters.generated_tokens += piece.tokens
                 yield chunk(piece.delta)
             if plan.cut_at is not None:
                 yield StreamCut(plan.fault)
                 return
-            if not plan.pieces:
+            if not pieces:
                 if scale > 0:
-                    await asyncio.sleep(max(0.0, start + first - loop.time()))
+                    await asyncio.sleep(max(0.0, due - loop.time()))
                 yield chunk({"role": "assistant", "content": ""})
             yield chunk({}, plan.finish_reason)
             if include_usage:
                 yield chunk(None, usage=self._usage(plan, generated))
             yield b"data: [DONE]\n\n"
         finally:
-            if slot is not None:
-                slot.release()
+            engine.release(admission, generated * CHARS_PER_TOKEN)
 
     @staticmethod
     def _usage(plan: _Plan, generated: int) -> dict[str, Any]:

@@ -1,0 +1,243 @@
+"""The engine-side tool-cache gateway: an OpenAI-compatible streaming proxy that serves speculated results.
+
+``create_gateway(upstream_base_url)`` returns a Starlette app that sits in front of any OpenAI-compatible
+engine (``upstream_base_url`` includes ``/v1``, as for an OpenAI client):
+
+* ``POST /v1/chat/completions`` with ``stream: true`` is relayed (:mod:`.gateway_relay`). The response
+  headers carry ``x-forethought-response-id``, ``x-forethought-token`` and ``x-forethought-cache-path``.
+  When a message's tool calls close and the cache holds a result for each, the gateway continues the
+  response server-side; otherwise the stream ends with ``finish_reason: "tool_calls"`` as usual. A client
+  that will post sends ``x-forethought-cache: post``; the gateway then waits up to ``post_wait_s`` for
+  posts on their way before it ends the message. An
+  upstream error status is passed on unchanged. Non-streaming requests are proxied as they are.
+* ``POST /cache-tool-output/{response_id}`` with ``[{"name", "params"?, "output", "keep_alive"?,
+  "exclusive"?}]`` and the response's token answers ``{"cached": n}`` (:mod:`.gateway_cache` has the rules
+  and the 4xx answers).
+* ``GET /v1/models`` is proxied; ``GET /health``; ``GET /gateway/stats`` (relay and cache counters, and
+  the process's CPU seconds); ``POST /gateway/reset`` zeroes the counters.
+
+docs/gateway.md describes the protocol, the timing race and its bound (``post_wait_s``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from forethought.llm.tool_cache import (
+    CACHE_CLIENT_HEADER,
+    CACHE_CLIENT_VALUE,
+    CACHE_PATH_HEADER,
+    RESPONSE_ID_HEADER,
+    SEGMENT_HEADER,
+    TOKEN_HEADER,
+)
+from forethought.serve.gateway_cache import CacheLimits, PostRejected, ToolOutputCache
+from forethought.serve.gateway_relay import Relay, RelayStats, UpstreamRefused
+from forethought.serve.http import EventStream
+
+CACHE_ROUTE = "/cache-tool-output/{response_id}"
+_FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """How the gateway waits, continues and limits.
+
+    ``post_wait_s``: how long a closed message waits for posts still on their way before it ends normally
+    (the bound on the race between the model closing a call and a speculator posting its result).
+    ``max_continuations``: server-side continuations per response. ``mark_continuations``: add
+    ``metadata.continuation = "true"`` to continuation requests (the simulated engine then keeps the prefix
+    hot and admits them first; turn off for upstreams that reject unknown metadata).
+    """
+
+    post_wait_s: float = 0.05
+    max_continuations: int = 32
+    mark_continuations: bool = True
+    upstream_timeout_s: float = 600.0
+    upstream_api_key: str | None = None
+    max_request_bytes: int = 32 << 20
+    limits: CacheLimits = field(default_factory=CacheLimits)
+
+    def __post_init__(self) -> None:
+        if self.post_wait_s < 0 or self.max_continuations < 0 or self.upstream_timeout_s <= 0:
+            raise ValueError("post_wait_s, max_continuations must be >= 0 and upstream_timeout_s > 0")
+        if self.max_request_bytes < 1:
+            raise ValueError("max_request_bytes must be >= 1")
+
+
+def _error(status: int, message: str, code: str = "invalid_request") -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "upstream_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status)
+
+
+async def _read_capped(request: Request, limit: int) -> bytes | None:
+    """The request body, or ``None`` once it exceeds ``limit`` bytes (read no further)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            return None
+        parts.append(part)
+    return b"".join(parts)
+
+
+class Gateway:
+    """State of one gateway (upstream connection pool, cache, counters) and its Starlette ``app``."""
+
+    def __init__(self, upstream_base_url: str, config: GatewayConfig | None = None) -> None:
+        self.upstream = upstream_base_url.rstrip("/")
+        self.config = config or GatewayConfig()
+        self.cache = ToolOutputCache(self.config.limits)
+        self.relay_stats = RelayStats()
+        self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(self.config.upstream_timeout_s, connect=10.0),
+                                        limits=httpx2.Limits(max_connections=None, max_keepalive_connections=256))
+        self.app = Starlette(routes=[
+            Route("/v1/chat/completions", self._completions, methods=["POST"]),
+            Route(CACHE_ROUTE, self._cache_post, methods=["POST"]),
+            Route("/v1/models", self._models, methods=["GET"]),
+            Route("/health", self._health, methods=["GET"]),
+            Route("/gateway/stats", self._stats, methods=["GET"]),
+            Route("/gateway/reset", self._reset, methods=["POST"]),
+        ])
+
+    async def aclose(self) -> None:
+        """Close the upstream connection pool."""
+        await self._http.aclose()
+
+    def stats(self) -> dict[str, Any]:
+        """Relay counters, cache counters and open responses."""
+        return {**dataclasses.asdict(self.relay_stats), "open_responses": len(self.cache),
+                "process_cpu_s": time.process_time(),
+                "posts": self.cache.posts, "entries_cached": self.cache.entries_cached,
+                "posts_rejected": {str(k): v for k, v in sorted(self.cache.rejected.items())}}
+
+    def reset_stats(self) -> None:
+        self.relay_stats = RelayStats()
+        self.cache.rejected.clear()
+        self.cache.posts = self.cache.entries_cached = 0
+
+    # --- upstream ---------------------------------------------------------------------------------
+
+    def _headers(self, request: Request | None) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        if request is not None:
+            headers.update({k: v for k, v in request.headers.items() if k.lower() in _FORWARDED_HEADERS})
+        if self.config.upstream_api_key:
+            headers["authorization"] = f"Bearer {self.config.upstream_api_key}"
+        return headers
+
+    async def _open(self, content: bytes, headers: dict[str, str]) -> httpx2.Response:
+        request = self._http.build_request("POST", self.upstream + "/chat/completions", content=content,
+                                           headers=headers)
+        response = await self._http.send(request, stream=True)
+        if response.status_code != 200:
+            content = await response.aread()
+            await response.aclose()
+            raise UpstreamRefused(response.status_code, content)
+        return response
+
+    # --- routes -----------------------------------------------------------------------------------
+
+    async def _completions(self, request: Request) -> Response:
+        raw = await _read_capped(request, self.config.max_request_bytes)
+        if raw is None:
+            return _error(413, f"request body exceeds {self.config.max_request_bytes} bytes", "too_large")
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            return _error(400, f"request body is not JSON: {exc}")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object")
+        headers = self._headers(request)
+        if not body.get("stream"):
+            return await self._passthrough(body, headers)
+        try:
+            first = await self._open(raw, headers)  # the client's own bytes: nothing re-encoded
+        except UpstreamRefused as exc:
+            return Response(exc.body, status_code=exc.status, media_type="application/json")
+        except httpx2.HTTPError as exc:
+            self.relay_stats.upstream_errors += 1
+            return _error(502, f"cannot reach the upstream at {self.upstream}: {exc!r}", "upstream_unreachable")
+        scope = self.cache.open(body.get("tools"),
+                                expects_posts=request.headers.get(CACHE_CLIENT_HEADER) == CACHE_CLIENT_VALUE)
+
+        async def opener(next_body: dict[str, Any]) -> httpx2.Response:
+            return await self._open(json.dumps(next_body, ensure_ascii=False).encode(), headers)
+
+        relay = Relay(body, first, scope, opener, self.cache.close, self.relay_stats,
+                      post_wait_s=self.config.post_wait_s, max_continuations=self.config.max_continuations,
+                      mark_continuations=self.config.mark_continuations)
+        stream = EventStream(relay.chunks())
+        stream.headers[RESPONSE_ID_HEADER] = scope.response_id
+        stream.headers[TOKEN_HEADER] = scope.token
+        stream.headers[CACHE_PATH_HEADER] = CACHE_ROUTE.format(response_id=scope.response_id)
+        return stream
+
+    async def _passthrough(self, body: dict[str, Any], headers: dict[str, str]) -> Response:
+        try:
+            response = await self._http.post(self.upstream + "/chat/completions",
+                                              content=json.dumps(body, ensure_ascii=False).encode(), headers=headers)
+        except httpx2.HTTPError as exc:
+            self.relay_stats.upstream_errors += 1
+            return _error(502, f"cannot reach the upstream at {self.upstream}: {exc!r}", "upstream_unreachable")
+        return Response(response.content, status_code=response.status_code,
+                        media_type=response.headers.get("content-type", "application/json"))
+
+    async def _cache_post(self, request: Request) -> Response:
+        response_id = str(request.path_params["response_id"])
+        try:
+            scope = self.cache.authorize(response_id, request.headers.get(TOKEN_HEADER),
+                                         request.headers.get(SEGMENT_HEADER))
+        except PostRejected as exc:
+            return _error(exc.status, str(exc), f"http_{exc.status}")
+        limit = self.config.limits.max_body_bytes
+        raw = await _read_capped(request, limit)
+        if raw is None:
+            self.cache.reject(413)
+            return _error(413, f"body exceeds {limit} bytes", "http_413")
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            self.cache.reject(400)
+            return _error(400, f"body is not JSON: {exc}", "http_400")
+        try:
+            cached = self.cache.post(scope, body)
+        except PostRejected as exc:
+            return _error(exc.status, str(exc), f"http_{exc.status}")
+        return JSONResponse({"cached": cached})
+
+    async def _models(self, request: Request) -> Response:
+        try:
+            response = await self._http.get(self.upstream + "/models", headers=self._headers(request))
+        except httpx2.HTTPError as exc:
+            return _error(502, f"cannot reach the upstream at {self.upstream}: {exc!r}", "upstream_unreachable")
+        return Response(response.content, status_code=response.status_code, media_type="application/json")
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "upstream": self.upstream, "open_responses": len(self.cache)})
+
+    async def _stats(self, request: Request) -> Response:
+        return JSONResponse(self.stats())
+
+    async def _reset(self, request: Request) -> Response:
+        self.reset_stats()
+        return JSONResponse({"reset": True})
+
+
+def create_gateway(upstream_base_url: str, config: GatewayConfig | None = None) -> Starlette:
+    """The Starlette app of a new :class:`Gateway` (use ``Gateway`` to reach its state and close it)."""
+    return Gateway(upstream_base_url, config).app
