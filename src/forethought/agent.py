@@ -108,6 +108,8 @@ class ToolRecord:
     """Seconds from the step's request start until the call's arguments closed in the stream."""
     early: bool = False
     """Dispatched authoritatively before the message ended."""
+    saved_s: float = 0.0
+    """Tool seconds a speculation had already spent on it when it was claimed (hits only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +289,7 @@ class Agent:
         if served:
             self._check_served(ordered, served)
         for position, pending in enumerate(ordered):
-            output, ok, outcome, source, seconds = await self._result(pending)
+            output, ok, outcome, source, seconds, saved = await self._result(pending)
             if served and output != served[position].output:
                 raise ForethoughtError(
                     f"engine-side result mismatch for {pending.name} (call {pending.id}): the gateway served "
@@ -296,7 +298,7 @@ class Agent:
             hits += outcome in ("hit", "partial_hit")
             transcript.append({"role": "tool", "tool_call_id": pending.id, "content": output})
             record = ToolRecord(pending.call or ToolCall(pending.name), output, ok, outcome, source, seconds,
-                                pending.closed_at, pending.task is not None)
+                                pending.closed_at, pending.task is not None, saved)
             records.append(record)
             if pending.call is not None:
                 observed = ObservedCall(pending.call, output, ok)
@@ -355,10 +357,10 @@ class Agent:
                     if self.engine_side and ticket.key is not None and ticket.status != "rejected":
                         self._watch(ticket.key)
 
-    async def _result(self, pending: _PendingCall) -> tuple[str, bool, str, str, float]:
-        """Await (or start) one call: its output, ok, outcome kind, source and the tool seconds it needed."""
+    async def _result(self, pending: _PendingCall) -> tuple[str, bool, str, str, float, float]:
+        """Await (or start) one call: output, ok, outcome kind, source, tool seconds needed, seconds saved."""
         if pending.error is not None:
-            return render_error(pending.error), False, "error", "", 0.0
+            return render_error(pending.error), False, "error", "", 0.0, 0.0
         assert pending.call is not None
         try:
             if pending.task is not None:
@@ -366,9 +368,9 @@ class Agent:
             else:
                 outcome = await self.session.execute_detailed(pending.call)
         except ForethoughtError as exc:
-            return render_error(exc), False, "error", "", 0.0
+            return render_error(exc), False, "error", "", 0.0, 0.0
         return (render_output(outcome.value), True, outcome.kind, outcome.source,
-                outcome.waited_s + outcome.saved_s)
+                outcome.waited_s + outcome.saved_s, outcome.saved_s)
 
     async def _run_predictor(self, predictor: Predictor, context: PredictionContext) -> None:
         """Feed one predictor's guesses into the session as they arrive; its failures never surface."""

@@ -49,6 +49,8 @@ class ArmMetrics:
     equivalent: bool
     state_changing_hits: int = 0
     """Hits (served speculations) whose call changes backend state: committed snapshots."""
+    state_changing_saved_s: float = 0.0
+    """Tool seconds those state-changing hits saved."""
 
 
 def _overlapped(record: ToolRecord) -> bool:
@@ -132,13 +134,15 @@ def arm_metrics(serial: ArmRun, arm: ArmRun,
         speculator_tokens=arm.speculator_tokens,
         errors=sum(1 for r in arm.runs if r.error),
         equivalent=all(equivalent(by_id[r.trajectory_id], r) for r in arm.runs),
-        state_changing_hits=_state_changing_hits(arm, state_changing or {}),
+        state_changing_hits=len(changing := _state_changing_hits(arm, state_changing or {})),
+        state_changing_saved_s=sum(rec.saved_s for rec in changing),
     )
 
 
-def _state_changing_hits(arm: ArmRun, state_changing: Mapping[str, frozenset[int]]) -> int:
-    return sum(1 for run in arm.runs for i, rec in enumerate(run.records)
-               if rec.outcome in OVERLAPPED and i in state_changing.get(run.trajectory_id, frozenset()))
+def _state_changing_hits(arm: ArmRun, state_changing: Mapping[str, frozenset[int]]) -> list[ToolRecord]:
+    """The served calls that changed backend state (their snapshots were committed)."""
+    return [rec for run in arm.runs for i, rec in enumerate(run.records)
+            if rec.outcome in OVERLAPPED and i in state_changing.get(run.trajectory_id, frozenset())]
 
 
 def median(values: Sequence[float]) -> float:

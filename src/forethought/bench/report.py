@@ -27,7 +27,8 @@ from forethought._version import __version__
 ARM_COLUMNS = (("wall_s", "wall s", "{:.2f}"), ("time_saved", "saved", "{:.1%}"), ("speedup", "speedup", "{:.2f}x"),
                ("hits", "hits", "{}"), ("partial_hits", "partial", "{}"), ("misses", "misses", "{}"),
                ("early_dispatched", "early", "{}"), ("alpha", "alpha", "{:.2f}"),
-               ("wasted_tool_s", "wasted tool s", "{:.2f}"), ("efficiency", "efficiency", "{:.2f}"))
+               ("wasted_tool_s", "wasted tool s", "{:.2f}"), ("efficiency", "efficiency", "{:.2f}"),
+               ("state_changing_hits", "write hits", "{}"), ("state_changing_saved_s", "write hits saved s", "{:.2f}"))
 
 
 def document(command: str, params: Mapping[str, Any], results: Mapping[str, Any]) -> dict[str, Any]:
