@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from forethought.calls import ToolCall
 from forethought.predictors.base import ObservedCall, Prediction
 from forethought.predictors.derive_rules import Sources
+from forethought.predictors.derive_schema import schema_checker
 from forethought.predictors.derive_values import value_key
-from forethought.predictors.pattern_args import schema_checker
 from forethought.predictors.pattern_replay import RecordedSession, RecordedTurn, contexts, train
 from forethought.predictors.patterns import PatternConfig, PatternPredictor
 

@@ -22,13 +22,26 @@ Sources and their locators:
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from forethought.predictors.base import ObservedCall
+from forethought.predictors.derive_index import (
+    MAX_FROM_END,
+    MAX_ORDINAL,
+    atom_index,
+    atom_keys,
+    atom_value,
+    atoms_by_kind,
+    first_leaf_by_name,
+    first_leaf_by_path,
+    last_leaf_by_path,
+    leaf_name,
+    message_memo,
+    output_leaves,
+)
 from forethought.predictors.derive_values import (
     apply_transform,
     date_variants,
@@ -36,16 +49,11 @@ from forethought.predictors.derive_values import (
     string_variants,
     value_key,
 )
-from forethought.predictors.pattern_text import ATOM_KINDS, ORDINAL_KINDS, Atom, parse_number, text_atoms
+from forethought.predictors.pattern_text import ORDINAL_KINDS, Atom, parse_number
 
-MAX_ORDINAL = 4
-"""Atoms are addressed as first .. fourth from the start."""
-MAX_FROM_END = 2
 MAX_UNUSED = 2
 MAX_BACK = 2
 """Calls are addressed as up to this many steps back."""
-MAX_LIST_INDEX = 12
-MAX_LEAVES = 300
 LIST_TRANSFORMS = ("all.id", "untag", "hash", "at", "num.id", "all.lower", "all.upper")
 _TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention")
 
@@ -58,11 +66,16 @@ class Rule:
     locator: tuple[str, ...]
     transform: str
     wrap: bool = False
+    key: str = field(init=False, repr=False, compare=False)
+    """A stable text form, used to store the rule's statistics (computed once)."""
+    message_only: bool = field(init=False, repr=False, compare=False)
+    """Whether the value depends on a user message alone (not on the calls made so far)."""
 
-    @property
-    def key(self) -> str:
-        """A stable text form, used to store the rule's statistics."""
-        return json.dumps([self.source, list(self.locator), self.transform, self.wrap], separators=(",", ":"))
+    def __post_init__(self) -> None:
+        key = json.dumps([self.source, list(self.locator), self.transform, self.wrap], separators=(",", ":"))
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "message_only",
+                           self.source in ("user", "prev", "all") and self.locator[1:2] != ("u",))
 
     @classmethod
     def from_key(cls, key: str) -> Rule:
@@ -75,44 +88,6 @@ class Rule:
         return not (self.source in ("out", "tok", "arg") and self.locator[:1] == ("tool",))
 
 
-@functools.lru_cache(maxsize=8192)
-def output_leaves(output: str) -> tuple[tuple[str, Any], ...]:
-    """The fields of a tool output: ``(path, value)`` for every JSON node, or ``("$", text)`` if not JSON."""
-    try:
-        value = json.loads(output)
-    except ValueError:
-        return (("$", output),) if output.strip() else ()
-    leaves: list[tuple[str, Any]] = []
-
-    def walk(node: Any, path: str) -> None:
-        if len(leaves) >= MAX_LEAVES:
-            return
-        leaves.append((path or "$", node))
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(v, f"{path}.{k}" if path else str(k))
-        elif isinstance(node, list):
-            for i, v in enumerate(node[:MAX_LIST_INDEX]):
-                walk(v, f"{path}[{i}]")
-            for back in range(1, min(len(node), MAX_FROM_END) + 1):
-                walk(node[-back], f"{path}[-{back}]")
-
-    walk(value, "")
-    return tuple(leaves)
-
-
-def _leaf_name(path: str) -> str:
-    return path.rsplit(".", 1)[-1]
-
-
-@functools.lru_cache(maxsize=8192)
-def _atoms_by_kind(text: str) -> Mapping[str, tuple[Atom, ...]]:
-    grouped: dict[str, list[Atom]] = {kind: [] for kind in ATOM_KINDS}
-    for atom in text_atoms(text):
-        grouped[atom.kind].append(atom)
-    return {kind: tuple(atoms) for kind, atoms in grouped.items()}
-
-
 def _atom_values(atom: Atom) -> Iterator[tuple[str, Any]]:
     yield from string_variants(atom.text)
     if atom.date is not None:
@@ -121,6 +96,23 @@ def _atom_values(atom: Atom) -> Iterator[tuple[str, Any]]:
 
 def _atom_transform(atom: Atom, transform: str) -> Any:
     return apply_transform(transform, atom.text, atom.date)
+
+
+_ARGUMENT_KEYS: dict[int, tuple[ObservedCall, frozenset[str]]] = {}
+"""id of an observed call -> (the call, :func:`_argument_keys`): every later step reads the same calls."""
+MAX_ARGUMENT_KEYS = 8192
+
+
+def _argument_keys(observed: ObservedCall) -> frozenset[str]:
+    """The value keys of every scalar in a call's arguments (strings lower-cased), remembered per call."""
+    known = _ARGUMENT_KEYS.get(id(observed))
+    if known is not None and known[0] is observed:
+        return known[1]
+    keys = frozenset(_scalar_keys(dict(observed.call.arguments)))
+    if len(_ARGUMENT_KEYS) >= MAX_ARGUMENT_KEYS:
+        _ARGUMENT_KEYS.clear()
+    _ARGUMENT_KEYS[id(observed)] = (observed, keys)
+    return keys
 
 
 def _scalar_keys(value: Any) -> Iterator[str]:
@@ -188,59 +180,70 @@ class Sources:
     history: Sequence[ObservedCall] = ()
     turn_start: int = 0
     previous_message: str = ""
-    _used: set[str] = field(default_factory=set)
-    _last_of_tool: dict[str, int] = field(default_factory=dict)
-    _last_with_param: dict[str, int] = field(default_factory=dict)
+    _used: set[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _last_of_tool: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _last_with_param: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _unused_atoms: dict[tuple[str, str], list[Atom]] = field(default_factory=dict, init=False, repr=False,
+                                                             compare=False)
+    _applied: dict[str, tuple[Any, str] | None] = field(default_factory=dict, init=False, repr=False,
+                                                        compare=False)
+    """Rule key -> the value it gives here and its value key: every rule is replayed at most once here."""
 
     def __post_init__(self) -> None:
         for i, observed in enumerate(self.history):
             self._last_of_tool[observed.call.name] = i
             for param in observed.call.arguments:
                 self._last_with_param[param] = i
-            if i >= self.turn_start:
-                self._used.update(_scalar_keys(dict(observed.call.arguments)))
 
     # --- atoms of the user's messages -------------------------------------------------------------
 
+    def _text(self, source: str) -> str:
+        return self.user_message if source in ("user", "all") else self.previous_message
+
     def _atoms(self, source: str) -> Mapping[str, tuple[Atom, ...]]:
-        return _atoms_by_kind(self.user_message if source in ("user", "all") else self.previous_message)
+        return atoms_by_kind(self._text(source))
 
-    def _unused(self, atoms: Sequence[Atom]) -> list[Atom]:
-        out = []
-        for atom in atoms:
-            keys = {value_key(atom.text.lower())}
-            if atom.number is not None:
-                keys.add(value_key(atom.number))
-            if not keys & self._used:
-                out.append(atom)
-        return out
+    def _used_keys(self) -> set[str]:
+        """Value keys of every argument used by a call of this turn (worked out on first need)."""
+        if self._used is None:
+            self._used = set()
+            for observed in self.history[self.turn_start:]:
+                self._used.update(_argument_keys(observed))
+        return self._used
 
-    def _atom_locators(self, kind: str, atoms: Sequence[Atom], index: int) -> Iterator[tuple[str, ...]]:
+    def _unused(self, source: str, kind: str) -> list[Atom]:
+        """The atoms of ``kind`` in ``source`` that no call of this turn has used yet."""
+        found = self._unused_atoms.get((source, kind))
+        if found is None:
+            used = self._used_keys()
+            found = self._unused_atoms[(source, kind)] = [
+                atom for atom in self._atoms(source).get(kind, ()) if not atom_keys(atom.text, atom.number) & used]
+        return found
+
+    def _atom_locators(self, source: str, kind: str, atoms: Sequence[Atom], index: int
+                       ) -> Iterator[tuple[str, ...]]:
         atom = atoms[index]
         if kind in ORDINAL_KINDS:
             if index < MAX_ORDINAL:
                 yield (kind, "i", str(index))
             if len(atoms) - 1 - index < MAX_FROM_END:
                 yield (kind, "r", str(len(atoms) - 1 - index))
-            unused = self._unused(atoms)
+            unused = self._unused(source, kind)
             if atom in unused and unused.index(atom) < MAX_UNUSED:
                 yield (kind, "u", str(unused.index(atom)))
-        if atom.before and next(a for a in atoms if a.before == atom.before) is atom:
+        first = atom_index(self._text(source))
+        if atom.before and first.get((kind, "b", atom.before)) == atom:
             yield (kind, "b", atom.before)
-        if atom.after and next(a for a in atoms if a.after == atom.after) is atom:
+        if atom.after and first.get((kind, "a", atom.after)) == atom:
             yield (kind, "a", atom.after)
 
     def _locate_atom(self, source: str, locator: tuple[str, ...]) -> Atom | None:
         kind, selector, arg = locator
-        atoms = self._atoms(source).get(kind, ())
         if selector == "u":
-            return _pick(self._unused(atoms), "i", int(arg))
+            return _pick(self._unused(source, kind), "i", int(arg))
         if selector in ("i", "r"):
-            return _pick(atoms, selector, int(arg))
-        for atom in atoms:
-            if (atom.before if selector == "b" else atom.after) == arg:
-                return atom
-        return None
+            return _pick(self._atoms(source).get(kind, ()), selector, int(arg))
+        return atom_index(self._text(source)).get((kind, "b" if selector == "b" else "a", arg))
 
     # --- calls and outputs ---------------------------------------------------------------------------
 
@@ -283,7 +286,7 @@ class Sources:
             for kind, atoms in self._atoms(source).items():
                 for i, atom in enumerate(atoms):
                     if target.may_come_from(atom.text, atom.date is not None):
-                        add(source, list(self._atom_locators(kind, atoms, i)), _atom_values(atom))
+                        add(source, list(self._atom_locators(source, kind, atoms, i)), _atom_values(atom))
         if isinstance(value, list) and value:
             for kind in _TOKEN_KINDS:
                 atoms = self._atoms("all").get(kind, ())
@@ -310,10 +313,10 @@ class Sources:
         observed = self.history[i]
         newest_with_name: set[str] = set()
         for later in self.history[i + 1:]:
-            newest_with_name.update(_leaf_name(p) for p, _ in output_leaves(later.output))
+            newest_with_name.update(leaf_name(p) for p, _ in output_leaves(later.output))
         latest_of_tool = self._last_of_tool.get(observed.call.name) == i
         for path, leaf in output_leaves(observed.output):
-            name = _leaf_name(path)
+            name = leaf_name(path)
             first_named = name not in newest_with_name
             newest_with_name.add(name)
             if target.may_come_from(leaf):
@@ -322,7 +325,7 @@ class Sources:
                     locators.append(("key", name))
                 add("out", locators, json_variants(leaf))
             if isinstance(leaf, str) and latest_of_tool and target.may_come_from(leaf, True):
-                atoms = _atoms_by_kind(leaf)
+                atoms = atoms_by_kind(leaf)
                 for kind in _TOKEN_KINDS:
                     kind_atoms = [a for a in atoms.get(kind, ()) if a.text != leaf]
                     for n, atom in enumerate(kind_atoms):
@@ -336,30 +339,74 @@ class Sources:
 
     # --- prediction: what does this rule give here? ------------------------------------------------------
 
+    def forget_values(self) -> None:
+        """Drop the remembered values of rules (a kept point of a session stays small; it works them out
+        again if asked)."""
+        self._applied = {}
+
     def apply(self, rule: Rule) -> Any:
         """The value ``rule`` gives here, or None when it does not apply."""
-        value = self._apply_unwrapped(rule)
-        if value is None:
-            return None
-        if rule.wrap and rule.source != "all":
-            return [value]
-        return value
+        found = self.apply_keyed(rule)
+        return None if found is None else found[0]
 
-    def _apply_unwrapped(self, rule: Rule) -> Any:
-        if rule.source in ("user", "prev"):
-            atom = self._locate_atom(rule.source, rule.locator)
-            return None if atom is None else _atom_transform(atom, rule.transform)
-        if rule.source == "all":
+    def apply_keyed(self, rule: Rule) -> tuple[Any, str] | None:
+        """:meth:`apply` with the value's :func:`value_key`, or None."""
+        return self.apply_all((rule,))[0]
+
+    def apply_all(self, rules: Sequence[Rule | None]) -> list[tuple[Any, str] | None]:
+        """:meth:`apply_keyed` of each rule (None for None), in one call.
+
+        Each rule is worked out once here; one that reads only a user message, once per message.
+        """
+        applied = self._applied
+        memos: dict[str, dict[str, tuple[Any, str] | None]] = {}
+        out: list[tuple[Any, str] | None] = [None] * len(rules)
+        for i, rule in enumerate(rules):
+            if rule is None:
+                continue
+            key = rule.key
+            if key in applied:
+                found = applied[key]
+            elif rule.message_only:
+                text = self.previous_message if rule.source == "prev" else self.user_message
+                memo = memos[text] if text in memos else memos.setdefault(text, message_memo(text))
+                if key in memo:
+                    found = memo[key]
+                elif rule.source != "all" and rule.locator in (index := atom_index(text)):
+                    atom = index[rule.locator]
+                    found = memo[key] = None if atom is None else atom_value(
+                        atom.text, atom.date, rule.transform, rule.wrap)
+                elif rule.source != "all" and rule.locator[1:2] in (("b",), ("a",)):
+                    found = memo[key] = None  # the index lists every cue word that has an atom
+                else:
+                    found = memo[key] = self._apply_new(rule)
+                applied[key] = found
+            else:
+                found = applied[key] = self._apply_new(rule)
+            if found is not None and found[0].__class__ in (list, dict):
+                # Remembered values are shared: every caller gets its own (shallow) container.
+                found = (list(found[0]) if found[0].__class__ is list else dict(found[0])), found[1]
+            out[i] = found
+        return out
+
+    def _apply_new(self, rule: Rule) -> tuple[Any, str] | None:
+        """The value ``rule`` gives here and its value key, worked out (nothing remembered)."""
+        if rule.source in ("user", "prev", "tok"):
+            atom = self._token_atom(rule) if rule.source == "tok" else self._locate_atom(rule.source, rule.locator)
+            return None if atom is None else atom_value(atom.text, atom.date, rule.transform, rule.wrap)
+        if rule.source == "out":
+            value = self._apply_output(rule)
+        elif rule.source == "arg":
+            value = self._apply_argument(rule)
+        elif rule.source == "all":
             atoms = self._atoms("all").get(rule.locator[0], ())
             values = [_atom_transform(a, rule.transform) for a in atoms]
-            return values if atoms and all(v is not None for v in values) else None
-        if rule.source == "arg":
-            return self._apply_argument(rule)
-        if rule.source == "out":
-            return self._apply_output(rule)
-        if rule.source == "tok":
-            return self._apply_token(rule)
-        return None
+            value = values if atoms and all(v is not None for v in values) else None
+        else:
+            value = None
+        if value is not None and rule.wrap and rule.source != "all":
+            value = [value]
+        return None if value is None else (value, value_key(value))
 
     def _apply_argument(self, rule: Rule) -> Any:
         locator = rule.locator
@@ -372,27 +419,25 @@ class Sources:
             return None
         return apply_transform(rule.transform, observed.call.arguments[locator[-1]])
 
-    def _apply_token(self, rule: Rule) -> Any:
+    def _token_atom(self, rule: Rule) -> Atom | None:
+        """The atom a ``tok`` rule points at, in a text field of the latest output of a tool."""
         _, tool, path, kind, selector, n = rule.locator
         observed = self._call_at(("tool", tool))
-        leaf = None if observed is None else dict(output_leaves(observed.output)).get(path)
+        leaf = None if observed is None else last_leaf_by_path(observed.output).get(path)
         if not isinstance(leaf, str):
             return None
-        atom = _pick([a for a in _atoms_by_kind(leaf).get(kind, ()) if a.text != leaf], selector, int(n))
-        return None if atom is None else _atom_transform(atom, rule.transform)
+        return _pick([a for a in atoms_by_kind(leaf).get(kind, ()) if a.text != leaf], selector, int(n))
 
     def _apply_output(self, rule: Rule) -> Any:
         locator = rule.locator
         if locator[0] == "key":
             for earlier in reversed(self.history):
-                for path, leaf in output_leaves(earlier.output):
-                    if _leaf_name(path) == locator[1]:
-                        return apply_transform(rule.transform, leaf)
+                named = first_leaf_by_name(earlier.output)
+                if locator[1] in named:
+                    return apply_transform(rule.transform, named[locator[1]])
             return None
         observed = self._call_at(locator[:-1])
         if observed is None:
             return None
-        for path, leaf in output_leaves(observed.output):
-            if path == locator[-1]:
-                return apply_transform(rule.transform, leaf)
-        return None
+        leaves = first_leaf_by_path(observed.output)
+        return apply_transform(rule.transform, leaves[locator[-1]]) if locator[-1] in leaves else None

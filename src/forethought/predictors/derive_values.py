@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import json.encoder
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -25,12 +26,29 @@ DATE_FORMATS = ("%Y-%m-%d", "%m/%d/%Y", "%d/%m/%Y", "%Y/%m/%d", "%d-%m-%Y", "%m-
 """Date spellings a date found in text may be rewritten to."""
 
 MAX_ROUND_DIGITS = 3
+_BIG_INT = 1 << 1000
+_json_string = json.encoder.encode_basestring
+"""What ``json.dumps(text, ensure_ascii=False)`` returns for a string."""
 _CASES = ("id", "lower", "upper", "title", "cap")
 _PARTS = ("all", "first", "last")
 
 
 def value_key(value: Any) -> str:
     """A canonical string for comparing argument values (integral floats equal ints, keys sorted)."""
+    kind = value.__class__
+    # Scalars, exactly as the general path below writes them, without its cost.
+    if kind is str:
+        return _json_string(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if kind is int and -_BIG_INT < value < _BIG_INT:  # (beyond, the general path: no float holds it)
+        return int.__repr__(value)
+    if kind is float:
+        if not math.isfinite(value):
+            return _json_string(str(value))
+        return int.__repr__(int(value)) if value.is_integer() else float.__repr__(value)
 
     def norm(v: Any) -> Any:
         if isinstance(v, bool) or v is None or isinstance(v, str):

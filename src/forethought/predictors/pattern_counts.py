@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 PLAIN_PREFIX = "~"
 """Keys starting with this are never decayed."""
+_PLAIN_CHARS = len(PLAIN_PREFIX)
 
 REBASE_AFTER_HALF_LIVES = 64.0
 """Rebase when stored numbers have grown by 2**64 over their current value."""
@@ -28,16 +29,21 @@ def wilson_lower(successes: float, trials: float, z: float = 1.0) -> float:
     """Lower bound of the Wilson score interval for ``successes`` out of ``trials`` (0 when no trials)."""
     if trials <= 0:
         return 0.0
-    p = min(1.0, max(0.0, successes / trials))
+    # Clamps written as conditionals (the same values as min/max): this runs in every prediction's hot loop.
+    p = successes / trials
+    p = p if p > 0.0 else 0.0
+    p = p if p < 1.0 else 1.0
     z2 = z * z
     centre = p + z2 / (2 * trials)
-    margin = z * math.sqrt(max(0.0, p * (1 - p) / trials + z2 / (4 * trials * trials)))
-    return max(0.0, (centre - margin) / (1 + z2 / trials))
+    spread = p * (1 - p) / trials + z2 / (4 * trials * trials)
+    margin = z * math.sqrt(spread if spread > 0.0 else 0.0)
+    lower = (centre - margin) / (1 + z2 / trials)
+    return lower if lower > 0.0 else 0.0
 
 
 def decays(key: str) -> bool:
     """Whether counter ``key`` decays with time."""
-    return not key.startswith(PLAIN_PREFIX)
+    return key[:_PLAIN_CHARS] != PLAIN_PREFIX
 
 
 def rescale(value: float, from_epoch: float, to_epoch: float, half_life: float | None) -> float:
@@ -80,10 +86,6 @@ class Counts:
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._values))
 
-    def _scale(self) -> float:
-        """Factor turning a stored decaying number into its value now."""
-        return self._scale_now
-
     def _refresh_scale(self) -> None:
         if self.half_life is None:
             self._scale_now = 1.0
@@ -98,16 +100,28 @@ class Counts:
         self._pending_ticks += n
         self._refresh_scale()
 
+    @property
+    def scale(self) -> float:
+        """Factor turning a stored decaying number into its value now (stored numbers never change with
+        time: decay is this one factor, applied when a number is read)."""
+        return self._scale_now
+
+    def stored(self) -> Mapping[str, float]:
+        """The stored numbers (read only; they change as counts are added): for a decaying key, the value
+        now is ``stored()[key] * scale``, exactly what :meth:`get` returns. For hot loops."""
+        return self._values
+
     def get(self, key: str) -> float:
         """The current (decayed) value of ``key``; 0 when never counted."""
-        stored = self._values.get(key)
-        if stored is None:
+        values = self._values
+        if key not in values:
             return 0.0
-        return stored * self._scale() if decays(key) else stored
+        stored = values[key]
+        return stored if key[:_PLAIN_CHARS] == PLAIN_PREFIX else stored * self._scale_now
 
     def add(self, key: str, delta: float = 1.0) -> None:
         """Add ``delta`` to ``key`` now."""
-        scaled = delta / self._scale() if decays(key) else delta
+        scaled = delta / self._scale_now if decays(key) else delta
         self._values[key] = self._values.get(key, 0.0) + scaled
         self._pending[key] = self._pending.get(key, 0.0) + scaled
 

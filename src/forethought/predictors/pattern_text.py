@@ -13,18 +13,23 @@ Everything here is plain English text handling; nothing knows about any particul
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 ATOM_KINDS = ("quoted", "file", "number", "id", "hashtag", "mention", "url", "path", "date", "proper", "word")
 """Kinds of atom, from most to least specific. ``word`` atoms are addressed only by their cues."""
 
+_KIND_RANK = {kind: i for i, kind in enumerate(ATOM_KINDS)}
+"""Kind -> its place in :data:`ATOM_KINDS` (the order of :func:`text_atoms`)."""
 ORDINAL_KINDS = frozenset(ATOM_KINDS) - {"word"}
 """Kinds whose atoms are also addressed by position (first, second, last...)."""
 
 MAX_ATOM_CHARS = 400
 """Longer spans are never argument values worth guessing."""
+NEIGHBOUR_CHARS = 40
+"""How far the cue words of an atom may be from it."""
 
 _WORD = re.compile(r"[A-Za-z0-9][\w'\-]*")
 _QUOTED = [
@@ -39,6 +44,8 @@ _NUMBER = re.compile(r"(?<![\w.])[-+]?\$?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(%?)(?!
 _ID = re.compile(r"(?<![\w\-@#/.])([A-Za-z0-9]+(?:[_\-@][A-Za-z0-9]+)+|[A-Za-z]+\d[A-Za-z0-9]*|\d+[A-Za-z][A-Za-z0-9]*)"
                  r"(?![\w\-@])")
 _TAG = re.compile(r"(?<![\w])([#@][A-Za-z0-9_]+)")
+_FILE_HINT = re.compile(r"\.[A-Za-z]")
+"""What every file name matched by _FILE has: a dot before a letter."""
 _URL = re.compile(r"\b(?:https?|ftp)://[^\s'\"<>]+[^\s'\"<>.,;:!?)]")
 _PATH = re.compile(r"(?<![\w])((?:~|\.{1,2})?/[\w.\-]+(?:/[\w.\-]+)*/?|[\w.\-]+(?:/[\w.\-]+)+/?)")
 _PROPER = re.compile(r"\b([A-Z][a-zA-Z0-9&\-]*(?:\s+(?:of\s+|the\s+|de\s+)?[A-Z][a-zA-Z0-9&\-]*)*\.?)")
@@ -57,6 +64,9 @@ _DATES: list[tuple[re.Pattern[str], tuple[str, str, str]]] = [
     (re.compile(rf"\b({_MONTH_RE})\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), ("M", "d", "y")),
     (re.compile(rf"\b{_ORD}(?:\s+of)?\s+({_MONTH_RE})\.?,?\s+(\d{{4}})\b", re.I), ("d", "M", "y")),
 ]
+
+_YEAR = re.compile(r"\d{4}")
+"""What every date matched by _DATES has: a four-digit year."""
 
 _NUMBER_WORDS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
@@ -89,6 +99,7 @@ class Atom:
     date: dt.date | None = None
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def normalize_word(word: str) -> str:
     """Lower-case a word and strip a plural or possessive ending: the form used for cue and topic words."""
     word = word.lower().strip("'-_")
@@ -103,12 +114,18 @@ def normalize_word(word: str) -> str:
 
 def words(text: str) -> list[str]:
     """The normalised words of ``text``, in order (stopwords kept)."""
-    return [normalize_word(m.group(0)) for m in _WORD.finditer(text)]
+    return list(map(normalize_word, _WORD.findall(text)))
 
 
 def content_words(text: str) -> set[str]:
     """The distinct normalised words of ``text`` that are not stopwords or bare numbers."""
     return {w for w in words(text) if w and w not in STOPWORDS and not w.isdigit()}
+
+
+@functools.lru_cache(maxsize=1024)
+def message_words(text: str) -> frozenset[str]:
+    """:func:`content_words` of a message, remembered (every step of a turn reads the same message)."""
+    return frozenset(content_words(text))
 
 
 def name_words(name: str) -> set[str]:
@@ -130,12 +147,30 @@ def parse_number(text: str) -> float | None:
 
 
 def _neighbours(text: str, start: int, end: int) -> tuple[str, str]:
-    before = [m.group(0) for m in _WORD.finditer(text, max(0, start - 40), start)]
-    after = _WORD.search(text, end, min(len(text), end + 40))
+    """The words just before and after ``text[start:end]`` (within NEIGHBOUR_CHARS), normalised."""
+    before = _WORD.findall(text, max(0, start - NEIGHBOUR_CHARS), start)
+    after = _WORD.search(text, end, min(len(text), end + NEIGHBOUR_CHARS))
     return (normalize_word(before[-1]) if before else "", normalize_word(after.group(0)) if after else "")
 
 
+def _word_neighbours(text: str, spans: Sequence[tuple[int, int]], words: Sequence[str], i: int) -> tuple[str, str]:
+    """:func:`_neighbours` of the i-th word of ``text`` (``spans`` and ``words``: all its words, in order):
+    the words next to it, read from the lists when they lie wholly within reach, else from the text."""
+    start, end = spans[i]
+    if i > 0 and spans[i - 1][0] < start - NEIGHBOUR_CHARS:
+        return _neighbours(text, start, end)
+    following = spans[i + 1:i + 2]
+    reach = end + NEIGHBOUR_CHARS
+    if following and following[0][0] < reach < following[0][1] and reach < len(text):
+        return _neighbours(text, start, end)
+    before = normalize_word(words[i - 1]) if i > 0 else ""
+    after = normalize_word(words[i + 1]) if following and following[0][0] < reach else ""
+    return before, after
+
+
 def _date_spans(text: str) -> Iterator[tuple[int, int, dt.date]]:
+    if not _YEAR.search(text):  # every date pattern has a four-digit year
+        return
     for pattern, order in _DATES:
         for match in pattern.finditer(text):
             parts = dict(zip(order, match.groups(), strict=True))
@@ -148,7 +183,8 @@ def _date_spans(text: str) -> Iterator[tuple[int, int, dt.date]]:
 
 def text_atoms(text: str) -> list[Atom]:
     """All atoms of ``text``, ordered by kind (as in :data:`ATOM_KINDS`) and then by position."""
-    found: dict[tuple[str, int, str], Atom] = {}
+    # (kind, start, text) -> (kind rank, start, order found, atom): sorting these orders the atoms.
+    found: dict[tuple[str, int, str], tuple[int, int, int, Atom]] = {}
 
     def add(kind: str, start: int, end: int, value: str, number: float | None = None,
             date: dt.date | None = None) -> None:
@@ -156,35 +192,46 @@ def text_atoms(text: str) -> list[Atom]:
         if not value or len(value) > MAX_ATOM_CHARS or (kind, start, value) in found:
             return
         before, after = _neighbours(text, start, end)
-        found[(kind, start, value)] = Atom(value, kind, start, before, after, number, date)
+        found[(kind, start, value)] = (_KIND_RANK[kind], start, len(found),
+                                       Atom(value, kind, start, before, after, number, date))
+
+    spans = list(map(re.Match.span, _WORD.finditer(text)))
+    words = _WORD.findall(text)
+    lowered = list(map(str.lower, words))
 
     for pattern in _QUOTED:
         for m in pattern.finditer(text):
             add("quoted", m.start(), m.end(), m.group(1))
-    for m in _FILE.finditer(text):
+    # Each pattern below runs only on a text holding the characters every match of it needs.
+    for m in _FILE.finditer(text) if _FILE_HINT.search(text) else ():
         if not m.group(1).split(".")[-1].isdigit():
             add("file", m.start(1), m.end(1), m.group(1))
     for m in _NUMBER.finditer(text):
         add("number", m.start(), m.end(), m.group(0), parse_number(m.group(0)))
-    for m in _WORD.finditer(text):
-        low = m.group(0).lower()
+    for (start, end), word, low in zip(spans, words, lowered, strict=True):
         if low in _NUMBER_WORDS:
-            add("number", m.start(), m.end(), m.group(0), float(_NUMBER_WORDS[low]))
+            add("number", start, end, word, float(_NUMBER_WORDS[low]))
     for m in _ID.finditer(text):
         add("id", m.start(1), m.end(1), m.group(1))
-    for m in _TAG.finditer(text):
+    for m in _TAG.finditer(text) if "#" in text or "@" in text else ():
         add("hashtag" if m.group(1).startswith("#") else "mention", m.start(1), m.end(1), m.group(1))
-    for m in _URL.finditer(text):
+    for m in _URL.finditer(text) if "://" in text else ():
         add("url", m.start(), m.end(), m.group(0))
-    for m in _PATH.finditer(text):
+    for m in _PATH.finditer(text) if "/" in text else ():
         if "://" not in text[max(0, m.start() - 3):m.end()]:
             add("path", m.start(1), m.end(1), m.group(1))
     for start, end, date in _date_spans(text):
         add("date", start, end, text[start:end], date=date)
     for m in _PROPER.finditer(text):
         add("proper", m.start(1), m.end(1), m.group(1).rstrip("."))
-    for m in _WORD.finditer(text):
-        if m.group(0).lower() not in STOPWORDS:
-            add("word", m.start(), m.end(), m.group(0).strip("'-"))
-    rank = {kind: i for i, kind in enumerate(ATOM_KINDS)}
-    return sorted(found.values(), key=lambda a: (rank[a.kind], a.start))
+    word_rank = _KIND_RANK["word"]
+    for i, ((start, _), word, low) in enumerate(zip(spans, words, lowered, strict=True)):
+        if low in STOPWORDS:
+            continue
+        # add("word", ...), written out: this is the loop over every word of the text.
+        value = word.strip("'-").strip()
+        if not value or len(value) > MAX_ATOM_CHARS or ("word", start, value) in found:
+            continue
+        before, after = _word_neighbours(text, spans, words, i)
+        found[("word", start, value)] = (word_rank, start, len(found), Atom(value, "word", start, before, after))
+    return [entry[3] for entry in sorted(found.values())]

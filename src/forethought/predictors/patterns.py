@@ -28,13 +28,12 @@ from forethought.calls import ArgumentSpec, ToolCall, compile_arguments
 from forethought.errors import InvalidArgumentsError
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 from forethought.predictors.derive_rules import Sources
-from forethought.predictors.derive_values import value_key
 from forethought.predictors.pattern_args import ArgCandidate, ArgumentModel
 from forethought.predictors.pattern_counts import Counts, CountsState
 from forethought.predictors.pattern_flow import TURN_MARK, FlowModel, FlowView, call_token
 from forethought.predictors.pattern_replay import RecordedSession, from_trajectory, train
 from forethought.predictors.pattern_store import PatternStore, tool_set_fingerprint
-from forethought.predictors.pattern_text import content_words
+from forethought.predictors.pattern_text import message_words
 from forethought.predictors.pattern_turns import TurnTracker
 from forethought.workloads.trajectory import Trajectory
 
@@ -42,6 +41,8 @@ log = logging.getLogger(__name__)
 
 SOURCE = "pattern"
 MAX_STEP_SESSIONS = 4096
+MAX_CACHED_STEPS = 256
+"""Sessions whose latest step is kept for the learning of its call (it only has to outlive one step)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +78,16 @@ class _Step:
     view: FlowView
     sources: Sources
     words: frozenset[str]
-    candidates: tuple[str, ...]
+
+
+_Mark = tuple[int, int, str]
+"""What identifies a context of a session: calls so far, messages so far, latest user message."""
+_OptionKey = tuple[str, tuple[tuple[str, str], ...]]
+"""A predicted call as a key: the tool and its (parameter, value key) pairs in parameter order."""
+
+
+def _mark(context: PredictionContext) -> _Mark:
+    return (len(context.history), len(context.messages), context.user_message)
 
 
 class PatternPredictor:
@@ -95,8 +105,10 @@ class PatternPredictor:
         self.args = ArgumentModel(self.counts, self.config.z)
         self._turns = TurnTracker()
         self._specs: dict[tuple[str, str], ArgumentSpec | None] = {}
+        self._spec_of: dict[str, tuple[Mapping[str, Any] | None, ArgumentSpec | None]] = {}
         self._since_flush = 0
-        self._step_calls: OrderedDict[str, tuple[tuple[int, int, str], list[ObservedCall]]] = OrderedDict()
+        self._step_calls: OrderedDict[str, tuple[_Mark, list[ObservedCall]]] = OrderedDict()
+        self._steps: OrderedDict[str, tuple[PredictionContext, _Mark, _Step]] = OrderedDict()
         if store is not None:
             self.sync()
 
@@ -137,6 +149,7 @@ class PatternPredictor:
         for key in self.counts:
             self.flow.register(key)
             self.args.register(key)
+        self.args.build_tables()
 
     def flush(self) -> None:
         """Add what was learned since the last save to the store, in one transaction."""
@@ -162,6 +175,20 @@ class PatternPredictor:
     # --- context --------------------------------------------------------------------------------------
 
     def _step(self, context: PredictionContext) -> _Step:
+        """The step of ``context``, worked out once: a prediction and the learning of the call that follows
+        it (the same context object, unchanged) share it."""
+        mark = _mark(context)
+        cached = self._steps.get(context.session_id)
+        if cached is not None and cached[0] is context and cached[1] == mark:
+            return cached[2]
+        step = self._derive_step(context)
+        self._steps[context.session_id] = (context, mark, step)
+        self._steps.move_to_end(context.session_id)
+        while len(self._steps) > MAX_CACHED_STEPS:
+            self._steps.popitem(last=False)
+        return step
+
+    def _derive_step(self, context: PredictionContext) -> _Step:
         turns = self._turns.turns(context)
         starts = set(turns.starts)
         tokens: list[str] = []
@@ -173,13 +200,19 @@ class PatternPredictor:
         if turn_start == len(context.history):
             tokens.append(TURN_MARK)
         turn_calls = tuple(o.call.name for o in context.history[turn_start:])
-        words = frozenset(content_words(context.user_message))
+        words = message_words(context.user_message)
         view = FlowView(tuple(tokens[-(self.config.order + 1):]), words, turn_calls)
         sources = Sources(context.user_message, context.history, turn_start, turns.previous_message)
-        candidates = tuple(context.tools) if context.tools else tuple(sorted(self.flow.known_tools))
-        return _Step(view, sources, words, candidates)
+        return _Step(view, sources, words)
+
+    def _candidates(self, context: PredictionContext) -> tuple[str, ...]:
+        """The tools that may come next: those offered, else every tool seen."""
+        return tuple(context.tools) if context.tools else tuple(sorted(self.flow.known_tools))
 
     def _spec(self, name: str, schema: Mapping[str, Any] | None) -> ArgumentSpec | None:
+        known = self._spec_of.get(name)
+        if known is not None and known[0] is schema:
+            return known[1]
         text = json.dumps(schema, sort_keys=True, default=str) if schema is not None else ""
         key = (name, text)
         if key not in self._specs:
@@ -187,6 +220,7 @@ class PatternPredictor:
                 self._specs[key] = compile_arguments(name, schema) if schema is not None else None
             except InvalidArgumentsError:
                 self._specs[key] = None
+        self._spec_of[name] = (schema, self._specs[key])
         return self._specs[key]
 
     def _canonical(self, call: ToolCall, schema: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -208,15 +242,32 @@ class PatternPredictor:
     def predict_now(self, context: PredictionContext) -> list[Prediction]:
         """:meth:`predict` without the coroutine (for replay and tests)."""
         step = self._step(context)
-        ranked = self.flow.rank(step.view, step.candidates)[: self.config.name_candidates]
-        options: dict[str, Prediction] = {}
+        ranked = self.flow.rank(step.view, self._candidates(context))[: self.config.name_candidates]
+        options: dict[_OptionKey, Prediction] = {}
         for tool, p_name in ranked:
-            for prediction in self._calls_for(tool, p_name, context.tools.get(tool), step):
-                key = tool + "\x1f" + value_key(dict(prediction.call.arguments))
+            floor = self._floor(options)
+            if floor is not None and floor > p_name:
+                break  # no call of this tool, or of any less likely one, can enter the top k
+            for key, prediction in self._calls_for(tool, p_name, context.tools.get(tool), step, floor):
                 if key not in options or options[key].confidence < prediction.confidence:
                     options[key] = prediction
-        ordered = sorted(options.values(), key=lambda p: (-p.confidence, not p.executable))
-        return [p for p in ordered if p.confidence >= self.config.min_confidence][: self.config.top_k]
+        # Most confident first, executable before hints, then in the order found (as a stable sort would).
+        ordered = sorted([(-p.confidence, not p.executable, i, p) for i, p in enumerate(options.values())])
+        return [p for *_, p in ordered if p.confidence >= self.config.min_confidence][: self.config.top_k]
+
+    def _floor(self, options: Mapping[_OptionKey, Prediction]) -> float | None:
+        """The k-th best confidence so far, when a call must beat it (strictly) to change the answer.
+
+        A call's confidence is its tool's probability times factors of at most 1 (argument scores, the
+        hint factor), so a tool (and the product so far of its best argument scores) bounds the confidence
+        of all its calls. None while fewer than k options are known, or when the configuration allows
+        factors above 1.
+        """
+        config = self.config
+        if (config.top_k < 1 or len(options) < config.top_k or config.arg_weight < 0
+                or not 0 <= config.hint_factor <= 1):
+            return None
+        return sorted([p.confidence for p in options.values()], reverse=True)[config.top_k - 1]
 
     def predict_after(self, context: PredictionContext, speculated: ObservedCall) -> list[Prediction]:
         """Chained speculation: the calls likely to follow ``speculated``, as if it had just run.
@@ -234,16 +285,22 @@ class PatternPredictor:
                     {"role": "tool", "tool_call_id": call_id, "content": speculated.output}]
         return self.predict_now(replace(context, messages=messages, history=(*context.history, speculated)))
 
-    def _calls_for(self, tool: str, p_name: float, schema: Mapping[str, Any] | None,
-                   step: _Step) -> list[Prediction]:
+    def _calls_for(self, tool: str, p_name: float, schema: Mapping[str, Any] | None, step: _Step,
+                   floor: float | None = None) -> list[tuple[_OptionKey, Prediction]]:
+        """The calls of ``tool`` worth proposing, with their keys; none when none can beat ``floor``."""
         properties: Mapping[str, Any] = (schema or {}).get("properties") or {}
         required = set((schema or {}).get("required") or ())
         choices: dict[str, list[ArgCandidate]] = {}
+        bound = p_name  # the best confidence still possible, multiplied as confidences are below
+        prune = floor is not None and self.config.arg_weight == 1.0
         for param in self.args.parameters(tool, properties):
             found = self.args.candidates(tool, param, properties.get(param) or {}, param in required,
                                          step.sources, step.words, self.config.arg_alternatives)
             if found:
                 choices[param] = found
+                bound *= found[0].score
+                if prune and floor is not None and bound < floor:
+                    return []
         missing = sorted(required - set(choices))
         base = {param: found[0] for param, found in choices.items()}
         combos = [base]
@@ -257,7 +314,8 @@ class PatternPredictor:
                 confidence *= candidate.score ** self.config.arg_weight
             confidence *= self.config.hint_factor ** len(missing)
             arguments = {param: c.value for param, c in combo.items() if not c.absent}
-            out.append(Prediction(ToolCall(tool, arguments), confidence, SOURCE, executable=not missing))
+            key = (tool, tuple([(param, c.key) for param, c in combo.items() if not c.absent]))
+            out.append((key, Prediction(ToolCall(tool, arguments), confidence, SOURCE, executable=not missing)))
         return out
 
     def _with_step_calls(self, context: PredictionContext, observed: ObservedCall) -> PredictionContext:
@@ -285,7 +343,7 @@ class PatternPredictor:
         call = observed.call
         schema = context.tools.get(call.name)
         arguments = self._canonical(call, schema)
-        self.flow.learn(step.view, step.candidates, call.name)
+        self.flow.learn(step.view, self._candidates(context), call.name)
         properties: Mapping[str, Any] = (schema or {}).get("properties") or {}
         self.args.learn(call.name, properties, arguments, step.sources, step.words)
         self.counts.tick()
