@@ -39,10 +39,10 @@ import httpx2
 from rich.console import Console
 from rich.table import Table
 
-from forethought.agent import Agent, StepTiming, ToolRecord
+from forethought.agent import Agent
 from forethought.bench.metrics import equivalent
 from forethought.bench.report import document, write_json
-from forethought.bench.runner import TrajectoryRun
+from forethought.bench.runner import TrajectoryRun, converse
 from forethought.errors import ForethoughtError
 from forethought.llm.client import LLMClient, OpenAIChatClient
 from forethought.llm.events import LLMEvent
@@ -263,25 +263,7 @@ async def _run_task(arm: str, agents: int, repeat: int, trajectory: Trajectory, 
                   predictors=[speculator] if speculator is not None else (),
                   request_extra={"metadata": {"trajectory_id": trajectory.id, "conversation_id": name}},
                   session_id=name, engine_side=poster is not None, cache_poster=poster)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": trajectory.system}] if trajectory.system else []
-    records: list[ToolRecord] = []
-    steps: list[StepTiming] = []
-    error: str | None = None
-    started = time.monotonic()
-    try:
-        for turn in trajectory.turns:
-            messages.append({"role": "user", "content": turn.user})
-            result = await agent.run(messages)
-            messages.extend(result.messages)
-            records.extend(result.tool_records)
-            steps.extend(result.steps)
-    except Exception as exc:  # recorded and compared: one bad conversation never stops the bench
-        error = f"{type(exc).__name__}: {exc}"
-    wall = time.monotonic() - started
-    stats = agent.session.stats()
-    await agent.close()
-    run = TrajectoryRun(arm, trajectory.id, trajectory.domain, wall, tuple(records), tuple(steps),
-                        session_tools.fingerprint(), stats, error)
+    run = await converse(arm, agent, trajectory, session_tools.fingerprint)
     return run, agent.engine_stats.posts, agent.engine_stats.served_calls
 
 

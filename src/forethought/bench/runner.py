@@ -76,9 +76,13 @@ async def run_trajectory(arm: Arm, trajectory: Trajectory, workload: Workload, c
                   predictors=predictors, early_dispatch=arm.early_dispatch,
                   request_extra=_request_extra(trajectory, arm, repeat),
                   session_id=f"{arm.name}/{trajectory.id}/{repeat}")
-    messages: list[dict[str, Any]] = []
-    if trajectory.system:
-        messages.append({"role": "system", "content": trajectory.system})
+    return await converse(arm.name, agent, trajectory, session_tools.fingerprint)
+
+
+async def converse(arm: str, agent: Agent, trajectory: Trajectory,
+                   fingerprint: Callable[[], str]) -> TrajectoryRun:
+    """Play every user turn of ``trajectory`` through ``agent``, then close it; a failure is recorded."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": trajectory.system}] if trajectory.system else []
     records: list[ToolRecord] = []
     steps: list[StepTiming] = []
     error: str | None = None
@@ -95,8 +99,8 @@ async def run_trajectory(arm: Arm, trajectory: Trajectory, workload: Workload, c
     wall = time.monotonic() - started
     stats = agent.session.stats()
     await agent.close()
-    return TrajectoryRun(arm.name, trajectory.id, trajectory.domain, wall, tuple(records), tuple(steps),
-                         session_tools.fingerprint(), stats, error)
+    return TrajectoryRun(arm, trajectory.id, trajectory.domain, wall, tuple(records), tuple(steps),
+                         fingerprint(), stats, error)
 
 
 async def run_arm(arm: Arm, trajectories: Sequence[Trajectory], workload: Workload, base_url: str, *,
