@@ -1,8 +1,9 @@
 """``forethought bench --workload paper-table``: time saved by mean tool latency at several alphas.
 
 Reproduces the shape of Nichols et al.'s "time saved by average tool latency" table with the stand-in
-speculator sampled once per step (lambda = 1, so the acceptance rate is alpha): for each alpha and each mean tool latency (0.5 .. 2.5 s before time scaling), the serial and
-``spec-model`` arms run side by side on the same BFCL trajectories; the cell is the measured time saved.
+speculator sampled once per step (lambda = 1, so the acceptance rate is alpha): for each alpha and each
+mean tool latency (0.5 .. 2.5 s before time scaling), the serial and ``spec-model`` arms run side by side
+on the same BFCL trajectories; the cell is the measured time saved.
 """
 
 from __future__ import annotations
