@@ -34,6 +34,7 @@ demo: $(STAMP)
 	$(BIN)/forethought bench --json reports/bench.json
 
 test: $(STAMP)
+	-$(MAKE) --no-print-directory sptc-venv  # optional: the spec-ptc comparison test skips (with its reason) without it
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
