@@ -48,7 +48,14 @@ from forethought.llm.events import (
     ToolResultServed,
 )
 from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster, ToolCachePoster
-from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor, StreamingPredictor
+from forethought.predictors.base import (
+    ObservedCall,
+    Prediction,
+    PredictionContext,
+    Predictor,
+    StreamingPredictor,
+    reports_failure,
+)
 from forethought.runtime import CallOutcome, Runtime, Session
 from forethought.store import Entry
 from forethought.telemetry import Event, EventKind
@@ -369,7 +376,7 @@ class Agent:
                 outcome = await self.session.execute_detailed(pending.call)
         except ForethoughtError as exc:
             return render_error(exc), False, "error", "", 0.0, 0.0
-        return (render_output(outcome.value), True, outcome.kind, outcome.source,
+        return (render_output(outcome.value), not reports_failure(outcome.value), outcome.kind, outcome.source,
                 outcome.waited_s + outcome.saved_s, outcome.saved_s)
 
     async def _run_predictor(self, predictor: Predictor, context: PredictionContext) -> None:

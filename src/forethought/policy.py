@@ -43,11 +43,15 @@ class ToolPolicy:
 
 @dataclass(frozen=True, slots=True)
 class BreakerPolicy:
-    """When the circuit breaker turns speculation off, and for how long."""
+    """When the circuit breaker turns speculation off, and for how long.
 
-    window: int = 20
-    min_samples: int = 8
-    max_waste_rate: float = 0.9
+    Top-k speculation wastes k-1 of every k guesses even when the predictor is right, so the default
+    opens only when almost nothing a scope speculates is used (fewer than 3 in 100 over the last 50).
+    """
+
+    window: int = 50
+    min_samples: int = 20
+    max_waste_rate: float = 0.97
     max_error_rate: float = 0.5
     cooldown_s: float = 30.0
 

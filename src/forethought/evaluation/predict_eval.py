@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from forethought.calls import ArgumentSpec, ToolCall, compile_arguments
 from forethought.errors import ForethoughtError, InvalidArgumentsError, WorkloadError
-from forethought.predictors.base import ObservedCall, Prediction
+from forethought.predictors.base import ObservedCall, Prediction, reports_failure
 from forethought.predictors.pattern_replay import RecordedSession, RecordedTurn, contexts, tool_schemas, train
 from forethought.predictors.patterns import PatternConfig, PatternPredictor
 from forethought.tools import Tool
@@ -105,11 +105,6 @@ def _render(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _failed(value: Any) -> bool:
-    """A result that is an object with an ``error`` field reports a failure (BFCL backends do this)."""
-    return isinstance(value, dict) and "error" in value
-
-
 def record_bfcl(entries: Iterable[Any]) -> list[RecordedSession]:
     """Run each entry's ground truth on fresh backends, in order; the sessions with real outputs."""
     from forethought.workloads.bfcl import build_session
@@ -128,7 +123,7 @@ def record_bfcl(entries: Iterable[Any]) -> list[RecordedSession]:
                 target = tool.state.live if tool.state is not None else None
                 try:
                     value = tool.fn(target, **call.arguments) if tool.state is not None else tool.fn(**call.arguments)
-                    ok = not _failed(value)
+                    ok = not reports_failure(value)
                 except Exception as exc:  # a failing ground-truth call is part of the session
                     value, ok = f"Error: {exc}", False
                 observed.append(ObservedCall(call, _render(value), ok))
@@ -159,7 +154,7 @@ async def record_trajectories(trajectories: Iterable[Trajectory],
                 for call in turn.calls:
                     try:
                         value = await session.execute(call)
-                        ok = not _failed(value)
+                        ok = not reports_failure(value)
                     except ForethoughtError as exc:
                         value, ok = f"Error: {exc}", False
                     observed.append(ObservedCall(call, _render(value), ok))

@@ -14,9 +14,21 @@ from typing import Any, Protocol, runtime_checkable
 from forethought.calls import ToolCall
 
 
+def reports_failure(value: Any) -> bool:
+    """Whether a tool's return value reports a failure: an object with an ``error`` field.
+
+    Many tool sets (BFCL's backends among them) return errors instead of raising; the agent and the
+    offline evaluation both use this one rule, so a predictor sees the same outcome in both.
+    """
+    return isinstance(value, Mapping) and "error" in value
+
+
 @dataclass(frozen=True, slots=True)
 class ObservedCall:
-    """An authoritative call of this session with its output as the model saw it."""
+    """An authoritative call of this session with its output as the model saw it.
+
+    ``ok`` is false when the call raised or its value reports a failure (:func:`reports_failure`).
+    """
 
     call: ToolCall
     output: str
