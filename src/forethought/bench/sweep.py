@@ -1,10 +1,10 @@
 """``forethought bench --workload sweep``: efficiency over alpha x T/G on a controlled synthetic workload.
 
 A pilot serial run with no tool latency measures the mean generation time G per step. Then for every
-alpha in the grid and every ratio T/G, the serial and ``spec-model`` arms run on the synthetic workload
-(one PURE call per step) with mean tool latency ``ratio * G``; efficiency is the measured speedup divided
-by the per-step Lemma-1 bound (:mod:`forethought.bench.metrics`). Efficiency near 1.0 means the runtime
-itself costs nothing.
+alpha in the grid (the speculator is sampled once per step, so alpha is the acceptance rate) and every
+ratio T/G, the serial and ``spec-model`` arms run on the synthetic workload (one PURE call per step) with
+mean tool latency ``ratio * G``; efficiency is the measured speedup divided by the per-step Lemma-1 bound
+(:mod:`forethought.bench.metrics`). Efficiency near 1.0 means the runtime itself costs nothing.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ async def run_sweep(config: BenchConfig, console: Console | None = None, json_pa
         for ratio in ratios:
             mean_unscaled = ratio * g_main / config.time_scale if config.time_scale else 0.0
             latency = LatencyModel(mean_s=mean_unscaled, jitter=0.0, seed=config.seed, time_scale=config.time_scale)
-            runs = await run_arms(replace(config, alpha=alpha), workload, arms, trajectories, latency, None, None)
+            runs = await run_arms(replace(config, alpha=alpha, samples=1), workload, arms, trajectories, latency,
+                                  None, None)
             spec = metrics_of(runs, {})["spec-model"]
             measured = _measured(runs)
             cells.append({"alpha": alpha, "T_over_G": ratio, "G_s": measured["G_s"], "T_s": measured["T_s"],
