@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import math
 from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
 from forethought.calls import ToolCall
+from forethought.codeexec.json_copy import NotJSONError, json_copy
 from forethought.codeexec.lazy import Forwarding, find, replace
 from forethought.codeexec.link import RealLink
 from forethought.codeexec.plain import call_directly
@@ -58,10 +58,6 @@ class _ToolFailed(Exception):
         self.error = error
 
 
-class _NotJSON(Exception):
-    """An argument is not a JSON value: the call cannot be keyed."""
-
-
 class PendingCall(Forwarding):
     """An issued, not yet claimed, tool call of the real run (the value a lazy call site returns)."""
 
@@ -85,23 +81,7 @@ def is_pending(value: Any) -> bool:
 
 
 def _template(value: Any, budget: list[int]) -> Any:
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise _NotJSON("too large")
-    kind = type(value)
-    if value is None or kind in (bool, int, str) or kind is PendingCall:
-        return value
-    if kind is float:
-        if not math.isfinite(value):
-            raise _NotJSON("non-finite number")
-        return value
-    if kind in (list, tuple):
-        return [_template(v, budget) for v in value]
-    if kind is dict:
-        if any(type(k) is not str for k in value):
-            raise _NotJSON("non-string key")
-        return {k: _template(v, budget) for k, v in value.items()}
-    raise _NotJSON(kind.__name__)
+    return json_copy(value, budget, PendingCall)
 
 
 class RealHook:
@@ -155,7 +135,7 @@ class CallPlane:
         try:
             budget = [_MAX_ARGUMENT_NODES]
             targs, tkwargs = _template(list(args), budget), _template(dict(kwargs), budget)
-        except _NotJSON:
+        except NotJSONError:
             return self.call(tool, args, kwargs)
         if not find([targs, tkwargs], is_pending)[0]:
             try:
@@ -180,7 +160,7 @@ class CallPlane:
             budget = [_MAX_ARGUMENT_NODES]
             call = ToolCall(tool.name, _template(kwargs_dict, budget), tuple(_template(args_list, budget)))
             self.session.resolve(call)
-        except (_NotJSON, CallError):
+        except (NotJSONError, CallError):
             return self._direct(tool, tuple(args_list), kwargs_dict)
         try:
             return self._authoritative(call, tool, None, self.statement)

@@ -10,11 +10,11 @@ unknown until the real run.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from forethought.codeexec.cell import Cell
+from forethought.codeexec.json_copy import NotJSONError, json_copy
 from forethought.codeexec.lazy import Blocked, ShadowLazy, Waiter
 from forethought.codeexec.signals import ShadowBlocked
 from forethought.tools import Tool
@@ -29,28 +29,14 @@ class Launch(Protocol):
 
 def json_template(value: Any, budget: list[int]) -> Any:
     """A fresh copy of a JSON value that may hold pending shadow values; raises :class:`ShadowBlocked`."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise ShadowBlocked("tool arguments too large to speculate")
-    kind = type(value)
-    if value is None or kind in (bool, int, str) or kind is ShadowLazy:
-        return value
-    if kind is float:
-        if not math.isfinite(value):
-            raise ShadowBlocked("a non-finite number is not a JSON value")
-        return value
-    if kind in (list, tuple):
-        return [json_template(v, budget) for v in value]
-    if kind is dict:
-        out = {}
-        for k, v in value.items():
-            if type(k) is not str:
-                raise ShadowBlocked("a dict with non-string keys is not a JSON value")
-            out[k] = json_template(v, budget)
-        return out
-    if kind is Blocked:
-        raise ShadowBlocked(object.__getattribute__(value, "reason"))
-    raise ShadowBlocked(f"a {kind.__name__} argument is not a JSON value: the call is not speculated")
+    try:
+        return json_copy(value, budget, ShadowLazy, _blocked_reason)
+    except NotJSONError as exc:
+        raise ShadowBlocked(str(exc)) from None
+
+
+def _blocked_reason(value: Any) -> str | None:
+    return str(object.__getattribute__(value, "reason")) if type(value) is Blocked else None
 
 
 class ShadowHook:
