@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from forethought.runtime import Session
+from forethought._runtime import Session
 
 PHASE: contextvars.ContextVar[str] = contextvars.ContextVar("phase", default="authoritative")
 """Set to "speculative" around ``speculate`` calls: the speculative task copies it at creation, so an

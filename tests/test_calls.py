@@ -11,16 +11,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from forethought.calls import (
+from forethought._calls import (
     ArgumentSpec,
     ToolCall,
     compile_arguments,
     dumps_canonical,
     parse_arguments_json,
 )
+from forethought._runtime import Runtime
+from forethought._tools import Effect, tool
 from forethought.errors import CallError, InvalidArgumentsError, MalformedArgumentsJSONError, UnknownToolError
-from forethought.runtime import Runtime
-from forethought.tools import Effect, tool
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

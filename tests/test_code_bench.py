@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from forethought.bench import code_sptc
-from forethought.bench.code_metrics import ARM_FIELDS
-from forethought.bench.code_runner import format_code_bench, run_code_bench
-from forethought.bench.code_stream import schedule
-from forethought.bench.code_suite import SUITE
+from forethought.bench.code import sptc as code_sptc
+from forethought.bench.code.metrics import ARM_FIELDS
+from forethought.bench.code.runner import format_code_bench, run_code_bench
+from forethought.bench.code.stream import schedule
+from forethought.bench.code.suite import SUITE
 from forethought.errors import WorkloadError
 
 PROGRAMS = ["map_loop", "tool_error", "no_tools"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from forethought import Effect, Tool, tool
-from forethought.bench.code_runner import run_forethought, run_serial
-from forethought.bench.code_stream import schedule
-from forethought.bench.code_suite import SUITE, program
-from forethought.predictors.code import CodeMode
+from forethought.bench.code.runner import run_forethought, run_serial
+from forethought.bench.code.stream import schedule
+from forethought.bench.code.suite import SUITE, program
+from forethought.code.predictor import CodeMode
 from forethought.sandbox import ObjectState
 from test_code_support import run_plain, stream_and_run
 

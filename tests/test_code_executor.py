@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forethought import Policy, Runtime
-from forethought.codeexec.executor import CodeExecutor
-from forethought.codeexec.results import ExecResult
+from forethought.code.executor import CodeExecutor
+from forethought.code.results import ExecResult
 from test_code_support import ToolLog, comparable, make_tools, run_plain, runtime, user_names
 
 

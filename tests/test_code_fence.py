@@ -7,8 +7,8 @@ import ast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought.predictors import code_segment
-from forethought.predictors.code_fence import (
+from forethought.code import segment as code_segment
+from forethought.code.fence import (
     BlockClosed,
     BlockLine,
     BlockOpened,
@@ -16,8 +16,8 @@ from forethought.predictors.code_fence import (
     FenceExtractor,
     looks_like_code,
 )
-from forethought.predictors.code_lexer import LineLexer
-from forethought.predictors.code_segment import StatementSegmenter
+from forethought.code.lexer import LineLexer
+from forethought.code.segment import StatementSegmenter
 
 MESSAGE = """Let me check a few things.
 ```python

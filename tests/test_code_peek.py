@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from forethought.predictors.code_peek import Deduplicating, TailPeek, preplan, repair
+from forethought.code.peek import Deduplicating, TailPeek, preplan, repair
 
 TOOLS = frozenset({"fetch", "summarize"})
 

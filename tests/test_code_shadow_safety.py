@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from forethought.predictors.code import CodeMode, CodePredictor
+from forethought.code.predictor import CodeMode, CodePredictor
 from test_code_support import FAST_LIMITS, ToolLog, make_tools, run_plain, runtime, stream_and_run, user_names
 
 SETTLE_S = 15.0

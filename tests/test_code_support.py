@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forethought import Effect, Policy, Runtime, Tool, tool
-from forethought.codeexec.executor import CodeExecutor
-from forethought.codeexec.guard import ShadowLimits
-from forethought.codeexec.plain import PlainExecutor
-from forethought.codeexec.results import ExecResult
-from forethought.predictors.code import CodeMode, CodePredictor, CodeTurn
+from forethought.code.executor import CodeExecutor
+from forethought.code.guard import ShadowLimits
+from forethought.code.plain import PlainExecutor
+from forethought.code.predictor import CodeMode, CodePredictor, CodeTurn
+from forethought.code.results import ExecResult
 
 FAST_LIMITS = ShadowLimits(max_steps=200_000, max_cpu_s=0.5, max_wait_s=5.0)
 

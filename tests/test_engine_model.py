@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought.calls import ToolCall
-from forethought.llm.client import OpenAIChatClient
+from forethought._calls import ToolCall
+from forethought._trajectory import Trajectory, Turn
+from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import MessageDone
 from forethought.serve.engine import EngineModel, TimingConfig
 from forethought.serve.engine_cache import PrefixCache, count_tokens
 from forethought.serve.engine_slots import BatchSlots
 from forethought.serve.http import serve_in_process
 from forethought.serve.model_server import ModelServer, SpeculatorConfig
-from forethought.workloads.trajectory import Trajectory, Turn
 
 TOOLS = ({"type": "function", "function": {"name": "look", "parameters": {
     "type": "object", "properties": {"where": {"type": "string"}}, "required": ["where"]}}},)

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from forethought import Runtime
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
+from forethought._policy import BreakerPolicy, Policy
+from forethought._runtime import Session
 from forethought.errors import ToolExecutionError
-from forethought.policy import BreakerPolicy, Policy
-from forethought.runtime import Session
 from forethought.telemetry import EventKind
 from forethought.workloads.bfcl import BfclEntry, build_session, load_bfcl, state_fingerprint
 

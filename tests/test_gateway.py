@@ -18,9 +18,10 @@ import httpx2
 import openai
 import pytest
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
+from forethought._trajectory import Trajectory, Turn
 from forethought.errors import StreamDroppedError, UpstreamError
-from forethought.llm.client import OpenAIChatClient
+from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import (
     LLMEvent,
     MessageDone,
@@ -34,7 +35,6 @@ from forethought.serve.gateway import Gateway, GatewayConfig
 from forethought.serve.gateway_cache import CacheLimits
 from forethought.serve.http import serve_in_process
 from forethought.serve.model_server import ModelServer, SpeculatorConfig, TimingConfig
-from forethought.workloads.trajectory import Trajectory, Turn
 
 TOOLS = (
     {"type": "function", "function": {"name": "cd", "parameters": {

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from forethought import Effect, Runtime, Tool, ToolCall, tool
+from forethought._trajectory import Trajectory
 from forethought.agent import Agent
 from forethought.errors import ForethoughtError
-from forethought.llm.client import OpenAIChatClient
+from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import (
     LLMEvent,
     MessageDone,
@@ -37,7 +38,6 @@ from forethought.serve.gateway import Gateway, GatewayConfig
 from forethought.serve.http import serve_in_process
 from forethought.serve.model_server import ModelServer, SpeculatorConfig, TimingConfig
 from forethought.workloads.bfcl_workload import BfclWorkload
-from forethought.workloads.trajectory import Trajectory
 
 HEADERS = {RESPONSE_ID_HEADER: "ftg-1", TOKEN_HEADER: "secret", CACHE_PATH_HEADER: "/cache-tool-output/ftg-1"}
 STARTED = ResponseStarted("ftg-1", HEADERS, "http://gateway/v1/chat/completions")

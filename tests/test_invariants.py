@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import PHASE, ExecLog, FakeSnapshot, FakeState, Gate, settle, speculate_marked, spin
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
+from forethought._policy import BreakerPolicy, Policy, ToolPolicy
+from forethought._runtime import Runtime
+from forethought._tools import Effect, Tool, tool
 from forethought.errors import ToolExecutionError
-from forethought.policy import BreakerPolicy, Policy, ToolPolicy
-from forethought.runtime import Runtime
 from forethought.telemetry import Event, EventKind
-from forethought.tools import Effect, Tool, tool
 
 OPEN_BREAKER = BreakerPolicy(max_waste_rate=1.0, max_error_rate=1.0)
 

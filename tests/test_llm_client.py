@@ -13,9 +13,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
+from forethought._trajectory import Trajectory, Turn
 from forethought.errors import StreamDroppedError, UpstreamError
-from forethought.llm.client import OpenAIChatClient, ToolCallAssembler
+from forethought.llm.chat import OpenAIChatClient, ToolCallAssembler
 from forethought.llm.events import (
     LLMEvent,
     MessageDone,
@@ -26,7 +27,6 @@ from forethought.llm.events import (
 )
 from forethought.serve.http import serve_in_process
 from forethought.serve.model_server import ModelServer, SpeculatorConfig, TimingConfig
-from forethought.workloads.trajectory import Trajectory, Turn
 
 TOOLS = (
     {"type": "function", "function": {"name": "ls", "parameters": {

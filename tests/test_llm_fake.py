@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
 from forethought.errors import LLMError, StreamDroppedError
-from forethought.llm.client import ToolCallAssembler
+from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import LLMEvent, MessageDone, TextDelta, ToolCallClosed
 from forethought.llm.fake import FakeLLMClient, FakeRequest, scripted_message
 

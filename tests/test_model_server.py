@@ -13,9 +13,10 @@ from typing import Any
 import openai
 import pytest
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
+from forethought._trajectory import Trajectory, Turn
 from forethought.errors import UpstreamError, WorkloadError
-from forethought.llm.client import OpenAIChatClient
+from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import LLMEvent, MessageDone, TextDelta, ToolCallClosed
 from forethought.serve.http import serve_in_process
 from forethought.serve.model_server import (
@@ -25,7 +26,6 @@ from forethought.serve.model_server import (
     count_tokens,
     create_model_server,
 )
-from forethought.workloads.trajectory import Trajectory, Turn
 
 TOOLS = (
     {"type": "function", "function": {"name": "cd", "parameters": {

@@ -15,16 +15,16 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
-from forethought.predictors.derive_rules import Rule, Sources
-from forethought.predictors.derive_values import value_key
-from forethought.predictors.pattern_args import _alnum_words
-from forethought.predictors.pattern_counts import Counts, wilson_lower
-from forethought.predictors.pattern_replay import RecordedSession, RecordedTurn, contexts, train
-from forethought.predictors.pattern_select import best_first
-from forethought.predictors.pattern_text import _WORD, _neighbours, _word_neighbours
-from forethought.predictors.patterns import PatternConfig, PatternPredictor
+from forethought.predictors.patterns.args import _alnum_words
+from forethought.predictors.patterns.counts import Counts, wilson_lower
+from forethought.predictors.patterns.derive_rules import Rule, Sources
+from forethought.predictors.patterns.derive_values import value_key
+from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
+from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, train
+from forethought.predictors.patterns.select import best_first
+from forethought.predictors.patterns.text import _WORD, _neighbours, _word_neighbours
 
 
 def _schema(*required: str, optional: tuple[str, ...] = ()) -> dict[str, Any]:

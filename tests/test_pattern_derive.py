@@ -9,13 +9,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
 from forethought.predictors.base import ObservedCall, Prediction
-from forethought.predictors.derive_rules import Sources
-from forethought.predictors.derive_schema import schema_checker
-from forethought.predictors.derive_values import value_key
-from forethought.predictors.pattern_replay import RecordedSession, RecordedTurn, contexts, train
-from forethought.predictors.patterns import PatternConfig, PatternPredictor
+from forethought.predictors.patterns.derive_rules import Sources
+from forethought.predictors.patterns.derive_schema import schema_checker
+from forethought.predictors.patterns.derive_values import value_key
+from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
+from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, train
 
 
 def _schema(*required: str, optional: tuple[str, ...] = ()) -> dict[str, Any]:

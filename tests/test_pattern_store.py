@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
 from forethought.predictors.base import ObservedCall
-from forethought.predictors.pattern_counts import PLAIN_PREFIX, Counts, CountsState, wilson_lower
-from forethought.predictors.pattern_replay import RecordedSession, RecordedTurn, contexts, train
-from forethought.predictors.pattern_store import (
+from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts, CountsState, wilson_lower
+from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
+from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, train
+from forethought.predictors.patterns.store import (
     MemoryPatternStore,
     PatternStore,
     SqlitePatternStore,
     tool_set_fingerprint,
 )
-from forethought.predictors.patterns import PatternConfig, PatternPredictor
 
 TOOLS = {"open": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
          "read": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},

@@ -7,8 +7,8 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forethought.predictors.derive_values import apply_transform, json_variants, string_variants, value_key
-from forethought.predictors.pattern_text import content_words, name_words, parse_number, text_atoms
+from forethought.predictors.patterns.derive_values import apply_transform, json_variants, string_variants, value_key
+from forethought.predictors.patterns.text import content_words, name_words, parse_number, text_atoms
 
 
 def _kinds(text: str) -> dict[str, list[str]]:

@@ -8,9 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
+from forethought._trajectory import Trajectory, Turn
 from forethought.predictors.base import ObservedCall, PredictionContext, Predictor
-from forethought.predictors.pattern_replay import (
+from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
+from forethought.predictors.patterns.replay import (
     RecordedSession,
     RecordedTurn,
     contexts,
@@ -18,9 +20,7 @@ from forethought.predictors.pattern_replay import (
     tool_schemas,
     train,
 )
-from forethought.predictors.pattern_store import MemoryPatternStore, tool_set_fingerprint
-from forethought.predictors.patterns import PatternConfig, PatternPredictor
-from forethought.workloads.trajectory import Trajectory, Turn
+from forethought.predictors.patterns.store import MemoryPatternStore, tool_set_fingerprint
 
 OBJECT = {"type": "object", "properties": {}}
 PATH = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}

@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from forethought import Effect, Runtime, Tool, ToolCall, load_policy
+from forethought._policy import Policy, policy_from_mapping
 from forethought.errors import PolicyError, ToolExecutionError
-from forethought.policy import Policy, policy_from_mapping
 from forethought.sandbox.objects import ObjectState
 from forethought.telemetry import Event, EventKind
 

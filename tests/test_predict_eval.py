@@ -6,14 +6,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
 from forethought.predictors.base import Prediction, PredictionContext
-from forethought.predictors.pattern_replay import train
-from forethought.predictors.patterns import PatternPredictor
+from forethought.predictors.patterns.predictor import PatternPredictor
+from forethought.predictors.patterns.replay import train
 
 pytest.importorskip("bfcl_eval", reason="the BFCL evaluation needs bfcl-eval installed")
 
-from forethought.evaluation.predict_eval import (
+from forethought.bench.predict_eval import (
     METRICS,
     Tally,
     evaluate,

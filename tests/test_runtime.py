@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from conftest import PHASE, ExecLog, FakeClock, Gate, settle, speculate_marked, spin
-from forethought.breaker import CircuitBreaker
-from forethought.calls import ToolCall
+from forethought._breaker import CircuitBreaker
+from forethought._calls import ToolCall
+from forethought._policy import BreakerPolicy, Policy, ToolPolicy
+from forethought._runtime import Runtime
+from forethought._tools import Effect, PartialRule, tool
 from forethought.errors import CallError, PolicyError, ToolExecutionError
-from forethought.policy import BreakerPolicy, Policy, ToolPolicy
-from forethought.runtime import Runtime
 from forethought.telemetry import Event, EventKind
-from forethought.tools import Effect, PartialRule, tool
 
 
 def echo_tool(log: ExecLog, effect: Effect = Effect.PURE, **kwargs: Any) -> Any:

@@ -7,10 +7,10 @@ import asyncio
 from typing import Any
 
 from conftest import Gate, spin
-from forethought.calls import ToolCall
-from forethought.ordering import CallOrder
-from forethought.runtime import Runtime, Session
-from forethought.tools import Effect, Tool, tool
+from forethought._calls import ToolCall
+from forethought._ordering import CallOrder
+from forethought._runtime import Runtime, Session
+from forethought._tools import Effect, Tool, tool
 
 
 def gated_tools(order: list[str], gates: dict[str, Gate]) -> list[Tool]:

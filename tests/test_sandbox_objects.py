@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from forethought import Effect, Runtime, Tool, ToolCall
+from forethought._tools import Snapshot, StateCell
 from forethought.errors import SnapshotError
 from forethought.sandbox.objects import LazyTarget, ObjectState, resolve_target
-from forethought.tools import Snapshot, StateCell
 
 
 def test_implements_the_protocols() -> None:

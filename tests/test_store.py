@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from forethought.calls import ToolCall
-from forethought.store import Entry, SpeculationStore
-from forethought.tools import Effect, Tool
+from forethought._calls import ToolCall
+from forethought._store import Entry, SpeculationStore
+from forethought._tools import Effect, Tool
 
 
 def make_entry(key: str, tool: Tool, expires: float = 100.0) -> Entry:

@@ -8,11 +8,11 @@ import logging
 import pytest
 
 from conftest import Gate, settle, spin
-from forethought.calls import ToolCall
-from forethought.policy import Policy
-from forethought.runtime import Runtime
+from forethought._calls import ToolCall
+from forethought._policy import Policy
+from forethought._runtime import Runtime
+from forethought._tools import Effect, tool
 from forethought.telemetry import Event, EventKind, Telemetry, key_hash
-from forethought.tools import Effect, tool
 
 
 @tool(effect=Effect.PURE)

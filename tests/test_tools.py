@@ -9,10 +9,10 @@ from typing import Any, Literal, Optional
 import pytest
 
 from conftest import FakeState, settle
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
+from forethought._runtime import Runtime
+from forethought._tools import Effect, Tool, ToolRegistry, schema_from_signature, tool
 from forethought.errors import InvalidArgumentsError, ToolDefinitionError, UnknownToolError
-from forethought.runtime import Runtime
-from forethought.tools import Effect, Tool, ToolRegistry, schema_from_signature, tool
 
 
 class Colour(enum.Enum):

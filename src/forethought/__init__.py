@@ -4,12 +4,12 @@ The public surface: :class:`ToolCall`, :class:`Tool`, :class:`Effect`, :func:`to
 :class:`Policy`, and (once imported) :class:`Agent`. Everything else may move.
 """
 
+from forethought._calls import ToolCall
+from forethought._policy import Policy, ToolPolicy, load_policy
+from forethought._runtime import CallOutcome, Runtime, Session, SessionStats, SpeculationTicket
+from forethought._tools import Effect, PartialRule, Tool, tool
 from forethought._version import __version__
-from forethought.calls import ToolCall
 from forethought.errors import ForethoughtError
-from forethought.policy import Policy, ToolPolicy, load_policy
-from forethought.runtime import CallOutcome, Runtime, Session, SessionStats, SpeculationTicket
-from forethought.tools import Effect, PartialRule, Tool, tool
 
 __all__ = [
     "CallOutcome",

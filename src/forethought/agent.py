@@ -35,9 +35,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
+from forethought._runtime import CallOutcome, Runtime, Session
+from forethought._store import Entry
+from forethought._tools import Effect, Tool
 from forethought.errors import ForethoughtError, LLMError, UpstreamError
-from forethought.llm.client import LLMClient
+from forethought.llm.chat import LLMClient
 from forethought.llm.events import (
     LLMEvent,
     MessageDone,
@@ -56,10 +59,7 @@ from forethought.predictors.base import (
     StreamingPredictor,
     reports_failure,
 )
-from forethought.runtime import CallOutcome, Runtime, Session
-from forethought.store import Entry
 from forethought.telemetry import Event, EventKind
-from forethought.tools import Effect, Tool
 
 DEFAULT_MAX_STEPS = 32
 STREAM_SOURCE = "stream"

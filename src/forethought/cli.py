@@ -15,9 +15,9 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from forethought._policy import Policy, load_policy
 from forethought._version import __version__
 from forethought.errors import ForethoughtError
-from forethought.policy import Policy, load_policy
 
 app = typer.Typer(help="forethought: speculative tool execution for tool-using LLM agents.",
                   no_args_is_help=True, add_completion=False)
@@ -115,7 +115,7 @@ def bench(
 
         doc = _run(lambda: run_paper_table(config, console, json_path))
     elif workload == "code":
-        from forethought.bench.code_runner import code_bench, format_code_bench, save_document
+        from forethought.bench.code.runner import code_bench, format_code_bench, save_document
 
         doc = _run(lambda: code_bench(latency_s=code_latency, tokens_per_s=code_rate, repeats=repeats,
                                       programs=program or None, spec_ptc=spec_ptc, sptc_python=sptc_python,
@@ -192,8 +192,8 @@ def predict_eval(
     json_path: JsonOption = None,
 ) -> None:
     """Next-call prediction accuracy of the pattern predictor (two-fold, interleaved ids)."""
+    from forethought.bench.predict_eval import print_predict_eval, run_predict_eval
     from forethought.bench.report import document, write_json
-    from forethought.evaluation.predict_eval import print_predict_eval, run_predict_eval
 
     try:
         results = run_predict_eval(workload=workload)

@@ -17,8 +17,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from forethought._policy import Policy
+from forethought._trajectory import Trajectory
 from forethought.bench.arms import Arm, parse_arms
 from forethought.bench.metrics import ArmMetrics, arm_metrics
+from forethought.bench.predict_eval import record_trajectories
 from forethought.bench.report import (
     document,
     plot_efficiency,
@@ -30,14 +33,11 @@ from forethought.bench.report import (
 )
 from forethought.bench.runner import ArmRun, run_arm
 from forethought.errors import ForethoughtError
-from forethought.evaluation.predict_eval import record_trajectories
-from forethought.policy import Policy
-from forethought.predictors.patterns import PatternPredictor
+from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.serve.model_server import SpeculatorConfig, TimingConfig, create_model_server
 from forethought.serve.subprocess_server import serve_in_subprocess
 from forethought.workloads.base import Workload
 from forethought.workloads.latency import LatencyModel
-from forethought.workloads.trajectory import Trajectory
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,11 +36,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from forethought._calls import ToolCall
+from forethought._runtime import Runtime, Session
+from forethought._tools import Effect, Tool, tool
 from forethought._version import __version__
-from forethought.calls import ToolCall
 from forethought.errors import ForethoughtError
-from forethought.runtime import Runtime, Session
-from forethought.tools import Effect, Tool, tool
 
 DEFAULT_ROUNDS = 400
 DEFAULT_BATCH = 16

@@ -39,19 +39,20 @@ import httpx2
 from rich.console import Console
 from rich.table import Table
 
+from forethought._runtime import Runtime
+from forethought._trajectory import Trajectory
 from forethought.agent import Agent
 from forethought.bench.metrics import equivalent
 from forethought.bench.report import document, write_json
 from forethought.bench.runner import TrajectoryRun, converse
 from forethought.errors import ForethoughtError
-from forethought.llm.client import LLMClient, OpenAIChatClient
+from forethought.llm.chat import LLMClient, OpenAIChatClient
 from forethought.llm.events import LLMEvent
 from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster
 from forethought.perfmodel import Arm as SimArm
 from forethought.perfmodel import SimConfig, simulate_arms
 from forethought.perfmodel import time_saved as sim_time_saved
 from forethought.predictors.model import ModelSpeculator
-from forethought.runtime import Runtime
 from forethought.serve.engine import TimingConfig
 from forethought.serve.engine_cache import count_tokens
 from forethought.serve.gateway import Gateway, GatewayConfig, create_gateway
@@ -66,7 +67,6 @@ from forethought.serve.model_server import (
 from forethought.serve.subprocess_server import serve_in_subprocess
 from forethought.workloads.bfcl_workload import BfclWorkload
 from forethought.workloads.latency import LatencyModel
-from forethought.workloads.trajectory import Trajectory
 
 if TYPE_CHECKING:  # bench.main may import this module: no import cycle at run time
     from forethought.bench.main import BenchConfig

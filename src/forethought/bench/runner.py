@@ -1,6 +1,6 @@
 """The benchmark runner: every arm over the same trajectories, against the simulated engine over HTTP.
 
-For each arm it opens one :class:`~forethought.runtime.Runtime` (shared by the arm's concurrent agents),
+For each arm it opens one :class:`~forethought._runtime.Runtime` (shared by the arm's concurrent agents),
 runs each trajectory's turns through an :class:`~forethought.agent.Agent` talking to ``serve-model`` on a
 loopback port, and records wall time, tool outputs, final state and speculation counts. Arms run one
 after another over identical trajectories with identical injected latencies; the serial arm is the
@@ -15,17 +15,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from forethought._policy import Policy
+from forethought._runtime import Runtime, SessionStats
+from forethought._trajectory import Trajectory
 from forethought.agent import Agent, StepTiming, ToolRecord
 from forethought.bench.arms import Arm
-from forethought.llm.client import OpenAIChatClient
-from forethought.policy import Policy
+from forethought.llm.chat import OpenAIChatClient
 from forethought.predictors.base import Predictor
 from forethought.predictors.model import ModelSpeculator
-from forethought.predictors.patterns import PatternPredictor
-from forethought.runtime import Runtime, SessionStats
+from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.workloads.base import Workload
 from forethought.workloads.latency import LatencyModel
-from forethought.workloads.trajectory import Trajectory
 
 MAIN_MODEL = "main"
 SPECULATOR_MODEL = "speculator"

@@ -1,6 +1,6 @@
 """LLM clients: OpenAI-compatible streaming turned into a small event stream (text, call started/closed, done)."""
 
-from forethought.llm.client import LLMClient, OpenAIChatClient, ToolCallAssembler
+from forethought.llm.chat import LLMClient, OpenAIChatClient, ToolCallAssembler
 from forethought.llm.closing import ArgumentStream, ObjectCloseScanner
 from forethought.llm.events import (
     LLMEvent,

@@ -1,4 +1,4 @@
-"""A scripted in-process :class:`~forethought.llm.client.LLMClient` for unit tests of its consumers.
+"""A scripted in-process :class:`~forethought.llm.chat.LLMClient` for unit tests of its consumers.
 
 :class:`FakeLLMClient` replays prepared event sequences, one per ``stream`` call, and records every
 request it received. A script entry may also be an exception, raised after the events before it (e.g. a
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
 from forethought.errors import LLMError
 from forethought.llm.events import (
     LLMEvent,

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought.calls import ToolCall, dumps_canonical
-from forethought.llm.client import LLMClient
+from forethought._calls import ToolCall, dumps_canonical
+from forethought.llm.chat import LLMClient
 from forethought.llm.events import MessageDone, ToolCallClosed
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 

@@ -13,7 +13,7 @@ Entries belong to their response's current message (*segment*): when the gateway
 after serving results, unused entries are dropped, because they were computed for a conversation state
 the continuation has moved past. An entry lives ``keep_alive`` seconds (default and maximum from the
 config). :meth:`ResponseScope.take` matches the closed calls of one message: every call needs an entry —
-same canonical key (:mod:`forethought.calls`, schemas from the request's ``tools``), or an entry without
+same canonical key (:mod:`forethought._calls`, schemas from the request's ``tools``), or an entry without
 ``params`` of the same name when exactly one call of that name is in the message; an ``exclusive`` entry
 serves only a message with a single call. Either every call is matched (and the entries are used up) or
 nothing is.
@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought.calls import ArgumentSpec, CallKey, ToolCall, compile_arguments
+from forethought._calls import ArgumentSpec, CallKey, ToolCall, compile_arguments
 from forethought.errors import InvalidArgumentsError
 
 ENTRY_FIELDS = frozenset({"name", "params", "output", "keep_alive", "exclusive"})

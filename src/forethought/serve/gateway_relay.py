@@ -2,7 +2,7 @@
 
 One :class:`Relay` per streamed response. It forwards the upstream's chunks (unchanged ones byte for byte,
 so their ids are the upstream's; chunks it writes carry the gateway's response id) while reassembling
-the tool calls (:class:`~forethought.llm.client.ToolCallAssembler`, the same code the
+the tool calls (:class:`~forethought.llm.chat.ToolCallAssembler`, the same code the
 client uses, so both sides agree on each call's id, name and argument text). The upstream's finish chunk
 and usage are held back. When the message ends with ``finish_reason: "tool_calls"`` the relay asks the
 response's scope for outputs for *every* call of the message, waiting up to ``post_wait_s`` for posts
@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx2
 
-from forethought.calls import ToolCall
-from forethought.llm.client import ToolCallAssembler
+from forethought._calls import ToolCall
+from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import ToolCallClosed
 from forethought.llm.tool_cache import CONTINUATION_METADATA, RESULT_FIELD
 from forethought.serve.gateway_cache import ResponseScope

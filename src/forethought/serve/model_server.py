@@ -57,11 +57,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from forethought._trajectory import Trajectory
 from forethought.serve.engine import EngineCounters, EngineModel, TimingConfig
 from forethought.serve.engine_cache import CHARS_PER_TOKEN, count_tokens
 from forethought.serve.http import EventStream, StreamChunks, StreamCut
 from forethought.serve.wrong_calls import WrongCalls, named_arguments
-from forethought.workloads.trajectory import Trajectory
 
 __all__ = ["MAIN_MODEL", "SPECULATOR_MODEL", "ModelServer", "SpeculatorConfig", "TimingConfig", "count_tokens",
            "create_model_server"]

@@ -16,9 +16,9 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from forethought.calls import ToolCall
+from forethought._calls import ToolCall
+from forethought._trajectory import Trajectory
 from forethought.errors import WorkloadError
-from forethought.workloads.trajectory import Trajectory
 
 _SUFFIXES = ("alt", "old", "tmp", "copy")
 

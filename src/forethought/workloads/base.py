@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from forethought.tools import Tool
+from forethought._tools import Tool
+from forethought._trajectory import Trajectory
 from forethought.workloads.latency import LatencyModel
-from forethought.workloads.trajectory import Trajectory
 
 
 @dataclass(frozen=True, slots=True)

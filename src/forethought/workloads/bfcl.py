@@ -9,7 +9,7 @@ defaults that disagree with the method's own default, such as the string ``'None
 :func:`build_session` gives one session fresh backend instances (``_load_scenario`` on a deep copy of the
 entry's ``initial_config``; BFCL's own executor, which uses ``eval`` and module globals, is not used). Each
 backend class lives in one :class:`~forethought.sandbox.objects.ObjectState` cell and every BFCL function
-becomes an ISOLATED_WRITE :class:`~forethought.tools.Tool` bound to its class's cell, so any of them may be
+becomes an ISOLATED_WRITE :class:`~forethought._tools.Tool` bound to its class's cell, so any of them may be
 speculated against a snapshot. :func:`state_fingerprint` renders all backend state canonically for the
 equivalence checks (wall-clock file timestamps excluded; random generator states included).
 """
@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from forethought.calls import ToolCall, compile_arguments, dumps_canonical
+from forethought._calls import ToolCall, compile_arguments, dumps_canonical
+from forethought._tools import Effect, Tool
+from forethought._trajectory import Trajectory, Turn
 from forethought.errors import InvalidArgumentsError, WorkloadError
 from forethought.sandbox.fingerprint import fingerprint, render_state
 from forethought.sandbox.objects import ObjectState, resolve_target
-from forethought.tools import Effect, Tool
 from forethought.workloads.latency import LatencyModel, call_key_text
-from forethought.workloads.trajectory import Trajectory, Turn
 
 BACKEND_PACKAGE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
 

@@ -11,7 +11,8 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from forethought.runtime import Runtime
+from forethought._runtime import Runtime
+from forethought._trajectory import Trajectory
 from forethought.workloads.base import SessionTools
 from forethought.workloads.bfcl import (
     BfclEntry,
@@ -23,7 +24,6 @@ from forethought.workloads.bfcl import (
     to_trajectory,
 )
 from forethought.workloads.latency import LatencyModel
-from forethought.workloads.trajectory import Trajectory
 
 
 def spread(entries: Sequence[BfclEntry], count: int) -> list[BfclEntry]:

@@ -4,7 +4,7 @@
 a relative standard deviation, clipped at zero, then scaled by ``time_scale``. The draw depends only on the
 seed, the tool name, the call's canonical key and an occurrence number, never on wall-clock time or the
 order calls happen to run in: the same call gets the same latency in the serial arm and in every
-speculative arm. :func:`with_latency` wraps any :class:`~forethought.tools.Tool` so that it waits before
+speculative arm. :func:`with_latency` wraps any :class:`~forethought._tools.Tool` so that it waits before
 doing its work (the wait comes before the tool touches any state).
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from forethought.calls import dumps_canonical
-from forethought.tools import Tool
+from forethought._calls import dumps_canonical
+from forethought._tools import Tool
 
 
 @dataclass(frozen=True, slots=True)

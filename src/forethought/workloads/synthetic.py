@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from forethought.calls import ToolCall
-from forethought.tools import Effect, Tool
+from forethought._calls import ToolCall
+from forethought._tools import Effect, Tool
+from forethought._trajectory import Trajectory, Turn
 from forethought.workloads.base import SessionTools
 from forethought.workloads.latency import LatencyModel, with_latency
-from forethought.workloads.trajectory import Trajectory, Turn
 
 LOOKUP_SCHEMA = {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"],
                  "additionalProperties": False}

@@ -1,0 +1,521 @@
+"""The runtime facade: sessions that speculate calls early and execute authoritative calls.
+
+``Runtime(tools, policy)`` is shared by many sessions (global concurrency, telemetry, thread pools);
+``runtime.session()`` opens one :class:`Session` with its own isolated store. Predictors call
+``session.speculate(call, source=..., confidence=...)``; the agent calls ``await session.execute(call)``,
+which claims a matching speculation (a hit) or runs the tool (a miss). Every rule of DESIGN.md's
+invariants 1, 2, 4 and 5 is enforced here:
+
+* an entry is served only to an identical canonical key, at most once, and only while fresh (not expired,
+  no write since a read-only speculation started, validator unchanged, snapshot still current);
+* DESTRUCTIVE or undeclared tools are never run by ``speculate``; ISOLATED_WRITE runs only on a snapshot;
+* authoritative calls take no speculative slot; a claimed speculation whose tool has not started yet is
+  cancelled, and one running far longer than usual is abandoned for an authoritative run;
+* a speculation that raised, hung or was cancelled is never surfaced: the call runs normally instead.
+
+Accounting: every launched speculation ends exactly once, in :meth:`Session._finish` (unserved) or as a
+hit. Saved time is credited from the speculation's own tool time, never more than it in total.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from forethought._breaker import CircuitBreaker, Outcome
+from forethought._calls import CallKey, ToolCall
+from forethought._ordering import CallOrder
+from forethought._policy import Policy
+from forethought._scheduler import Scheduler, maybe_await
+from forethought._store import CallOutcome, Entry, SpeculationStore, SpeculationTicket, discard_quietly
+from forethought._tools import Effect, Tool, ToolRegistry, invoke_tool
+from forethought.errors import CallError, ForethoughtError, ToolExecutionError
+from forethought.telemetry import SAVING_KINDS, EventKind, SessionStats, Telemetry, stats_from
+
+__all__ = ["CLOSE_WAIT_S", "RUNTIME_EWMA_WEIGHT", "CallOutcome", "Runtime", "Session", "SessionStats",
+           "SpeculationTicket", "stats_from"]
+
+RUNTIME_EWMA_WEIGHT = 0.3
+CLOSE_WAIT_S = 5.0
+"""How long :meth:`Session.close` waits for cancelled speculative work to stop."""
+
+_log = logging.getLogger(__name__)
+
+# Enum members looked up once: attribute access on an Enum class costs ~0.1 µs, and the hot path does many.
+_CANCELLED, _COMMITTED, _CONFLICT = EventKind.CANCELLED, EventKind.COMMITTED, EventKind.CONFLICT
+_DEDUPLICATED, _EXPIRED, _FAILED, _HIT = EventKind.DEDUPLICATED, EventKind.EXPIRED, EventKind.FAILED, EventKind.HIT
+_LAUNCHED, _MISS, _PARTIAL_HIT = EventKind.LAUNCHED, EventKind.MISS, EventKind.PARTIAL_HIT
+_REJECTED, _STALE, _WASTED = EventKind.REJECTED, EventKind.STALE, EventKind.WASTED
+_ISOLATED_WRITE, _READ_ONLY = Effect.ISOLATED_WRITE, Effect.READ_ONLY
+_ERROR, _USEFUL, _WASTE = Outcome.ERROR, Outcome.USEFUL, Outcome.WASTED
+
+
+class Runtime:
+    """Shared state of all sessions: tools, policy, scheduler, breaker and telemetry."""
+
+    def __init__(self, tools: Iterable[Tool] = (), policy: Policy | None = None,
+                 telemetry: Telemetry | None = None, breaker: CircuitBreaker | None = None) -> None:
+        self.policy = policy or Policy()
+        self.tools = ToolRegistry(self._with_policy(tools))
+        self.telemetry = telemetry or Telemetry()
+        self.scheduler = Scheduler(self.policy)
+        self.breaker = breaker or CircuitBreaker(self.policy.breaker)
+        self.tool_runtime_ewma: dict[str, float] = {}
+        self._ids = itertools.count(1)
+
+    def _with_policy(self, tools: Iterable[Tool]) -> list[Tool]:
+        return [self.policy.for_tool(t.name).apply(t) for t in tools]
+
+    def session(self, session_id: str | None = None, tools: Iterable[Tool] = ()) -> Session:
+        """Open a session; ``tools`` adds or replaces tools for this session only (e.g. bound to its state)."""
+        extra = self._with_policy(tools)
+        registry = self.tools.merged(extra) if extra else self.tools
+        return Session(self, session_id or f"s{next(self._ids)}", registry)
+
+    def stats(self) -> SessionStats:
+        t = self.telemetry
+        return stats_from(t.counts, t.saved_s, t.wasted_s)
+
+    def note_runtime(self, tool: str, seconds: float) -> None:
+        old = self.tool_runtime_ewma.get(tool)
+        self.tool_runtime_ewma[tool] = seconds if old is None else (
+            old + RUNTIME_EWMA_WEIGHT * (seconds - old))
+
+    def claim_wait_limit(self, tool: str) -> float:
+        """How long a claim waits on a running speculation before running the call itself."""
+        typical = self.tool_runtime_ewma.get(tool, 0.0)
+        return self.policy.claim_wait_floor_s + self.policy.claim_wait_factor * typical
+
+    def close(self) -> None:
+        self.scheduler.close()
+
+
+class Session:
+    """One agent's view: an isolated speculation store and the authoritative call path.
+
+    After :meth:`close` the session speculates nothing more; :meth:`execute` still runs calls plainly.
+    """
+
+    def __init__(self, runtime: Runtime, session_id: str, tools: ToolRegistry) -> None:
+        self.runtime = runtime
+        self.id = session_id
+        self.tools = tools
+        self._lookup = tools.table().get
+        self.store = SpeculationStore()
+        self.order = CallOrder()
+        self.budget = runtime.scheduler.budget()
+        self._slots = runtime.scheduler.session_slots()
+        self._counts: Counter[EventKind] = Counter()
+        self._saved_s = 0.0
+        self._wasted_s = 0.0
+        self._telemetry = runtime.telemetry
+        self._scope = f"session:{session_id}"
+        self._tool_scopes: dict[str, str] = {}
+        self._static_rejections: dict[str, tuple[Tool, str | None]] = {}
+        self.epoch = 0  # bumped at start and end of every authoritative write
+        self.closed = False
+
+    # --- telemetry --------------------------------------------------------------------------------
+
+    def _emit(self, kind: EventKind, tool: str, key: str, source: str = "", confidence: float | None = None,
+              seconds: float = 0.0, detail: str = "") -> None:
+        self._counts[kind] += 1
+        if seconds > 0.0:
+            if kind in SAVING_KINDS:
+                self._saved_s += seconds
+            elif kind is _WASTED:
+                self._wasted_s += seconds
+        self._telemetry.record(kind, self.id, tool, key, source, confidence, seconds, detail)
+
+    def stats(self) -> SessionStats:
+        return stats_from(self._counts, self._saved_s, self._wasted_s)
+
+    def _tool_scope(self, tool: str) -> str:
+        scope = self._tool_scopes.get(tool)
+        if scope is None:
+            scope = self._tool_scopes[tool] = f"tool:{tool}"
+        return scope
+
+    def _record(self, tool: str, outcome: Outcome) -> None:
+        self.runtime.breaker.record(self._tool_scope(tool), outcome)
+        self.runtime.breaker.record(self._scope, outcome)
+
+    # --- keys -------------------------------------------------------------------------------------
+
+    def resolve(self, call: ToolCall) -> tuple[Tool, dict[str, Any], CallKey]:
+        """Look up the tool and canonicalise the call; raises a :class:`CallError` on bad input."""
+        if type(call) is not ToolCall and not isinstance(call, ToolCall):
+            raise CallError(f"expected a ToolCall, got {type(call).__name__}")
+        try:
+            t = self._lookup(call.name)
+        except TypeError:  # an unhashable name
+            t = None
+        if t is None:
+            t = self.tools.get_tool(call.name)  # raises UnknownToolError
+        arguments, key = t.arguments.keyed(call)
+        return t, arguments, key
+
+    # --- speculation ------------------------------------------------------------------------------
+
+    def speculate(self, call: ToolCall, source: str = "unknown", confidence: float = 1.0) -> SpeculationTicket:
+        """Start ``call`` early if policy, effect, budget and breaker allow; never raises on bad guesses.
+
+        Must be called from the event loop the session's calls run on.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            t, arguments, key = self.resolve(call)
+        except CallError as exc:
+            name = getattr(call, "name", None)
+            self._emit(_REJECTED, name if isinstance(name, str) and name in self.tools else "?", "",
+                       source, confidence if isinstance(confidence, float | int) else None,
+                       detail=type(exc).__name__)
+            return SpeculationTicket("rejected", None, str(exc))
+        reason = self._rejection(t, confidence)
+        if reason is None:
+            existing = self.store.get(key)
+            if existing is not None:
+                useless = self._useless(existing)
+                if useless is None:
+                    existing.sources.append(source)
+                    self._emit(_DEDUPLICATED, t.name, key, source, confidence)
+                    return SpeculationTicket("deduplicated", key)
+                self.store.pop(key)  # a dead entry is replaced by a fresh run, not joined
+                self._finish(existing, useless[0], useless[1])
+            reason = self.budget.reserve(t.cost_units)
+        if reason is not None:
+            self._emit(_REJECTED, t.name, key, source,
+                       confidence if isinstance(confidence, float | int) else None, detail=reason)
+            return SpeculationTicket("rejected", key, reason)
+        now = time.monotonic()
+        # Positional arguments: keywords would double the cost of this constructor on the hot path.
+        entry = Entry(key, call, arguments, t, source, confidence, now, now + t.ttl_s, -1, [source])
+        entry.task = loop.create_task(self._run_speculation(entry))  # it first runs after we return
+        self.store.add(entry)
+        self._emit(_LAUNCHED, t.name, key, source, confidence)
+        return SpeculationTicket("launched", key)
+
+    def _useless(self, entry: Entry) -> tuple[EventKind, str] | None:
+        """Why an entry could no longer be served (expired, failed, stale), or ``None``."""
+        if time.monotonic() >= entry.expires:
+            return _EXPIRED, "replaced by a new guess"
+        if entry.error is not None:
+            return _FAILED, type(entry.error).__name__
+        if entry.tool.effect is _READ_ONLY and entry.started is not None and entry.epoch != self.epoch:
+            return _STALE, "a write happened since it started"
+        return None
+
+    def _rejection(self, t: Tool, confidence: Any) -> str | None:
+        if self.closed:
+            return "session closed"
+        cached = self._static_rejections.get(t.name)
+        if cached is None or cached[0] is not t:
+            cached = self._static_rejections[t.name] = (t, self._static_rejection(t))
+        if cached[1] is not None:
+            return cached[1]
+        kind = type(confidence)
+        exact = kind is float or kind is int  # the fast path; anything else is checked in full
+        if not (exact or (isinstance(confidence, float | int) and not isinstance(confidence, bool))) or not (
+                0.0 <= confidence <= 1.0):
+            return f"confidence {confidence!r} is not a number between 0 and 1"
+        policy = self.runtime.policy
+        if confidence < policy.min_confidence:
+            return f"confidence {confidence:.2f} below threshold {policy.min_confidence:.2f}"
+        breaker = self.runtime.breaker
+        if not breaker.allows(self._tool_scope(t.name)) or not breaker.allows(self._scope):
+            return "circuit breaker open"
+        return None
+
+    def _static_rejection(self, t: Tool) -> str | None:
+        """Why ``t`` may never be speculated under this runtime's policy (constant per tool)."""
+        policy = self.runtime.policy
+        if not policy.for_tool(t.name).speculate:
+            return "policy denies speculation of this tool"
+        if not t.speculable:
+            return f"effect {t.effect.value} may not run early" + (
+                " (no snapshot state)" if t.effect is _ISOLATED_WRITE else "")
+        if policy.max_concurrent < 1 or policy.max_concurrent_per_session < 1:
+            return "speculation disabled (no speculative slots)"
+        return None
+
+    async def _run_speculation(self, entry: Entry) -> Any:
+        """The speculative task: never raises (errors land in ``entry.error``), except when cancelled."""
+        t = entry.tool
+        runtime = self.runtime
+        async with runtime.scheduler.speculative_slot(self._slots):
+            if entry.dropped:
+                return None
+            entry.epoch = self.epoch
+            try:
+                async with asyncio.timeout(runtime.policy.speculation_timeout_s):
+                    if t.validator is not None:
+                        entry.freshness = await maybe_await(t.validator(entry.call))
+                    if t.threaded:
+                        value = await runtime.scheduler.run_sync(entry.invoke, speculative=True)
+                    else:
+                        value = entry.invoke()
+                    value = await maybe_await(value)
+            except Exception as exc:
+                entry.error = exc
+                return None
+            finally:
+                if entry.started is not None:
+                    entry.finished = time.monotonic()
+            runtime.note_runtime(t.name, entry.run_seconds)
+            return value
+
+    # --- the authoritative path -------------------------------------------------------------------
+
+    async def execute(self, call: ToolCall) -> Any:
+        """Run ``call`` authoritatively (claiming a speculation when one matches) and return its value."""
+        return (await self.execute_detailed(call)).value
+
+    async def execute_detailed(self, call: ToolCall) -> CallOutcome:
+        """Like :meth:`execute`, also saying whether it was a hit and how long it waited."""
+        t, arguments, key = self.resolve(call)
+        start = time.monotonic()
+        entry = self.store.get(key)
+        if (entry is not None and entry.task is not None and entry.task.done() and t.validator is None
+                and self.order.clear_for(t.effect)):
+            # The common hit: nothing to wait for and no await until it is served, so no other call can be
+            # issued meanwhile and the call needs no place in the session's call order.
+            self.store.pop(key)
+            claimed = self._settle(entry, start, start)
+            if claimed is not None:
+                return claimed
+        ticket, waits = self.order.begin(t.effect)
+        try:
+            ready = start
+            if waits:
+                await asyncio.wait(waits)
+                ready = time.monotonic()
+            entry = self.store.pop(key)
+            if entry is not None:
+                try:
+                    claimed = await self._claim(entry, start, ready)
+                except BaseException:  # the caller was cancelled while the claim waited
+                    if not entry.dropped:
+                        self._finish(entry, _CANCELLED, "claim cancelled")
+                    raise
+                if claimed is not None:
+                    return claimed
+            if t.partial is not None:
+                partial = self._claim_partial(t, arguments, start)
+                if partial is not None:
+                    return partial
+            try:
+                value = await self._run_authoritative(t, arguments)
+            finally:
+                waited = time.monotonic() - start
+                self._emit(_MISS, t.name, key, seconds=waited)
+                self._telemetry.observe_wait("miss", waited)
+            return CallOutcome(value, "miss", waited, 0.0)
+        finally:
+            CallOrder.end(ticket)
+
+    async def _claim(self, entry: Entry, start: float, ready: float) -> CallOutcome | None:
+        """Wait for ``entry`` if its tool is running, check its validator, then :meth:`_settle` it.
+
+        ``start`` is when the call was issued, ``ready`` when its ordering let it take effect.
+        """
+        t, task = entry.tool, entry.task
+        assert task is not None
+        if not task.done():
+            if time.monotonic() >= entry.expires:
+                self._finish(entry, _EXPIRED)
+                return None
+            if entry.started is None:
+                self._finish(entry, _CANCELLED, "tool not started when claimed")
+                return None
+            await asyncio.wait([task], timeout=self.runtime.claim_wait_limit(t.name))
+            if not task.done():
+                self._finish(entry, _CANCELLED, "running far longer than usual when claimed")
+                return None
+        if (t.validator is not None and entry.succeeded() and time.monotonic() < entry.expires
+                and not await self._validator_agrees(entry)):
+            self._finish(entry, _STALE, "validator token changed")
+            return None
+        return self._settle(entry, start, ready)
+
+    def _settle(self, entry: Entry, start: float, ready: float) -> CallOutcome | None:
+        """Serve a finished ``entry`` if it is fresh and succeeded; ``None`` sends the caller to the miss path."""
+        task = entry.task
+        assert task is not None
+        if time.monotonic() >= entry.expires:
+            self._finish(entry, _EXPIRED)
+            return None
+        if task.cancelled() or (entry.started is None and entry.error is None):
+            self._finish(entry, _CANCELLED, "cancelled before it finished")
+            return None
+        if entry.error is not None:
+            self._finish(entry, _FAILED, type(entry.error).__name__)
+            return None
+        t = entry.tool
+        if t.effect is _READ_ONLY and entry.epoch != self.epoch:
+            self._finish(entry, _STALE, "a write happened since it started")
+            return None
+        if entry.snapshot is not None and not self._commit(entry):
+            self._finish(entry, _CONFLICT, "state changed since the snapshot")
+            return None
+        now = time.monotonic()
+        waited = now - start
+        tool_s = entry.run_seconds
+        saved = max(0.0, min(tool_s - (now - ready), tool_s - entry.credited_s))
+        entry.credited_s += saved
+        entry.dropped = True
+        self._record(t.name, _USEFUL)
+        self._emit(_HIT, t.name, entry.key, entry.source, entry.confidence, saved)
+        self._telemetry.observe_wait("hit", waited)
+        return CallOutcome(task.result(), "hit", waited, saved, entry.source)
+
+    async def _validator_agrees(self, entry: Entry) -> bool:
+        """Whether the validator still gives the token seen at speculation start (errors and hangs: no)."""
+        validator = entry.tool.validator
+        assert validator is not None
+        try:
+            async with asyncio.timeout(self.runtime.claim_wait_limit(entry.tool.name)):
+                return bool(await maybe_await(validator(entry.call)) == entry.freshness)
+        except Exception:
+            return False
+
+    def _commit(self, entry: Entry) -> bool:
+        """Commit a hit's snapshot into the live state (a write: bumps the epoch); ``False`` on conflict."""
+        snapshot = entry.snapshot
+        assert snapshot is not None
+        entry.snapshot = None
+        self.epoch += 1
+        try:
+            committed = bool(snapshot.commit())
+        except Exception:
+            _log.exception("commit of a %s snapshot failed", entry.tool.name)
+            committed = False
+        finally:
+            self.epoch += 1
+        if not committed:
+            discard_quietly(snapshot, entry.tool.name)
+            return False
+        self._emit(_COMMITTED, entry.tool.name, entry.key, entry.source, entry.confidence)
+        return True
+
+    def _claim_partial(self, t: Tool, arguments: dict[str, Any], start: float) -> CallOutcome | None:
+        rule = t.partial
+        assert rule is not None
+        if t.state is not None or t.validator is not None:
+            return None
+        for entry in self.store.of_tool(t.name):
+            if (not entry.succeeded() or (t.effect is _READ_ONLY and entry.epoch != self.epoch)
+                    or time.monotonic() >= entry.expires):
+                continue
+            assert entry.task is not None
+            try:
+                if not rule.covers(entry.arguments, arguments):
+                    continue
+                value = rule.narrow(arguments, entry.task.result())
+            except Exception:
+                continue
+            waited = time.monotonic() - start
+            saved = max(0.0, entry.run_seconds - entry.credited_s - waited)
+            entry.credited_s += saved
+            entry.partial_hits += 1
+            self._record(t.name, _USEFUL)
+            self._emit(_PARTIAL_HIT, t.name, entry.key, entry.source, entry.confidence, seconds=saved)
+            self._telemetry.observe_wait("partial_hit", waited)
+            return CallOutcome(value, "partial_hit", waited, saved, entry.source)
+        return None
+
+    async def _run_authoritative(self, t: Tool, arguments: dict[str, Any]) -> Any:
+        writes = t.effect.writes
+        if writes:
+            self.epoch += 1
+        started = time.monotonic()
+        try:
+            target = t.state.live if t.state is not None else None
+
+            def run() -> Any:
+                return invoke_tool(t, target, arguments)
+
+            if t.threaded:
+                return await maybe_await(await self.runtime.scheduler.run_sync(run, speculative=False))
+            return await maybe_await(run())
+        except ForethoughtError:
+            raise
+        except Exception as exc:
+            raise ToolExecutionError(t.name, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            if t.state is not None:
+                t.state.mark_changed()  # whatever the declared effect: a snapshot must never commit over it
+            if writes:
+                self.epoch += 1
+            self.runtime.note_runtime(t.name, time.monotonic() - started)
+
+    # --- discarding -------------------------------------------------------------------------------
+
+    def _finish(self, entry: Entry, kind: EventKind | None, detail: str = "") -> None:
+        """Account once for an entry that leaves unserved (already out of the store); cancel its work.
+
+        Emits ``kind`` (if any), then WASTED with the tool seconds when the tool ran and served nothing.
+        The breaker counts an error, or waste when the tool ran; a guess stopped before its tool started
+        cost nothing and is not counted. Always returns ``None`` (the claim's "not served").
+        """
+        task = entry.task
+        if task is not None and not task.done():
+            task.cancel()
+        entry.drop_snapshot()
+        name = entry.tool.name
+        if kind is not None:
+            self._emit(kind, name, entry.key, entry.source, entry.confidence, detail=detail)
+        ran = entry.started is not None and not entry.partial_hits
+        if entry.error is not None:
+            self._record(name, _ERROR)
+        elif ran:
+            self._record(name, _WASTE)
+        if ran:
+            self._emit(_WASTED, name, entry.key, entry.source, entry.confidence,
+                       seconds=entry.run_seconds, detail=detail)
+
+    def discard(self, key: CallKey) -> bool:
+        """Discard one speculation (cancelling its work); returns whether it existed."""
+        entry = self.store.pop(key)
+        if entry is None:
+            return False
+        task = entry.task
+        if task is not None and not task.done():
+            kind: EventKind | None = _CANCELLED
+        elif entry.error is not None:
+            kind = _FAILED
+        elif entry.started is None:
+            kind = _CANCELLED
+        else:
+            kind = None
+        self._finish(entry, kind, "discarded" if kind is not _FAILED else type(entry.error).__name__)
+        return True
+
+    def evict_expired(self) -> int:
+        now = time.monotonic()
+        expired = self.store.expired(now)
+        for entry in expired:
+            self.store.pop(entry.key)
+            self._finish(entry, _EXPIRED)
+        return len(expired)
+
+    def end_turn(self) -> int:
+        """Turn-end eviction: discard every unclaimed speculation and reset the turn budget."""
+        n = 0
+        for entry in self.store:
+            n += self.discard(entry.key)
+        self.budget.reset()
+        return n
+
+    async def close(self) -> None:
+        """Discard everything and wait (briefly) until cancelled speculative work has stopped."""
+        self.closed = True
+        tasks = [e.task for e in self.store if e.task is not None and not e.task.done()]
+        self.end_turn()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+        self.runtime.breaker.forget(self._scope)

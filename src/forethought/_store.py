@@ -1,0 +1,197 @@
+"""The speculation store: one session's isolated speculative results, claimable by canonical key.
+
+An :class:`Entry` holds the running task of one speculation, its provenance (which predictor, with what
+confidence), its expiry and the snapshot it ran against. Entries are invisible to the session until an
+authoritative call with the identical key claims them; a claim removes the entry, so a result is served at
+most once. Identical keys are single-flight. Discarding an entry cancels its running work.
+
+The module also defines the two values a session hands back: a :class:`SpeculationTicket` (what became of
+a guess) and a :class:`CallOutcome` (how an authoritative call was served).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from forethought._calls import CallKey, ToolCall
+from forethought._tools import Snapshot, Tool, invoke_tool
+
+_SNAPSHOT_LOCK = threading.Lock()
+"""Guards (Entry.dropped, Entry.snapshot) between a worker thread taking a snapshot and the loop dropping it."""
+
+_log = logging.getLogger(__name__)
+
+
+class DroppedError(Exception):
+    """The speculation left the store before its tool started, so the tool must not run."""
+
+
+def discard_quietly(snapshot: Snapshot, tool: str) -> None:
+    """Discard ``snapshot``; a failing discard is logged, never raised (the live state is untouched)."""
+    try:
+        snapshot.discard()
+    except Exception:
+        _log.exception("discarding a %s snapshot failed", tool)
+
+
+_set_attribute = object.__setattr__
+
+
+@dataclass(frozen=True, init=False)
+class SpeculationTicket:
+    """What ``speculate`` did with a guess: ``status`` is launched, deduplicated or rejected."""
+
+    status: str
+    key: CallKey | None = None
+    reason: str = ""
+
+    def __init__(self, status: str, key: CallKey | None = None, reason: str = "") -> None:
+        # One store instead of one object.__setattr__ per field (the generated frozen __init__): this value
+        # is built on every speculate, and the hot path is measured in microseconds.
+        _set_attribute(self, "__dict__", {"status": status, "key": key, "reason": reason})
+
+    @property
+    def launched(self) -> bool:
+        return self.status == "launched"
+
+
+@dataclass(frozen=True, init=False)
+class CallOutcome:
+    """The authoritative result of one call and how it was obtained."""
+
+    value: Any
+    kind: str  # "hit", "partial_hit" or "miss"
+    waited_s: float
+    saved_s: float
+    source: str = ""
+
+    def __init__(self, value: Any, kind: str, waited_s: float, saved_s: float, source: str = "") -> None:
+        # Built on every call: one store instead of five (see SpeculationTicket).
+        _set_attribute(self, "__dict__", {"value": value, "kind": kind, "waited_s": waited_s, "saved_s": saved_s,
+                                          "source": source})
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """One speculation: its call, provenance, timing and (once started) its task.
+
+    ``started``/``finished`` bracket the tool function itself (not the queueing, the validator or the
+    snapshot copy), so :attr:`run_seconds` is real tool time. ``error`` holds what the speculative run
+    raised (the task itself never fails, so nothing is ever reported as unretrieved). ``dropped`` is set
+    once the entry has left the store unserved. ``credited_s`` is the saved time already counted from it,
+    ``partial_hits`` how many calls it served partially (it stays in the store for more).
+    """
+
+    key: CallKey
+    call: ToolCall
+    arguments: dict[str, Any]
+    tool: Tool
+    source: str
+    confidence: float
+    created: float
+    expires: float
+    epoch: int
+    sources: list[str] = field(default_factory=list)
+    task: asyncio.Task[Any] | None = None
+    snapshot: Snapshot | None = None
+    freshness: Any = None
+    started: float | None = None
+    finished: float | None = None
+    error: BaseException | None = None
+    dropped: bool = False
+    credited_s: float = 0.0
+    partial_hits: int = 0
+
+    @property
+    def run_seconds(self) -> float:
+        """Seconds the speculative run took (or has taken so far); 0 if it never started."""
+        if self.started is None:
+            return 0.0
+        end = self.finished if self.finished is not None else time.monotonic()
+        return max(0.0, end - self.started)
+
+    def invoke(self) -> Any:
+        """Call the speculation's tool (on the loop or a worker thread), on a snapshot when it has state.
+
+        A snapshot is taken here, so a worker thread pays for the copy; if the entry was dropped meanwhile
+        the snapshot is discarded at once and the tool does not run.
+        """
+        t = self.tool
+        target = None
+        if t.state is not None:
+            snapshot = t.state.snapshot()
+            with _SNAPSHOT_LOCK:
+                keep = not self.dropped
+                if keep:
+                    self.snapshot = snapshot
+            if not keep:
+                discard_quietly(snapshot, t.name)
+                raise DroppedError(t.name)
+            target = snapshot.target
+        elif self.dropped:
+            raise DroppedError(t.name)
+        self.started = time.monotonic()
+        return invoke_tool(t, target, self.arguments)
+
+    def drop_snapshot(self) -> None:
+        """Mark the entry dropped and discard its snapshot, if any (safe against a worker taking one now)."""
+        if self.tool.state is None:
+            self.dropped = True
+            return
+        with _SNAPSHOT_LOCK:
+            self.dropped = True
+            snapshot, self.snapshot = self.snapshot, None
+        if snapshot is not None:
+            discard_quietly(snapshot, self.tool.name)
+
+    def succeeded(self) -> bool:
+        """Whether the speculative run finished with a value."""
+        task = self.task
+        return (task is not None and task.done() and not task.cancelled() and self.error is None
+                and self.started is not None and task.exception() is None)
+
+
+class SpeculationStore:
+    """Isolated speculative entries of one session, by canonical key."""
+
+    def __init__(self) -> None:
+        self._entries: dict[CallKey, Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(list(self._entries.values()))
+
+    def get(self, key: CallKey) -> Entry | None:
+        return self._entries.get(key)
+
+    def add(self, entry: Entry) -> None:
+        """Add ``entry``; an entry already under its key must have been popped first."""
+        key = entry.key
+        if key in self._entries:
+            raise ValueError(f"an entry for this key is already in the store: {key[:80]!r}")
+        self._entries[key] = entry
+
+    def pop(self, key: CallKey) -> Entry | None:
+        """Remove and return the entry for ``key`` (the claim primitive); ``None`` if absent."""
+        return self._entries.pop(key, None)
+
+    def of_tool(self, tool: str) -> list[Entry]:
+        """Entries of one tool (candidates for a partial hit); a store holds one turn's few entries."""
+        return [e for e in self._entries.values() if e.tool.name == tool]
+
+    def expired(self, now: float) -> list[Entry]:
+        return [e for e in self._entries.values() if e.expires <= now]
+
+    def running_count(self) -> int:
+        return sum(1 for e in self._entries.values() if e.task is not None and not e.task.done())

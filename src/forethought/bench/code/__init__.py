@@ -1,0 +1,1 @@
+"""The code-speculation benchmark: streamed programs, arms (serial, forethought, spec-ptc), metrics."""

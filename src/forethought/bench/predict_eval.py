@@ -1,0 +1,249 @@
+"""Next-call prediction accuracy of the pattern predictor on BFCL multi-turn base (``predict-eval``).
+
+Protocol: two folds with interleaved ids (train on one, test on the other, then the reverse). Before each
+test call the predictor gets the context an agent would have (user message, earlier calls and outputs,
+tools offered) and proposes up to ``top_k`` calls; then it observes the real call, so online learning
+within the test fold uses only calls already seen. Ground-truth outputs come from running each
+session's calls in order on fresh BFCL backends.
+
+Metrics, overall and per domain:
+
+* ``name_top1`` / ``name_top3``: the real tool is the first / among the first three predictions;
+* ``exact_top1`` / ``exact_top3``: the same for the whole call (name and canonical arguments, keyed by
+  the tool's schema as speculation keys are);
+* ``coverage``: share of positions where at least one executable prediction was made;
+* ``precision``: share of positions with an executable first prediction where that prediction is exact;
+
+and ``by_threshold``: coverage and precision if only predictions at or above a confidence were made.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from forethought._calls import ArgumentSpec, ToolCall, compile_arguments
+from forethought._tools import Tool
+from forethought._trajectory import Trajectory
+from forethought.errors import ForethoughtError, InvalidArgumentsError, WorkloadError
+from forethought.predictors.base import ObservedCall, Prediction, reports_failure
+from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
+from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, tool_schemas, train
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+METRICS = ("name_top1", "name_top3", "exact_top1", "exact_top3", "coverage", "precision")
+TOP_NAMES = 3
+THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7)
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counts behind the metrics of one group of positions."""
+
+    positions: int = 0
+    name_top1: int = 0
+    name_top3: int = 0
+    exact_top1: int = 0
+    exact_top3: int = 0
+    covered: int = 0
+    executable_top1: int = 0
+    executable_top1_exact: int = 0
+    firsts: list[tuple[float, bool, bool]] = field(default_factory=list)
+    """Per position: the best executable confidence, whether the first prediction is executable, and exact."""
+
+    def add(self, predictions: Sequence[Prediction], truth: ToolCall, same: Callable[[ToolCall], bool]) -> None:
+        """Score one position: ``same(call)`` tells whether a predicted call is exactly the real one."""
+        self.positions += 1
+        names = [p.call.name for p in predictions]
+        exact = [same(p.call) for p in predictions]
+        self.name_top1 += int(names[:1] == [truth.name])
+        self.name_top3 += int(truth.name in names[:TOP_NAMES])
+        self.exact_top1 += int(any(exact[:1]))
+        self.exact_top3 += int(any(exact[:TOP_NAMES]))
+        executable = [p.confidence for p in predictions if p.executable]
+        self.covered += int(bool(executable))
+        first_executable = bool(predictions) and predictions[0].executable
+        if first_executable:
+            self.executable_top1 += 1
+            self.executable_top1_exact += int(exact[0])
+        self.firsts.append((max(executable, default=-1.0), first_executable, first_executable and exact[0]))
+
+    def merge(self, other: Tally) -> None:
+        for name in self.__slots__:
+            if name == "firsts":
+                self.firsts.extend(other.firsts)
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def metrics(self) -> dict[str, float | int]:
+        n = max(1, self.positions)
+        return {
+            "name_top1": self.name_top1 / n, "name_top3": self.name_top3 / n,
+            "exact_top1": self.exact_top1 / n, "exact_top3": self.exact_top3 / n,
+            "coverage": self.covered / n,
+            "precision": self.executable_top1_exact / max(1, self.executable_top1),
+            "positions": self.positions,
+        }
+
+    def by_threshold(self, thresholds: Sequence[float] = THRESHOLDS) -> dict[str, dict[str, float]]:
+        """Coverage and precision if only predictions at or above each confidence threshold were made."""
+        n = max(1, self.positions)
+        out = {}
+        for threshold in thresholds:
+            covered = [f for f in self.firsts if f[0] >= threshold]
+            speculated = [f for f in covered if f[1]]
+            out[f"{threshold:g}"] = {"coverage": len(covered) / n,
+                                     "precision": sum(f[2] for f in speculated) / max(1, len(speculated))}
+        return out
+
+
+def _render(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def record_bfcl(entries: Iterable[Any]) -> list[RecordedSession]:
+    """Run each entry's ground truth on fresh backends, in order; the sessions with real outputs."""
+    from forethought.workloads.bfcl import build_session
+
+    sessions = []
+    for entry in entries:
+        live = build_session(entry)
+        tools = {t.name: t for t in live.tools}
+        turns = []
+        for user, calls in zip(entry.turns, entry.ground_truth, strict=True):
+            observed = []
+            for call in calls:
+                tool = tools.get(call.name)
+                if tool is None:
+                    raise WorkloadError(f"{entry.id}: ground truth calls {call.name!r}, which is not offered")
+                target = tool.state.live if tool.state is not None else None
+                try:
+                    value = tool.fn(target, **call.arguments) if tool.state is not None else tool.fn(**call.arguments)
+                    ok = not reports_failure(value)
+                except Exception as exc:  # a failing ground-truth call is part of the session
+                    value, ok = f"Error: {exc}", False
+                observed.append(ObservedCall(call, _render(value), ok))
+            turns.append(RecordedTurn(user, tuple(observed)))
+        sessions.append(RecordedSession(entry.id, tuple(turns), tool_schemas(entry.tools), entry.domain))
+    return sessions
+
+
+async def record_trajectories(trajectories: Iterable[Trajectory],
+                              tools_for: Callable[[Trajectory], Sequence[Tool]]) -> list[RecordedSession]:
+    """Run each trajectory's calls in order through a :class:`~forethought._runtime.Runtime` session with
+    the tools ``tools_for`` gives it (fresh state per trajectory); the sessions with real outputs.
+
+    For training a pattern predictor on any workload before a run, e.g.
+    ``await record_trajectories(workload.training(), lambda t: workload.session_tools(t, None).tools)``.
+    A call that raises is recorded with ``ok=False`` and the error text as its output.
+    """
+    from forethought._runtime import Runtime
+
+    sessions = []
+    for trajectory in trajectories:
+        runtime = Runtime()
+        session = runtime.session(tools=tools_for(trajectory))
+        turns = []
+        try:
+            for turn in trajectory.turns:
+                observed = []
+                for call in turn.calls:
+                    try:
+                        value = await session.execute(call)
+                        ok = not reports_failure(value)
+                    except ForethoughtError as exc:
+                        value, ok = f"Error: {exc}", False
+                    observed.append(ObservedCall(call, _render(value), ok))
+                turns.append(RecordedTurn(turn.user, tuple(observed), turn.answer))
+        finally:
+            await session.close()
+            runtime.close()
+        sessions.append(RecordedSession(trajectory.id, tuple(turns), tool_schemas(trajectory.tools),
+                                        trajectory.domain))
+    return sessions
+
+
+def _specs(session: RecordedSession) -> dict[str, ArgumentSpec]:
+    return {name: compile_arguments(name, schema) for name, schema in session.tools.items()}
+
+
+def _same_call(specs: Mapping[str, ArgumentSpec], truth: ToolCall) -> Callable[[ToolCall], bool]:
+    spec = specs.get(truth.name)
+    truth_key = spec.key(truth) if spec is not None else None
+
+    def same(call: ToolCall) -> bool:
+        if call.name != truth.name or spec is None:
+            return False
+        try:
+            return spec.key(call) == truth_key
+        except InvalidArgumentsError:
+            return False
+
+    return same
+
+
+def evaluate(predictor: PatternPredictor, sessions: Iterable[RecordedSession]) -> dict[str, Tally]:
+    """Predict then observe every call of ``sessions`` in order; tallies by domain."""
+    tallies: dict[str, Tally] = {}
+    for session in sessions:
+        specs = _specs(session)
+        tally = tallies.setdefault(session.domain or "all", Tally())
+        for context, observed, _ in contexts(session):
+            predictions = predictor.predict_now(context)
+            tally.add(predictions, observed.call, _same_call(specs, observed.call))
+            predictor.observe(context, observed)
+    return tallies
+
+
+def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
+                     config: PatternConfig | None = None) -> dict[str, Any]:
+    """Two-fold interleaved next-call evaluation; ``{"overall": {...}, "by_domain": {DOMAIN: {...}}}``."""
+    if workload != "bfcl":
+        raise WorkloadError(f"predict-eval knows the workload 'bfcl' only, not {workload!r}")
+    if folds not in (1, 2):
+        raise ValueError("folds must be 1 or 2")
+    from forethought.workloads.bfcl import load_bfcl, split_interleaved
+
+    entries = load_bfcl()
+    recorded = {s.id: s for s in record_bfcl(entries)}
+    base = config or PatternConfig()
+    config = PatternConfig(**{**{f: getattr(base, f) for f in base.__slots__}, "top_k": max(top_k, TOP_NAMES)})
+    by_domain: dict[str, Tally] = {}
+    for fold in range(folds):
+        train_entries, test_entries = split_interleaved(entries, fold)
+        predictor = PatternPredictor(config=config)
+        train(predictor, (recorded[e.id] for e in train_entries))
+        for domain, tally in evaluate(predictor, (recorded[e.id] for e in test_entries)).items():
+            by_domain.setdefault(domain, Tally()).merge(tally)
+    overall = Tally()
+    for tally in by_domain.values():
+        overall.merge(tally)
+    return {"overall": overall.metrics(),
+            "by_domain": {d: t.metrics() for d, t in sorted(by_domain.items())},
+            "by_threshold": overall.by_threshold(),
+            "folds": folds, "top_k": top_k}
+
+
+def print_predict_eval(console: Console, results: Mapping[str, Any]) -> None:
+    """Render :func:`run_predict_eval` results as two tables: metrics by domain, and by threshold."""
+    from rich.table import Table
+
+    table = Table(title=f"next-call prediction ({results.get('folds', 2)}-fold, interleaved ids)")
+    table.add_column("domain")
+    for metric in (*METRICS, "positions"):
+        table.add_column(metric, justify="right")
+    rows = [*sorted(results["by_domain"].items()), ("overall", results["overall"])]
+    for domain, metrics in rows:
+        table.add_row(domain, *(f"{metrics[m]:.3f}" for m in METRICS), str(metrics["positions"]))
+    console.print(table)
+    sweep = Table(title="speculating only predictions at or above a confidence")
+    sweep.add_column("threshold", justify="right")
+    sweep.add_column("coverage", justify="right")
+    sweep.add_column("precision", justify="right")
+    for threshold, values in results.get("by_threshold", {}).items():
+        sweep.add_row(threshold, f"{values['coverage']:.3f}", f"{values['precision']:.3f}")
+    console.print(sweep)

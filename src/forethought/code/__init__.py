@@ -1,0 +1,16 @@
+"""Executing model-written code: the sandboxed shadow that speculates it, and the real run that claims.
+
+Public surface: :class:`CodeExecutor` (the real run through a session: claims speculations, runs
+independent calls concurrently, keeps plain execution's observable behaviour), :class:`PlainExecutor` (the
+serial baseline), :class:`ExecResult` / :class:`CallRecord` (what a run produced), :class:`ShadowLimits`
+(the shadow's budgets) and :class:`RealLink` (how a real run and a turn's shadow coordinate). The shadow
+itself is driven by :class:`forethought.code.predictor.CodePredictor`.
+"""
+
+from forethought.code.executor import CodeExecutor
+from forethought.code.guard import ShadowLimits
+from forethought.code.link import NullLink, RealLink
+from forethought.code.plain import PlainExecutor
+from forethought.code.results import CallRecord, ExecResult
+
+__all__ = ["CallRecord", "CodeExecutor", "ExecResult", "NullLink", "PlainExecutor", "RealLink", "ShadowLimits"]

@@ -1,0 +1,99 @@
+"""Plain execution: the baseline a code-mode agent has without forethought.
+
+The code runs in one go (``exec``), and each tool function is the tool's own function, called directly, one
+call after another. Its :class:`ExecResult` is what speculative execution must reproduce: same printed
+output, same error, same tool calls in the same order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from forethought._calls import ToolCall
+from forethought._tools import Tool
+from forethought.code.capture import Output, capturing_builtins
+from forethought.code.results import CallRecord, ExecResult
+
+CODE_FILENAME = "<code>"
+
+
+def call_directly(tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  loop: asyncio.AbstractEventLoop) -> Any:
+    """Call a tool's function as plain Python would (from a worker thread; async tools run on ``loop``)."""
+    prefix = (tool.state.live,) if tool.state is not None else ()
+    try:
+        value = tool.fn(*prefix, *args, **kwargs)
+        if inspect.isawaitable(value):
+            value = asyncio.run_coroutine_threadsafe(_await(value), loop).result()
+        return value
+    finally:
+        if tool.state is not None:
+            tool.state.mark_changed()
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class _PlainTool:
+    """A tool function of the plain namespace: records the call, then calls the tool."""
+
+    def __init__(self, tool: Tool, executor: PlainExecutor) -> None:
+        self.tool = tool
+        self.executor = executor
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        executor = self.executor
+        assert executor.loop is not None
+        call = ToolCall(self.tool.name, dict(kwargs), tuple(args))
+        line = _caller_line()
+        try:
+            value = call_directly(self.tool, args, kwargs, executor.loop)
+        except BaseException:
+            executor.calls.append(CallRecord(call, "miss", ok=False, line=line))
+            raise
+        executor.calls.append(CallRecord(call, "miss", line=line))
+        return value
+
+
+def _caller_line() -> int:
+    """The line of the innermost frame running the block's own code."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == CODE_FILENAME:
+            return frame.f_lineno
+        frame = frame.f_back  # type: ignore[assignment]
+    return 0
+
+
+class PlainExecutor:
+    """Runs code blocks serially against a persistent namespace, calling tools directly."""
+
+    def __init__(self, tools: Iterable[Tool], namespace: dict[str, Any] | None = None) -> None:
+        self.namespace: dict[str, Any] = namespace if namespace is not None else {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.calls: list[CallRecord] = []
+        for t in tools:
+            self.namespace[t.name] = _PlainTool(t, self)
+
+    async def run(self, code: str) -> ExecResult:
+        """Execute one block; errors are returned in the result, never raised."""
+        self.loop = asyncio.get_running_loop()
+        self.calls = []
+        output = Output()
+        self.namespace["__builtins__"] = capturing_builtins(output)
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            compiled = compile(code, CODE_FILENAME, "exec", dont_inherit=True)
+            await asyncio.to_thread(exec, compiled, self.namespace)
+        except BaseException as exc:  # the program's own error is a result, not a failure of the executor
+            if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
+                raise
+            error = exc
+        return ExecResult(output.text(), error, tuple(self.calls), time.monotonic() - started)

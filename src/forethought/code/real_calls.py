@@ -1,0 +1,312 @@
+"""The tool calls of a real run: lazy calls issued early and claimed in program order; eager calls; replay.
+
+Within statements the executor has checked to be free of outside effects, a PURE or READ_ONLY tool call
+returns a :class:`PendingCall` at once: the call is *issued* (speculated, so it runs concurrently) but not
+yet *made*. Calls are *claimed* (made authoritatively through ``Session.execute``, which takes the running
+speculation) strictly in issue order, when a value is needed, before any eager call, and at the end. So the
+authoritative call sequence, and every effect, keeps plain execution's order; only the waiting overlaps.
+A claimed call that raised raises :class:`Deferred`, on which the executor rolls back to the statement that
+issued it and replays that statement from the log, so the error surfaces exactly where plain execution
+raises it. Arguments that are not JSON values cannot be keyed: those calls run directly, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from concurrent.futures import Future
+from typing import Any
+
+from forethought._calls import ToolCall
+from forethought._runtime import CallOutcome, Session
+from forethought._store import Entry
+from forethought._tools import Effect, Tool
+from forethought.code.json_copy import NotJSONError, json_copy
+from forethought.code.lazy import Forwarding, find, replace
+from forethought.code.link import RealLink
+from forethought.code.plain import call_directly
+from forethought.code.results import CallRecord
+from forethought.errors import CallError, ToolExecutionError
+
+SOURCE_REAL = "code-real"
+START_GRACE_S = 0.02
+START_POLL_S = 0.0005
+_UNAVAILABLE: Any = object()
+_MAX_ARGUMENT_NODES = 100_000
+
+
+class Mode(enum.Enum):
+    """How tool calls behave in the statement being run."""
+
+    EAGER = "eager"
+    LAZY = "lazy"
+    REPLAY = "replay"
+
+
+class Deferred(BaseException):
+    """A lazily issued call raised when claimed: the run rolls back to its statement and replays it."""
+
+    def __init__(self, pending: PendingCall) -> None:
+        super().__init__(pending.tool.name)
+        self.pending = pending
+
+
+class _ToolFailed(Exception):
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class PendingCall(Forwarding):
+    """An issued, not yet claimed, tool call of the real run (the value a lazy call site returns)."""
+
+    __slots__ = ("args", "error", "index", "issued", "kwargs", "plane", "state", "statement", "task", "tool",
+                 "value")
+
+    def __init__(self, plane: CallPlane, index: int, tool: Tool, args: list[Any], kwargs: dict[str, Any],
+                 statement: int) -> None:
+        for name, value in (("plane", plane), ("index", index), ("tool", tool), ("args", args), ("kwargs", kwargs),
+                            ("statement", statement), ("issued", None), ("task", None), ("state", "pending"),
+                            ("value", None), ("error", None)):
+            object.__setattr__(self, name, value)
+
+    def force(self) -> Any:
+        plane: CallPlane = object.__getattribute__(self, "plane")
+        return plane.force(self)
+
+
+def is_pending(value: Any) -> bool:
+    return type(value) is PendingCall
+
+
+def _template(value: Any, budget: list[int]) -> Any:
+    return json_copy(value, budget, PendingCall)
+
+
+class RealHook:
+    """A tool function of the real namespace."""
+
+    __slots__ = ("plane", "tool")
+
+    def __init__(self, tool: Tool, plane: CallPlane) -> None:
+        self.tool = tool
+        self.plane = plane
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.plane.call(self.tool, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<tool {self.tool.name}>"
+
+
+class CallPlane:
+    """Issues, claims, records and replays the tool calls of one executor's runs."""
+
+    def __init__(self, session: Session, link: RealLink) -> None:
+        self.session = session
+        self.link = link
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.mode = Mode.EAGER
+        self.statement = 0
+        self.pending: deque[PendingCall] = deque()
+        self.records: list[CallRecord] = []
+        self.log: list[tuple[int, str, bool, Any]] = []
+        self.replay: deque[tuple[int, str, bool, Any]] = deque()
+        self._issued = 0
+
+    def reset(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.mode = Mode.EAGER
+        self.pending.clear()
+        self.records = []
+        self.log = []
+        self.replay.clear()
+
+    # --- entry points from the program (worker thread) --------------------------------------------
+
+    def lazy_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call site the analysis marked lazy (``__ft_lazy__``)."""
+        if type(func) is not RealHook:
+            return func(*args, **kwargs)
+        tool = func.tool
+        if self.mode is not Mode.LAZY or tool.effect not in (Effect.PURE, Effect.READ_ONLY):
+            return self.call(tool, args, kwargs)
+        try:
+            budget = [_MAX_ARGUMENT_NODES]
+            targs, tkwargs = _template(list(args), budget), _template(dict(kwargs), budget)
+        except NotJSONError:
+            return self.call(tool, args, kwargs)
+        if not find([targs, tkwargs], is_pending)[0]:
+            try:
+                self.session.resolve(ToolCall(tool.name, tkwargs, tuple(targs)))
+            except CallError:
+                return self.call(tool, args, kwargs)
+        self._issued += 1
+        pending = PendingCall(self, self._issued, tool, targs, tkwargs, self.statement)
+        self.pending.append(pending)
+        assert self.loop is not None
+        object.__setattr__(pending, "issued", asyncio.run_coroutine_threadsafe(self._speculate(pending), self.loop))
+        return pending
+
+    def call(self, tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """An eager call: everything issued before it is claimed first, then it is made."""
+        if self.mode is Mode.REPLAY:
+            return self._replayed(tool)
+        self.claim_all()
+        values = replace([list(args), dict(kwargs)], is_pending, self.value_of)
+        args_list, kwargs_dict = values[0], values[1]
+        try:
+            budget = [_MAX_ARGUMENT_NODES]
+            call = ToolCall(tool.name, _template(kwargs_dict, budget), tuple(_template(args_list, budget)))
+            self.session.resolve(call)
+        except (NotJSONError, CallError):
+            return self._direct(tool, tuple(args_list), kwargs_dict)
+        try:
+            return self._authoritative(call, tool, None, self.statement)
+        except _ToolFailed as failed:
+            raise failed.error from None
+
+    def force(self, pending: PendingCall) -> Any:
+        """A pending value was inspected: claim up to it and return its value."""
+        self.claim_through(pending)
+        return self.value_of(pending)
+
+    # --- claiming ---------------------------------------------------------------------------------
+
+    def value_of(self, pending: PendingCall) -> Any:
+        if pending.state != "claimed":
+            self.claim_through(pending)
+        return pending.value
+
+    def claim_through(self, target: PendingCall) -> None:
+        while self.pending and self.pending[0].index <= target.index:
+            self._claim(self.pending.popleft())
+
+    def claim_all(self) -> None:
+        while self.pending:
+            self._claim(self.pending.popleft())
+
+    def _claim(self, pending: PendingCall) -> None:
+        values = replace([pending.args, pending.kwargs], is_pending, lambda p: p.value)
+        call = ToolCall(pending.tool.name, values[1], tuple(values[0]))
+        try:
+            value = self._authoritative(call, pending.tool, pending.issued, pending.statement)
+        except _ToolFailed as failed:
+            object.__setattr__(pending, "state", "failed")
+            object.__setattr__(pending, "error", failed.error)
+            raise Deferred(pending) from None
+        object.__setattr__(pending, "value", value)
+        object.__setattr__(pending, "state", "claimed")
+
+    def _authoritative(self, call: ToolCall, tool: Tool, issued: Future[Any] | None, statement: int) -> Any:
+        assert self.loop is not None
+        future = asyncio.run_coroutine_threadsafe(self._execute(call, issued), self.loop)
+        try:
+            outcome: CallOutcome = future.result()
+        except ToolExecutionError as exc:
+            error = exc.__cause__ if exc.__cause__ is not None else exc
+            self.records.append(CallRecord(call, "miss", ok=False))
+            self.log.append((statement, tool.name, False, error))
+            raise _ToolFailed(error) from None
+        kind, parallel = outcome.kind, False
+        if outcome.source == SOURCE_REAL:
+            kind, parallel = "miss", True
+        self.records.append(CallRecord(call, kind, outcome.source, parallel))
+        self.log.append((statement, tool.name, True, outcome.value))
+        return outcome.value
+
+    def _direct(self, tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        assert self.loop is not None
+        call = ToolCall(tool.name, kwargs, args)
+        try:
+            value = call_directly(tool, args, kwargs, self.loop)
+        except BaseException as exc:
+            self.records.append(CallRecord(call, "direct", ok=False))
+            self.log.append((self.statement, tool.name, False, exc))
+            raise
+        self.records.append(CallRecord(call, "direct"))
+        self.log.append((self.statement, tool.name, True, value))
+        return value
+
+    # --- replay -----------------------------------------------------------------------------------
+
+    def start_replay(self, statement: int) -> None:
+        """Replay ``statement``: its calls return what the log recorded, in order."""
+        self.replay = deque(entry for entry in self.log if entry[0] == statement)
+        self.mode = Mode.REPLAY
+
+    def _replayed(self, tool: Tool) -> Any:
+        if not self.replay:
+            raise RuntimeError(f"replay diverged at a call of {tool.name}")
+        _, name, ok, value = self.replay.popleft()
+        if name != tool.name:
+            raise RuntimeError(f"replay diverged: expected {name}, got {tool.name}")
+        if not ok:
+            raise value
+        return value
+
+    # --- on the event loop ------------------------------------------------------------------------
+
+    async def _execute(self, call: ToolCall, issued: Future[Any] | None) -> CallOutcome:
+        if issued is not None:
+            await asyncio.wait([asyncio.wrap_future(issued)])
+        _, _, key = self.session.resolve(call)
+        if key not in self.session.store:
+            await self.link.before_call(key)
+        await _let_start(self.session.store.get(key))
+        result = self.link.started(key)
+        try:
+            outcome = await self.session.execute_detailed(call)
+        except BaseException as exc:
+            result.set_exception(exc)
+            raise
+        else:
+            result.set_result(outcome.value)
+        finally:
+            self.link.claimed(key)
+        return outcome
+
+    async def _speculate(self, pending: PendingCall) -> None:
+        inputs = find([pending.args, pending.kwargs], is_pending)[0]
+        known: dict[int, Any] = {}
+        for item in inputs:
+            value = await self._speculative_value(item)
+            if value is _UNAVAILABLE:
+                return
+            known[id(item)] = value
+        values = replace([pending.args, pending.kwargs], is_pending, lambda p: known[id(p)])
+        call = ToolCall(pending.tool.name, values[1], tuple(values[0]))
+        try:
+            _, _, key = self.session.resolve(call)
+        except CallError:
+            return
+        if key not in self.session.store:
+            await self.link.before_call(key)
+        self.session.speculate(call, source=SOURCE_REAL, confidence=1.0)
+        object.__setattr__(pending, "task", self.session.store.get(key))
+
+    async def _speculative_value(self, item: PendingCall) -> Any:
+        if item.state == "claimed":
+            return item.value
+        if item.issued is not None:
+            await asyncio.wait([asyncio.wrap_future(item.issued)])
+        entry: Entry | None = item.task
+        if item.state == "claimed" or entry is None or entry.task is None:
+            return item.value if item.state == "claimed" else _UNAVAILABLE
+        await asyncio.wait([entry.task])
+        if entry.succeeded():
+            return entry.task.result()
+        return item.value if item.state == "claimed" else _UNAVAILABLE
+
+
+async def _let_start(entry: Entry | None) -> None:
+    """Give a speculation launched a moment ago (its tool not yet started on its worker) a short grace to
+    start, so the claim takes it instead of cancelling it and running the call a second time."""
+    if entry is None or entry.task is None:
+        return
+    for _ in range(int(START_GRACE_S / START_POLL_S)):
+        if entry.started is not None or entry.task.done():
+            return
+        await asyncio.sleep(START_POLL_S)
+

@@ -1,0 +1,497 @@
+"""The shadow runner: closed statements of streamed code run early, out of order, in a sandboxed copy.
+
+One daemon thread per turn executes statements as they close. A statement runs as soon as (1) no earlier
+statement still waiting touches the names it touches (reads against writes, writes against both; calls of
+functions defined in the shadow order against everything) and (2) the values it inspects are resolved: a
+statement that only passes a pending result along (to another tool, into a list) runs at once, so
+independent calls fan out and dependent ones launch when their inputs arrive. Statements are checked
+(:mod:`~forethought.code.checker`), instrumented (:mod:`~forethought.code.instrument`) and run under
+the :class:`Guard`; a watchdog interrupts Python code that outruns its CPU budget without ticking.
+
+Outcomes: a statement that is blocked (unsafe import, blocked builtin, non-JSON argument, budget) turns the
+names it writes into :class:`Blocked`, so only its dependents are skipped; a statement that raises an
+ordinary exception, or whose speculated call raised, ends its block (the real run stops there too), unless
+it has a ``try``. Peek tasks over the unfinished tail run between statements, against the same namespace.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import ctypes
+import functools
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import CodeType, FunctionType
+from typing import Any, Protocol
+
+from forethought.code.analysis import DEEP, SHALLOW, StatementInfo, analyze
+from forethought.code.cell import Cell
+from forethought.code.checker import refusal
+from forethought.code.guard import SHADOW_FILENAME, Guard
+from forethought.code.instrument import InstrumentError, instrument
+from forethought.code.lazy import Blocked, ShadowLazy, find, replace
+from forethought.code.signals import (
+    ShadowBlocked,
+    ShadowBudgetExceeded,
+    ShadowSignal,
+    ShadowStopped,
+    ShadowToolFailed,
+)
+
+WATCHDOG_PERIOD_S = 0.05
+MAX_NOTES = 50
+_MISSING: Any = object()
+
+
+class PeekTask(Protocol):
+    """A look into the unfinished tail of a block, run on the shadow thread."""
+
+    block: int
+
+    def reads(self) -> frozenset[str] | None:
+        """Names the peek reads (``None``: nothing to peek)."""
+
+    def run(self, namespace: Mapping[str, Any]) -> None:
+        """Launch whatever the tail's closed calls allow."""
+
+
+class Statement(Protocol):
+    """A closed statement as the segmenter emits it."""
+
+    @property
+    def block(self) -> int:
+        """The code block it belongs to."""
+
+    @property
+    def index(self) -> int:
+        """Its position in the block."""
+
+    @property
+    def tree(self) -> ast.Module:
+        """Its parsed form."""
+
+
+def _special(value: Any) -> bool:
+    kind = type(value)
+    return kind is ShadowLazy or kind is Blocked
+
+
+def _is_lazy(value: Any) -> bool:
+    return type(value) is ShadowLazy
+
+
+def merge(infos: list[StatementInfo]) -> StatementInfo:
+    """One info for several statements written on one line."""
+    if len(infos) == 1:
+        return infos[0]
+    demand: dict[str, int] = {}
+    for info in infos:
+        for name, level in info.demand:
+            demand[name] = max(level, demand.get(name, 0))
+    return StatementInfo(
+        reads=frozenset().union(*(i.reads for i in infos)), writes=frozenset().union(*(i.writes for i in infos)),
+        demand=tuple(sorted(demand.items())), calls=frozenset().union(*(i.calls for i in infos)),
+        tool_calls=frozenset().union(*(i.tool_calls for i in infos)),
+        methods=tuple(m for i in infos for m in i.methods), mutated=frozenset().union(*(i.mutated for i in infos)),
+        lazy_sites=frozenset().union(*(i.lazy_sites for i in infos)),
+        kinds=frozenset().union(*(i.kinds for i in infos)),
+        barrier=next((i.barrier for i in infos if i.barrier), None))
+
+
+@dataclass(eq=False)
+class _Unit:
+    block: int
+    index: int
+    statement: Statement | None = None
+    peek: PeekTask | None = None
+    info: StatementInfo | None = None
+    code: CodeType | None = None
+    refused: str | None = None
+    reads: frozenset[str] = frozenset()
+    writes: frozenset[str] = frozenset()
+    prepared: bool = False
+    failed_syntax: str | None = None
+
+
+@dataclass(slots=True)
+class ShadowStats:
+    """What the shadow did in one turn."""
+
+    statements: int = 0
+    executed: int = 0
+    blocked: int = 0
+    failed: int = 0
+    peeks: int = 0
+
+
+class ShadowRunner:
+    """Runs one turn's closed statements early on its own thread."""
+
+    def __init__(self, *, build_namespace: Callable[[], dict[str, Any]], tools: frozenset[str], guard: Guard,
+                 preplan: Callable[[ast.stmt, Mapping[str, Any]], None] | None = None) -> None:
+        self._build_namespace = build_namespace
+        self._tools = tools
+        self.guard = guard
+        self._preplan = preplan
+        self.ns: dict[str, Any] = {}
+        self._pending: list[_Unit] = []
+        self._cond = threading.Condition()
+        self._idle = False
+        self._ready = False
+        self._stopped = False
+        self._aborted: dict[int, int] = {}
+        self._special: set[str] = set()
+        self._hooked: set[Cell] = set()
+        self._idle_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._current: _Unit | None = None
+        self._watch_lock = threading.Lock()
+        self._armed: _Unit | None = None
+        self._fired: _Unit | None = None
+        self.notes: list[str] = []
+        self.stats = ShadowStats()
+        self._thread = threading.Thread(target=self._main, name="forethought-shadow", daemon=True)
+        self._watchdog = threading.Thread(target=self._watch, name="forethought-shadow-watchdog", daemon=True)
+
+    # --- producer side (any thread) ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+        self._watchdog.start()
+
+    def submit(self, statement: Statement) -> None:
+        with self._cond:
+            if self._stopped or statement.index >= self._aborted.get(statement.block, 1 << 62):
+                return
+            self.stats.statements += 1
+            self._pending.append(_Unit(statement.block, statement.index, statement=statement))
+            self._wake_locked()
+
+    def submit_peek(self, task: PeekTask) -> None:
+        """Queue a peek; an older peek of the same block still waiting is replaced."""
+        with self._cond:
+            if self._stopped or task.block in self._aborted:
+                return
+            self._pending = [u for u in self._pending if not (u.peek is not None and u.block == task.block)]
+            self._pending.append(_Unit(task.block, -1, peek=task))
+            self._wake_locked()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self.guard.stopped = True
+            self._pending.clear()
+            self._wake_locked()
+            self._release_idle_waiters()
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the shadow thread to end (after :meth:`stop`); returns whether it did."""
+        if not self._thread.is_alive():
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def idle(self) -> bool:
+        """Whether the shadow has nothing it can run right now."""
+        with self._cond:
+            return self._stopped or (self._idle and self._ready)
+
+    async def settle(self, within_s: float) -> None:
+        """Wait (at most ``within_s``) until the shadow has nothing it can run right now.
+
+        The shadow hands its launches to the loop before it goes idle, so once it is idle, one pass of the
+        loop (the final ``sleep(0)``) runs every launch it made.
+        """
+        loop = asyncio.get_running_loop()
+        with self._cond:
+            idle = self._stopped or (self._idle and self._ready)
+            if not idle:
+                future: asyncio.Future[None] = loop.create_future()
+                self._idle_waiters.append((loop, future))
+        if not idle:
+            try:
+                await asyncio.wait_for(asyncio.shield(future), within_s)
+            except TimeoutError:
+                return
+        await asyncio.sleep(0)
+
+    def on_launch(self, cell: Cell) -> None:
+        """Called (on the shadow thread) for each call a statement launches."""
+        unit = self._current
+        if unit is None or unit.statement is None:
+            return
+        cell.add_callback(lambda done: self._call_done(unit, done))
+
+    # --- internals: waking and idling -------------------------------------------------------------
+
+    def _wake_locked(self) -> None:
+        self._idle = False
+        self._cond.notify_all()
+
+    def _wake(self, _: Cell | None = None) -> None:
+        with self._cond:
+            self._wake_locked()
+
+    def _release_idle_waiters(self) -> None:
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for loop, future in waiters:
+            try:
+                loop.call_soon_threadsafe(_finish, future)
+            except RuntimeError:
+                continue
+
+    def _call_done(self, unit: _Unit, cell: Cell) -> None:
+        error = cell.error()
+        if error is None or isinstance(error, ShadowSignal):
+            return
+        info = unit.info
+        if info is not None and "try" not in info.kinds:
+            with self._cond:
+                self._abort_locked(unit.block, unit.index + 1, f"a speculated call of statement {unit.index + 1} "
+                                                               f"raised {type(error).__name__}")
+
+    def _abort_locked(self, block: int, index: int, why: str) -> None:
+        if index < self._aborted.get(block, 1 << 62):
+            self._aborted[block] = index
+            self._note(f"block {block}: speculation stops at statement {index + 1} ({why})")
+        self._pending = [u for u in self._pending
+                         if u.block != block or (u.peek is None and u.index < index)]
+
+    def _note(self, text: str) -> None:
+        if len(self.notes) < MAX_NOTES and text not in self.notes:
+            self.notes.append(text)
+
+    # --- the thread -------------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self.ns = self._build_namespace()
+        except Exception as exc:  # a broken namespace only costs this turn's speculation
+            self._note(f"shadow namespace not built: {type(exc).__name__}: {exc}")
+            self.stop()
+            return
+        with self._cond:
+            self._ready = True
+        while True:
+            with self._cond:
+                unprepared = [u for u in self._pending if not u.prepared]
+            for unit in unprepared:
+                self._prepare(unit)
+            with self._cond:
+                picked = None
+                while picked is None:
+                    if self._stopped:
+                        self._release_idle_waiters()
+                        return
+                    if any(not u.prepared for u in self._pending):
+                        break
+                    picked = self._pick()
+                    if picked is None:
+                        self._idle = True
+                        self._release_idle_waiters()
+                        self._cond.wait()
+            if picked is None:
+                continue
+            unit, state, reason = picked
+            if unit.peek is not None:
+                self._run_peek(unit.peek)
+            elif state == "blocked":
+                self._poison(unit, reason)
+            elif state == "failed":
+                with self._cond:
+                    self._abort_locked(unit.block, unit.index, reason)
+            else:
+                self._execute(unit)
+
+    def _pick(self) -> tuple[_Unit, str, str] | None:
+        earlier_reads: set[str] = set()
+        earlier_writes: set[str] = set()
+        barrier = False
+        for unit in list(self._pending):
+            is_barrier = unit.peek is None and self._is_barrier(unit)
+            conflict = barrier or (is_barrier and (earlier_reads or earlier_writes)) or bool(
+                unit.writes & (earlier_reads | earlier_writes)) or bool(unit.reads & earlier_writes)
+            if not conflict:
+                state, reason = self._readiness(unit)
+                if state != "wait":
+                    self._pending.remove(unit)
+                    return unit, state, reason
+            earlier_reads |= unit.reads
+            earlier_writes |= unit.writes
+            barrier = barrier or is_barrier
+        return None
+
+    def _prepare(self, unit: _Unit) -> None:
+        unit.prepared = True
+        if unit.peek is not None:
+            reads = unit.peek.reads()
+            unit.reads = reads if reads is not None else frozenset()
+            return
+        assert unit.statement is not None
+        tree = unit.statement.tree
+        unit.info = merge([analyze(s, self._tools) for s in tree.body])
+        unit.reads, unit.writes = unit.info.reads, unit.info.writes
+        unit.refused = refusal(tree)
+        if unit.refused is not None:
+            return
+        try:
+            unit.code = compile(instrument(tree), SHADOW_FILENAME, "exec", dont_inherit=True)
+        except InstrumentError as exc:
+            unit.refused = str(exc)
+        except SyntaxError as exc:
+            unit.failed_syntax = f"{exc.msg}"
+
+    def _is_barrier(self, unit: _Unit) -> bool:
+        info = unit.info
+        if info is None:
+            return False
+        if info.barrier is not None:
+            return True
+        for name in info.calls:
+            value = self.ns.get(name)
+            if (type(value) is FunctionType and value.__code__.co_filename == SHADOW_FILENAME) or (
+                    isinstance(value, type) and value in self.guard.classes):
+                return True
+        return False
+
+    def _readiness(self, unit: _Unit) -> tuple[str, str]:
+        if unit.peek is not None:
+            return "ready", ""
+        if unit.failed_syntax is not None:
+            return "failed", f"syntax error: {unit.failed_syntax}"
+        if unit.refused is not None:
+            return "blocked", unit.refused
+        info = unit.info
+        assert info is not None
+        waiting = False
+        for name, level in info.demand:
+            if name not in self._special:
+                continue
+            value = self.ns.get(name, _MISSING)
+            if level == SHALLOW:
+                items = [value] if _special(value) else []
+            else:
+                items, complete = find(value, _special)
+                if not complete:
+                    return "blocked", f"{name!r} is too large to inspect"
+            for item in items:
+                if type(item) is Blocked:
+                    return "blocked", object.__getattribute__(item, "reason")
+                cell = item.cell
+                if not cell.done():
+                    waiting = True
+                    if cell not in self._hooked:
+                        self._hooked.add(cell)
+                        cell.add_callback(self._wake)
+                elif cell.failed():
+                    error = cell.error()
+                    if isinstance(error, ShadowSignal):
+                        return "blocked", str(error)
+                    return "failed", f"a speculated call it depends on raised {type(error).__name__}"
+        return ("wait", "") if waiting else ("ready", "")
+
+    def _resolve_inputs(self, info: StatementInfo) -> None:
+        for name, level in info.demand:
+            if name not in self._special or name not in self.ns:
+                continue
+            value = self.ns[name]
+            if level == DEEP:
+                self.ns[name] = replace(value, _is_lazy, lambda lazy: lazy.cell.result())
+            elif level == SHALLOW and type(value) is ShadowLazy:
+                self.ns[name] = value.cell.result()
+
+    def _execute(self, unit: _Unit) -> None:
+        info, code = unit.info, unit.code
+        assert info is not None and code is not None and unit.statement is not None
+        self._resolve_inputs(info)
+        preplan = self._preplan
+        if preplan is not None:
+            for statement in unit.statement.tree.body:
+                self._safely(functools.partial(preplan, statement, self.ns))
+        self.guard.start_statement()
+        self._current = unit
+        outcome: BaseException | None = None
+        try:
+            try:
+                with self._watch_lock:
+                    self._armed = unit
+                exec(code, self.ns)
+            finally:
+                with self._watch_lock:
+                    self._armed = None
+                    _clear_async_exception(self.guard.thread_id)
+        except BaseException as exc:
+            outcome = exc
+        self._current = None
+        self._after(unit, info, outcome)
+
+    def _after(self, unit: _Unit, info: StatementInfo, outcome: BaseException | None) -> None:
+        if outcome is None:
+            self.stats.executed += 1
+            for name in info.writes:
+                found, complete = find(self.ns.get(name), _special)
+                if found or not complete:
+                    self._special.add(name)
+                else:
+                    self._special.discard(name)
+        elif isinstance(outcome, ShadowStopped):
+            return
+        elif isinstance(outcome, ShadowToolFailed) or not isinstance(outcome, ShadowSignal):
+            uncertain = self.guard.touched_lazy and isinstance(outcome, TypeError | AttributeError)
+            if uncertain or "try" in info.kinds:
+                self._poison(unit, f"{type(outcome).__name__}: {outcome}")
+            else:
+                self.stats.failed += 1
+                with self._cond:
+                    self._abort_locked(unit.block, unit.index, f"{type(outcome).__name__}: {outcome}")
+        else:
+            self._poison(unit, str(outcome) or type(outcome).__name__)
+
+    def _poison(self, unit: _Unit, reason: str) -> None:
+        self.stats.blocked += 1
+        self._note(f"block {unit.block} statement {unit.index + 1}: skipped ({reason})")
+        for name in unit.writes:
+            self.ns[name] = Blocked(reason)
+            self._special.add(name)
+
+    def _run_peek(self, task: PeekTask) -> None:
+        self.stats.peeks += 1
+        self.guard.start_statement()
+        self._safely(lambda: task.run(self.ns))
+
+    def _safely(self, action: Callable[[], Any]) -> None:
+        try:
+            action()
+        except (Exception, ShadowBlocked):  # a peek or plan is a bet: failing to place it costs nothing
+            return
+
+    # --- the watchdog -----------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        limit = self.guard.limits.max_cpu_s
+        while not self._stopped:
+            time.sleep(WATCHDOG_PERIOD_S)
+            with self._watch_lock:
+                unit = self._armed
+                if unit is None or unit is self._fired or self.guard.cpu_seconds() <= limit * 1.5:
+                    continue
+                self._fired = unit
+                _raise_async(self.guard.thread_id, ShadowBudgetExceeded)
+
+
+def _finish(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _raise_async(thread_id: int | None, error: type[BaseException]) -> None:
+    if thread_id is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(error))
+
+
+def _clear_async_exception(thread_id: int | None) -> None:
+    if thread_id is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)

@@ -1,0 +1,505 @@
+"""Data flow: for each argument of a candidate call, which value, and how sure.
+
+For every (tool, parameter) the model keeps learned derivation rules (:mod:`derive_rules`) with their
+observed record: each time the tool is called, every known rule that gives a value here is one *trial*,
+and a *success* when its value is the one the model used. A rule's score is the Wilson lower bound of
+that record, shrunk towards the record of the same rule for the same parameter name on any tool (and,
+for rules that name no tool, on any parameter), so a rule seen once is trusted a little, and a new tool
+with familiar parameters is not a blank.
+
+Three more kinds of evidence, with the same scoring:
+
+* constants: values used before for this parameter, overall and given a word of the user message
+  (``'SFO'`` after "San Francisco", ``False`` after "lock"); absence of an optional parameter is one
+  such value;
+* schema enums: an allowed value that the user message mentions;
+* vocabulary: a value used before for this parameter that the user message mentions.
+
+A value backed by several pieces of evidence scores higher than by its best one alone (a damped
+noisy-or), and every value offered is checked against (or coerced to) the parameter's schema.
+A rule found for the first time is also scored on the last few calls of its tool, so its record does
+not start with the one success it was found by.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import json
+import operator
+import re
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from forethought.predictors.patterns.counts import Counts, wilson_lower
+from forethought.predictors.patterns.derive_rules import Rule, Sources
+from forethought.predictors.patterns.derive_schema import schema_checker
+from forethought.predictors.patterns.derive_values import value_key
+from forethought.predictors.patterns.select import best_first
+
+SEP = "\x1f"
+ANY = "*"
+ABSENT_KEY = "\x00absent"
+"""Value key recorded when an optional parameter is left out."""
+ENUM_RULE = '["enum"]'
+VOCAB_RULE = '["vocab"]'
+PRIOR_WEIGHT = 2.0
+DEFAULT_RATE = 0.2
+MAX_CONSTANT_CHARS = 120
+RECENT_OBSERVATIONS = 32
+"""A rule found for the first time is also scored on this many earlier calls of its tool, so that its
+record does not start with a success it was chosen for."""
+AGREEMENT_WEIGHT = 0.5
+"""How much a second piece of evidence for the same value counts (1: as if independent)."""
+MIN_CUE_TRIALS = 2.0
+"""A cue word must have been seen this often with the parameter before it can select a constant."""
+BOUND_SLACK = 1e-9
+"""Margin on the upper bounds of scores used to skip values that cannot win (far above rounding errors)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArgCandidate:
+    """One possible value of one parameter (``absent``: leave the parameter out)."""
+
+    value: Any
+    score: float
+    rule: str
+    absent: bool = False
+    key: str = ""
+    """The value's key (:func:`~forethought.predictors.patterns.derive_values.value_key`; :data:`ABSENT_KEY` when
+    absent): equal keys are equal values."""
+
+
+_NOT_ALNUM = re.compile(r"[\W_]+")
+"""Runs of characters that are not alphanumeric (in the sense of ``str.isalnum``)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _alnum_words(text: str) -> str:
+    """``text`` lower-cased as its alphanumeric words, each between single spaces."""
+    return " " + " ".join(_NOT_ALNUM.sub(" ", text.lower()).split()) + " "
+
+
+def _mention_forms(values: Sequence[Any]) -> tuple[tuple[str, str], ...]:
+    """The values that can be mentioned (strings of 2+ characters), each with its words as matched."""
+    return tuple((value, _alnum_words(value)) for value in values if isinstance(value, str) and len(value) >= 2)
+
+
+def _mentioned(forms: Sequence[tuple[str, str]], message: str) -> str | None:
+    """The value (of :func:`_mention_forms`) whose words occur last in ``message``; the first on a tie."""
+    text = _alnum_words(message)
+    best, best_at = None, -1
+    for value, form in forms:
+        at = text.rfind(form)
+        if at > best_at:
+            best, best_at = value, at
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """Counter keys of a rule's record for one parameter: (successes, trials) here, and at each wider level
+    it is shrunk towards, widest first."""
+
+    here: tuple[str, str]
+    wider: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """The rules to try for one parameter, in order: keys, parsed rules (None: a pseudo rule), records."""
+
+    keys: tuple[str, ...]
+    rules: tuple[Rule | None, ...]
+    records: tuple[_Record, ...]
+    pseudo: tuple[int, ...]
+    """Positions of the pseudo rules."""
+
+
+_parse_rule = functools.lru_cache(maxsize=1 << 15)(Rule.from_key)
+"""Rules are values: one parse per rule key and process, shared by every model (and copy)."""
+_SCORE = operator.itemgetter(0)
+"""Sort key of evidence tuples, which start with their score (sorted best first, stably)."""
+_MUTABLE = object()
+"""Stands for a list or object value, which is parsed afresh for every use."""
+
+
+@functools.lru_cache(maxsize=8192)
+def _constant(truth: str) -> tuple[Any, str]:
+    """A stored value key parsed: the value (:data:`_MUTABLE` for a list or object) and its key."""
+    value = json.loads(truth)
+    return (_MUTABLE if isinstance(value, list | dict) else value), value_key(value)
+
+
+class ArgumentModel:
+    """Learned derivation rules and constants per (tool, parameter)."""
+
+    def __init__(self, counts: Counts, z: float = 1.0) -> None:
+        self.counts = counts
+        self.z = z
+        self._rules: dict[tuple[str, str], set[str]] = {}
+        self._values: dict[tuple[str, str], set[str]] = {}
+        self._cues: dict[tuple[str, str], dict[str, set[str]]] = {}
+        self._params: dict[str, set[str]] = {}
+        self._parsed: dict[str, Rule] = {}
+        self._recent: dict[tuple[str, str], deque[tuple[Sources, str]]] = {}
+        self._checkers: dict[str, Callable[[Any], Any]] = {}
+        self._checker_of: dict[tuple[str, str], tuple[Mapping[str, Any], Callable[[Any], Any]]] = {}
+        self._records: dict[tuple[str, str], dict[str, _Record]] = {}
+        self._tables: dict[tuple[str, str], tuple[tuple[tuple[str, str], int], _Table]] = {}
+        self._vocab: dict[tuple[str, str], tuple[int, tuple[tuple[str, str], ...]]] = {}
+        self._stored: dict[tuple[str, str], tuple[int, tuple[tuple[str, str, Any, str], ...]]] = {}
+        self._enums: dict[tuple[str, str], tuple[list[Any], tuple[tuple[str, str], ...]]] = {}
+
+    def register(self, key: str) -> None:
+        """Index a counter key loaded from a store."""
+        parts = key.split(SEP)
+        if parts[0] == "r" and len(parts) == 5:
+            self._rules.setdefault((parts[1], parts[2]), set()).add(parts[3])
+            if parts[3] not in self._parsed and parts[3] not in (ENUM_RULE, VOCAB_RULE):
+                with contextlib.suppress(ValueError, TypeError):  # an unreadable rule fails where it is used
+                    self._parsed[parts[3]] = _parse_rule(parts[3])
+            if parts[1] != ANY:
+                self._params.setdefault(parts[1], set()).add(parts[2])
+        elif parts[0] == "c" and len(parts) == 4:
+            self._values.setdefault((parts[1], parts[2]), set()).add(parts[3])
+            self._params.setdefault(parts[1], set()).add(parts[2])
+        elif parts[0] == "k" and len(parts) == 5:
+            self._cues.setdefault((parts[1], parts[2]), {}).setdefault(parts[3], set()).add(parts[4])
+
+    def build_tables(self) -> None:
+        """Work out the rule table of every parameter with rules of its own (after loading a store), so
+        that no prediction pays for it."""
+        for tool, param in list(self._rules):
+            if tool != ANY:
+                self._table(tool, param)
+
+    def _rule(self, key: str) -> Rule | None:
+        if key in (ENUM_RULE, VOCAB_RULE):
+            return None
+        rule = self._parsed.get(key)
+        if rule is None:
+            rule = self._parsed[key] = _parse_rule(key)
+        return rule
+
+    def _checker(self, tool: str, param: str, schema: Mapping[str, Any]) -> Callable[[Any], Any]:
+        """The schema check of one parameter (looked up by the schema's text only when the schema changed)."""
+        known = self._checker_of.get((tool, param))
+        if known is not None and known[0] is schema:
+            return known[1]
+        text = json.dumps(schema, sort_keys=True, default=str)
+        checker = self._checkers.get(text)
+        if checker is None:
+            checker = self._checkers[text] = schema_checker(schema)
+        self._checker_of[(tool, param)] = (schema, checker)
+        return checker
+
+    def _levels(self, tool: str, param: str, rule_key: str) -> list[tuple[str, str]]:
+        levels = [(tool, param), (ANY, param)]
+        rule = self._rule(rule_key)
+        if rule is None or rule.generic:
+            levels.append((ANY, ANY))
+        return levels
+
+    def _record(self, tool: str, param: str, rule_key: str) -> _Record:
+        """The counter keys of the rule's record for the parameter (worked out once)."""
+        records = self._records.setdefault((tool, param), {})
+        record = records.get(rule_key)
+        if record is None:
+            pairs = []
+            for level in self._levels(tool, param, rule_key):
+                base = SEP.join(("r", *level, rule_key))
+                pairs.append((base + SEP + "s", base + SEP + "n"))
+            record = records[rule_key] = _Record(pairs[0], tuple(reversed(pairs[1:])))
+        return record
+
+    def _score(self, record: _Record, successes: float, stored: Mapping[str, float], scale: float) -> float:
+        """Wilson lower bound of the record here (``successes`` already read), shrunk towards its record at
+        each wider level. ``stored`` and ``scale`` are the counts' (:meth:`Counts.stored`)."""
+        rate = DEFAULT_RATE
+        for s_key, n_key in record.wider:
+            s = stored[s_key] * scale if s_key in stored else 0.0
+            n = stored[n_key] * scale if n_key in stored else 0.0
+            rate = (s + PRIOR_WEIGHT * rate) / (n + PRIOR_WEIGHT)
+        n_key = record.here[1]
+        trials = stored[n_key] * scale if n_key in stored else 0.0
+        return wilson_lower(successes + PRIOR_WEIGHT * rate, trials + PRIOR_WEIGHT, self.z)
+
+    def rule_score(self, tool: str, param: str, rule_key: str) -> float:
+        """Wilson lower bound of the rule's record here, shrunk towards its record elsewhere."""
+        record = self._record(tool, param, rule_key)
+        return self._score(record, self.counts.get(record.here[0]), self.counts.stored(), self.counts.scale)
+
+    def _table(self, tool: str, param: str) -> _Table:
+        """The rules to try for the parameter, sorted, with the enum pseudo rule: those known here, else
+        those known for the parameter name on any tool (kept until a rule is added)."""
+        level = (tool, param)
+        rules_at = level if self._rules.get(level) else (ANY, param)
+        version = (rules_at, len(self._rules.get(rules_at, ())))
+        cached = self._tables.get(level)
+        if cached is None or cached[0] != version:
+            keys = tuple(sorted({*self._rules.get(rules_at, ()), ENUM_RULE}))
+            rules = tuple(self._rule(key) for key in keys)
+            table = _Table(keys, rules, tuple(self._record(tool, param, key) for key in keys),
+                           tuple(i for i, rule in enumerate(rules) if rule is None))
+            cached = self._tables[level] = (version, table)
+        return cached[1]
+
+    # --- pseudo rules: enums and vocabulary mentioned in the message ------------------------------------
+
+    def _vocabulary(self, tool: str, param: str) -> tuple[tuple[str, str], ...]:
+        """The values used before for the parameter, as :func:`_mention_forms` (kept until a new one)."""
+        values = self._values.get((tool, param), set())
+        cached = self._vocab.get((tool, param))
+        if cached is None or cached[0] != len(values):
+            forms = _mention_forms([_constant(vk)[0] for vk in sorted(values) if vk != ABSENT_KEY])
+            cached = self._vocab[(tool, param)] = (len(values), forms)
+        return cached[1]
+
+    def _enum(self, tool: str, param: str, enum: list[Any]) -> tuple[tuple[str, str], ...]:
+        """The schema's allowed values, as :func:`_mention_forms` (kept while the schema is the same)."""
+        cached = self._enums.get((tool, param))
+        if cached is None or cached[0] is not enum:
+            cached = self._enums[(tool, param)] = (enum, _mention_forms(enum))
+        return cached[1]
+
+    def _stored_values(self, tool: str, param: str) -> tuple[tuple[str, str, Any, str], ...]:
+        """The values stored for the parameter (in the order of the set holding them): stored key, key of
+        its count, the value (None when absent, :data:`_MUTABLE` for a list or object), its value key. Kept
+        until a value is added."""
+        level = (tool, param)
+        truths = self._values.get(level, set())
+        cached = self._stored.get(level)
+        if cached is None or cached[0] != len(truths):
+            prefix = SEP.join(("c", tool, param, ""))
+            entries = tuple((truth, prefix + truth, *((None, ABSENT_KEY) if truth == ABSENT_KEY else _constant(truth)))
+                            for truth in truths)
+            cached = self._stored[level] = (len(truths), entries)
+        return cached[1]
+
+    def _pseudo(self, key: str, tool: str, param: str, schema: Mapping[str, Any], sources: Sources) -> Any:
+        if key == ENUM_RULE:
+            enum = schema.get("enum")
+            return _mentioned(self._enum(tool, param, enum), sources.user_message) if isinstance(enum, list) else None
+        return _mentioned(self._vocabulary(tool, param), sources.user_message)
+
+    def _pseudo_keyed(self, key: str, tool: str, param: str, schema: Mapping[str, Any], sources: Sources
+                      ) -> tuple[Any, str] | None:
+        value = self._pseudo(key, tool, param, schema, sources)
+        return None if value is None else (value, value_key(value))
+
+    # --- learning -------------------------------------------------------------------------------------
+
+    def learn(self, tool: str, properties: Mapping[str, Any], arguments: Mapping[str, Any], sources: Sources,
+              words: frozenset[str]) -> None:
+        """Update every rule and constant of ``tool``'s parameters with one observed call."""
+        params = self._params.setdefault(tool, set())
+        params.update(properties, arguments)
+        for param in sorted(params):
+            absent = param not in arguments
+            value = None if absent else arguments[param]
+            truth = ABSENT_KEY if absent else value_key(value)
+            schema = properties.get(param) or {}
+            known = self._rules.setdefault((tool, param), set())
+            recent = self._recent.setdefault((tool, param), deque(maxlen=RECENT_OBSERVATIONS))
+            if not absent:
+                for rule in sources.explain(value):
+                    if rule.key in known:
+                        continue
+                    known.add(rule.key)
+                    self._parsed.setdefault(rule.key, rule)
+                    for level in self._levels(tool, param, rule.key)[1:]:
+                        self._rules.setdefault(level, set()).add(rule.key)
+                    for past, past_truth in recent:
+                        self._trial(tool, param, rule.key, past.apply_keyed(rule), past_truth)
+            keys = sorted({*known, ENUM_RULE, VOCAB_RULE})
+            rules = [self._rule(key) for key in keys]
+            for key, parsed, produced in zip(keys, rules, sources.apply_all(rules), strict=True):
+                if parsed is None:
+                    produced = self._pseudo_keyed(key, tool, param, schema, sources)
+                if self._trial(tool, param, key, produced, truth) and key in (ENUM_RULE, VOCAB_RULE):
+                    known.add(key)
+            recent.append((sources, truth))
+            self._count_constant(tool, param, truth, words)
+            self._table(tool, param)  # brought up to date here, not in the next prediction
+        sources.forget_values()  # kept in the recent observations: without what this step remembered
+
+    def _trial(self, tool: str, param: str, key: str, produced: tuple[Any, str] | None, truth: str) -> bool:
+        """Count one use of rule ``key`` (none when it gave nothing); whether it gave the truth."""
+        if produced is None:
+            return False
+        hit = produced[1] == truth
+        record = self._record(tool, param, key)
+        for s_key, n_key in (record.here, *record.wider):
+            self.counts.add(n_key)
+            if hit:
+                self.counts.add(s_key)
+        return hit
+
+    def _count_constant(self, tool: str, param: str, truth: str, words: frozenset[str]) -> None:
+        self.counts.add(SEP.join(("c", tool, param)))
+        for word in words:
+            self.counts.add(SEP.join(("k", tool, param, word)))
+        if len(truth) > MAX_CONSTANT_CHARS:
+            return
+        self.counts.add(SEP.join(("c", tool, param, truth)))
+        self._values.setdefault((tool, param), set()).add(truth)
+        cues = self._cues.setdefault((tool, param), {})
+        for word in words:
+            self.counts.add(SEP.join(("k", tool, param, word, truth)))
+            cues.setdefault(word, set()).add(truth)
+
+    # --- prediction -----------------------------------------------------------------------------------
+
+    def parameters(self, tool: str, properties: Mapping[str, Any]) -> list[str]:
+        """Parameters to fill: the schema's, and any seen used with the tool."""
+        return sorted(set(properties) | self._params.get(tool, set()))
+
+    def _cue_words(self, tool: str, param: str, words: frozenset[str], stored: Mapping[str, float], scale: float
+                   ) -> list[tuple[str, float, set[str]]]:
+        """The cue words of the message seen often enough with the parameter: the prefix of their joint
+        counts' keys, their count, the values seen with them (``stored``, ``scale``: the counts')."""
+        cues = self._cues.get((tool, param))
+        if not cues:
+            return []
+        prefix = SEP.join(("k", tool, param, ""))
+        out = []
+        for word in words & cues.keys():
+            if (key := prefix + word) in stored and stored[key] * scale >= MIN_CUE_TRIALS:
+                out.append((key + SEP, stored[key] * scale, cues[word]))
+        return out
+
+    def _constant_score(self, truth: str, share: tuple[float, float], cues: Sequence[tuple[str, float, set[str]]],
+                        stored: Mapping[str, float], scale: float) -> float:
+        """A stored value's score: the Wilson bound of its share of the parameter's uses, or of its share
+        given a cue word of the message (:meth:`_cue_words`) if one scores higher."""
+        z = self.z
+        z2 = z * z if z >= 0 else -1.0
+        best = wilson_lower(share[0], share[1], z)
+        for prefix, seen, truths in cues:
+            if truth in truths:
+                joint = stored[k] * scale if (k := prefix + truth) in stored else 0.0
+                # A Wilson lower bound of s out of n never exceeds s / (n + z**2) (z >= 0): skip cues below.
+                if z2 >= 0 and joint / (seen + z2) + BOUND_SLACK < best:
+                    continue
+                score = wilson_lower(joint, seen, z)
+                if score > best:
+                    best = score
+        return best
+
+    def candidates(self, tool: str, param: str, schema: Mapping[str, Any], required: bool, sources: Sources,
+                   words: frozenset[str], limit: int = 3) -> list[ArgCandidate]:
+        """The best values for one parameter, most likely first (absence included when optional).
+
+        A value's score is its best piece of evidence, raised by every other piece that agrees with it
+        (a damped noisy-or: agreeing rules are rarely independent). A value backed by one stored constant
+        only is scored only if it may make the cut (:mod:`pattern_select`).
+        """
+        evidence: dict[str, list[tuple[float, str, Any]]] = {}
+        own = (tool, param) in self._rules
+        stored, scale = self.counts.stored(), self.counts.scale
+        table = self._table(tool, param)
+        produced = sources.apply_all(table.rules)
+        for i in table.pseudo:
+            produced[i] = self._pseudo_keyed(table.keys[i], tool, param, schema, sources)
+        # Only the rules that give a value here (most give none).
+        for key, record, found in itertools.compress(zip(table.keys, table.records, produced, strict=True), produced):
+            if found is None:
+                continue
+            value, value_id = found
+            s_key = record.here[0]
+            successes = stored[s_key] * scale if s_key in stored else 0.0
+            if successes <= 0 and own:
+                continue
+            if not required or value_id != ABSENT_KEY:
+                piece = (self._score(record, successes, stored, scale), key, value)
+                if value_id in evidence:
+                    evidence[value_id].append(piece)
+                else:
+                    evidence[value_id] = [piece]
+        cue_words = self._cue_words(tool, param, words, stored, scale)
+        lazy = self._add_constants(tool, param, required, cue_words, evidence, stored, scale)
+
+        def exact(item: tuple[str, str, Any]) -> float:
+            return self._constant_score(*lazy[item[0]], cue_words, stored, scale)
+
+        return self._best(tool, param, schema, evidence, lazy, exact, limit)
+
+    def _add_constants(self, tool: str, param: str, required: bool, cue_words: Sequence[tuple[str, float, set[str]]],
+                       evidence: dict[str, list[tuple[float, str, Any]]], stored: Mapping[str, float], scale: float
+                       ) -> dict[str, tuple[str, tuple[float, float]]]:
+        """Add the values stored for the parameter to ``evidence``, after the rules' (absence too, unless
+        ``required``). A value with no other evidence gets an upper bound of its score instead of the score
+        (when ``z`` >= 0); returned: value key -> (stored key, share of uses) of each such value."""
+        lazy: dict[str, tuple[str, tuple[float, float]]] = {}
+        prefix = SEP.join(("c", tool, param))
+        total = stored[prefix] * scale if prefix in stored else 0.0
+        z2 = self.z * self.z
+        cue_bounds: dict[str, float] = {}  # stored key -> best upper bound of its score given a cue word
+        for cue_prefix, seen, truths in cue_words if self.z >= 0 else ():
+            for truth in truths:
+                if (k := cue_prefix + truth) in stored:
+                    cue_bound = stored[k] * scale / (seen + z2)
+                    if truth not in cue_bounds or cue_bound > cue_bounds[truth]:
+                        cue_bounds[truth] = cue_bound
+        for truth, count_key, value, value_id in self._stored_values(tool, param):
+            if truth == ABSENT_KEY:
+                if required:
+                    continue
+                rule = "absent"
+            else:
+                value, rule = json.loads(truth) if value is _MUTABLE else value, "constant"
+            share = (stored[count_key] * scale if count_key in stored else 0.0, total)
+            if value_id not in evidence and self.z >= 0:
+                # An upper bound of the score (see _constant_score) stands in for it until it is needed.
+                bound = share[0] / (total + z2) if total > 0 else 0.0
+                if truth in cue_bounds and cue_bounds[truth] > bound:
+                    bound = cue_bounds[truth]
+                evidence[value_id] = [(bound + BOUND_SLACK, rule, value)]
+                lazy[value_id] = (truth, share)
+                continue
+            if value_id in lazy:  # a second stored form of the same value: both pieces count
+                first, first_share = lazy.pop(value_id)
+                _, first_rule, first_value = evidence[value_id][0]
+                evidence[value_id][0] = (self._constant_score(first, first_share, cue_words, stored, scale),
+                                         first_rule, first_value)
+            evidence.setdefault(value_id, []).append(
+                (self._constant_score(truth, share, cue_words, stored, scale), rule, value))
+        return lazy
+
+    def _best(self, tool: str, param: str, schema: Mapping[str, Any],
+              evidence: Mapping[str, list[tuple[float, str, Any]]], lazy: Mapping[str, object],
+              exact: Callable[[tuple[str, str, Any]], float], limit: int) -> list[ArgCandidate]:
+        """The ``limit`` best-scored values that pass the schema check, best first (the score of a value
+        in ``lazy`` is ``exact((key, rule, value))``; its one piece holds an upper bound of it)."""
+        items: list[tuple[float, bool, tuple[str, str, Any]]] = []
+        for key, pieces in evidence.items():
+            if key in lazy:
+                items.append((pieces[0][0], False, (key, pieces[0][1], pieces[0][2])))
+                continue
+            if pieces[1:]:
+                pieces.sort(key=_SCORE, reverse=True)
+            score, rule, value = pieces[0]
+            for other, _, _ in pieces[1:]:
+                score = 1.0 - (1.0 - score) * (1.0 - AGREEMENT_WEIGHT * other)
+            items.append((score, True, (key, rule, value)))
+        out: list[ArgCandidate] = []
+        if limit <= 0:
+            return out
+        check: Callable[[Any], Any] | None = None
+        for score, (key, rule, value) in best_first(items, exact):
+            if key == ABSENT_KEY:
+                out.append(ArgCandidate(value, score, rule, absent=True, key=ABSENT_KEY))
+            else:
+                if check is None:
+                    check = self._checker(tool, param, schema)
+                checked = check(value)
+                if checked is None:
+                    continue
+                out.append(ArgCandidate(checked, score, rule, key=key if checked is value else value_key(checked)))
+            if len(out) >= limit:
+                break
+        return out

@@ -1,0 +1,443 @@
+"""Derivation rules: where an argument value comes from, stated so that it can be replayed.
+
+A :class:`Rule` names a source, a locator inside it and a transform, for example "the user's message,
+the second quoted string, as is", "the output of ``book_flight``, field ``booking_id``", "the argument
+``folder`` of the previous call", or "every hashtag of the user's message, as a list". :class:`Sources`
+holds what a rule may read at one point of a session (the latest and previous user messages, the calls so
+far with their outputs). :meth:`Sources.explain` lists every rule that reproduces a given value (learning);
+:meth:`Sources.apply` replays one rule (prediction). Nothing here knows about any particular tool.
+
+Sources and their locators:
+
+* ``user`` / ``prev`` (latest / previous user message): an atom kind (:mod:`pattern_text`) and a
+  selector: ``i`` n-th, ``r`` n-th from the end, ``u`` n-th not yet used by a call of this turn, ``b`` /
+  ``a`` the one just after / before a cue word.
+* ``all``: every atom of a kind in the latest user message, as a list.
+* ``arg``: an earlier call's argument: of the latest call of a tool, of the latest call having a
+  parameter of that name, or of the call n steps back.
+* ``out``: a field of an earlier call's JSON output (a path such as ``invoice.booking_id`` or
+  ``files[-1]``): of the latest call of a tool, of the latest output holding that field, or n steps back.
+* ``tok``: an atom inside a text field of the latest output of a tool (a path or id in a listing).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forethought.predictors.base import ObservedCall
+from forethought.predictors.patterns.derive_index import (
+    MAX_FROM_END,
+    MAX_ORDINAL,
+    atom_index,
+    atom_keys,
+    atom_value,
+    atoms_by_kind,
+    first_leaf_by_name,
+    first_leaf_by_path,
+    last_leaf_by_path,
+    leaf_name,
+    message_memo,
+    output_leaves,
+)
+from forethought.predictors.patterns.derive_values import (
+    apply_transform,
+    date_variants,
+    json_variants,
+    string_variants,
+    value_key,
+)
+from forethought.predictors.patterns.text import ORDINAL_KINDS, Atom, parse_number
+
+MAX_UNUSED = 2
+MAX_BACK = 2
+"""Calls are addressed as up to this many steps back."""
+LIST_TRANSFORMS = ("all.id", "untag", "hash", "at", "num.id", "all.lower", "all.upper")
+_TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One way to obtain an argument value: a source, a locator inside it, a transform, maybe a list wrap."""
+
+    source: str
+    locator: tuple[str, ...]
+    transform: str
+    wrap: bool = False
+    key: str = field(init=False, repr=False, compare=False)
+    """A stable text form, used to store the rule's statistics (computed once)."""
+    message_only: bool = field(init=False, repr=False, compare=False)
+    """Whether the value depends on a user message alone (not on the calls made so far)."""
+
+    def __post_init__(self) -> None:
+        key = json.dumps([self.source, list(self.locator), self.transform, self.wrap], separators=(",", ":"))
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "message_only",
+                           self.source in ("user", "prev", "all") and self.locator[1:2] != ("u",))
+
+    @classmethod
+    def from_key(cls, key: str) -> Rule:
+        source, locator, transform, wrap = json.loads(key)
+        return cls(str(source), tuple(str(x) for x in locator), str(transform), bool(wrap))
+
+    @property
+    def generic(self) -> bool:
+        """Whether the rule names no tool, so its record carries over to tools never seen."""
+        return not (self.source in ("out", "tok", "arg") and self.locator[:1] == ("tool",))
+
+
+def _atom_values(atom: Atom) -> Iterator[tuple[str, Any]]:
+    yield from string_variants(atom.text)
+    if atom.date is not None:
+        yield from date_variants(atom.date)
+
+
+def _atom_transform(atom: Atom, transform: str) -> Any:
+    return apply_transform(transform, atom.text, atom.date)
+
+
+_ARGUMENT_KEYS: dict[int, tuple[ObservedCall, frozenset[str]]] = {}
+"""id of an observed call -> (the call, :func:`_argument_keys`): every later step reads the same calls."""
+MAX_ARGUMENT_KEYS = 8192
+
+
+def _argument_keys(observed: ObservedCall) -> frozenset[str]:
+    """The value keys of every scalar in a call's arguments (strings lower-cased), remembered per call."""
+    known = _ARGUMENT_KEYS.get(id(observed))
+    if known is not None and known[0] is observed:
+        return known[1]
+    keys = frozenset(_scalar_keys(dict(observed.call.arguments)))
+    if len(_ARGUMENT_KEYS) >= MAX_ARGUMENT_KEYS:
+        _ARGUMENT_KEYS.clear()
+    _ARGUMENT_KEYS[id(observed)] = (observed, keys)
+    return keys
+
+
+def _scalar_keys(value: Any) -> Iterator[str]:
+    if isinstance(value, list | tuple):
+        for item in value:
+            yield from _scalar_keys(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _scalar_keys(item)
+    else:
+        yield value_key(value.lower() if isinstance(value, str) else value)
+
+
+def _pick(atoms: Sequence[Atom], selector: str, n: int) -> Atom | None:
+    """The n-th atom from the start (``i``) or from the end (``r``)."""
+    if n >= len(atoms):
+        return None
+    return atoms[n] if selector == "i" else atoms[-1 - n]
+
+
+def _alnum(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+class _Target:
+    """A value being explained, with a cheap test that rules out most sources before any transform."""
+
+    def __init__(self, value: Any) -> None:
+        self.key = value_key(value)
+        single = value[0] if isinstance(value, list) and len(value) == 1 else None
+        self.wrapped_key = None if single is None or isinstance(single, list | dict) else value_key(single)
+        scalars = [single] if self.wrapped_key is not None else [value]
+        self._texts = [_alnum(s) for s in scalars if isinstance(s, str)]
+        self._numbers = any(isinstance(s, int | float) and not isinstance(s, bool) for s in scalars)
+        self._other = any(s is None or isinstance(s, bool | list | dict) for s in scalars)
+
+    def may_come_from(self, source: Any, is_date: bool = False) -> bool:
+        """False when no transform can turn ``source`` into the target."""
+        if isinstance(source, str):
+            if self._numbers and any(ch.isdigit() for ch in source):
+                return True
+            if is_date and self._texts:
+                return True
+            flat = _alnum(source)
+            return any(t in flat for t in self._texts) or (self._numbers and parse_number(source) is not None)
+        if isinstance(source, int | float) and not isinstance(source, bool):
+            return self._numbers or bool(self._texts)
+        return self._other
+
+    def hit(self, candidate: Any) -> bool | None:
+        """True (wrapped in a list), False (as is) when ``candidate`` gives the target, else None."""
+        key = value_key(candidate)
+        if key == self.key:
+            return False
+        if key == self.wrapped_key:
+            return True
+        return None
+
+
+@dataclass(slots=True)
+class Sources:
+    """What derivation rules may read at one point of a session."""
+
+    user_message: str
+    history: Sequence[ObservedCall] = ()
+    turn_start: int = 0
+    previous_message: str = ""
+    _used: set[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _last_of_tool: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _last_with_param: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _unused_atoms: dict[tuple[str, str], list[Atom]] = field(default_factory=dict, init=False, repr=False,
+                                                             compare=False)
+    _applied: dict[str, tuple[Any, str] | None] = field(default_factory=dict, init=False, repr=False,
+                                                        compare=False)
+    """Rule key -> the value it gives here and its value key: every rule is replayed at most once here."""
+
+    def __post_init__(self) -> None:
+        for i, observed in enumerate(self.history):
+            self._last_of_tool[observed.call.name] = i
+            for param in observed.call.arguments:
+                self._last_with_param[param] = i
+
+    # --- atoms of the user's messages -------------------------------------------------------------
+
+    def _text(self, source: str) -> str:
+        return self.user_message if source in ("user", "all") else self.previous_message
+
+    def _atoms(self, source: str) -> Mapping[str, tuple[Atom, ...]]:
+        return atoms_by_kind(self._text(source))
+
+    def _used_keys(self) -> set[str]:
+        """Value keys of every argument used by a call of this turn (worked out on first need)."""
+        if self._used is None:
+            self._used = set()
+            for observed in self.history[self.turn_start:]:
+                self._used.update(_argument_keys(observed))
+        return self._used
+
+    def _unused(self, source: str, kind: str) -> list[Atom]:
+        """The atoms of ``kind`` in ``source`` that no call of this turn has used yet."""
+        found = self._unused_atoms.get((source, kind))
+        if found is None:
+            used = self._used_keys()
+            found = self._unused_atoms[(source, kind)] = [
+                atom for atom in self._atoms(source).get(kind, ()) if not atom_keys(atom.text, atom.number) & used]
+        return found
+
+    def _atom_locators(self, source: str, kind: str, atoms: Sequence[Atom], index: int
+                       ) -> Iterator[tuple[str, ...]]:
+        atom = atoms[index]
+        if kind in ORDINAL_KINDS:
+            if index < MAX_ORDINAL:
+                yield (kind, "i", str(index))
+            if len(atoms) - 1 - index < MAX_FROM_END:
+                yield (kind, "r", str(len(atoms) - 1 - index))
+            unused = self._unused(source, kind)
+            if atom in unused and unused.index(atom) < MAX_UNUSED:
+                yield (kind, "u", str(unused.index(atom)))
+        first = atom_index(self._text(source))
+        if atom.before and first.get((kind, "b", atom.before)) == atom:
+            yield (kind, "b", atom.before)
+        if atom.after and first.get((kind, "a", atom.after)) == atom:
+            yield (kind, "a", atom.after)
+
+    def _locate_atom(self, source: str, locator: tuple[str, ...]) -> Atom | None:
+        kind, selector, arg = locator
+        if selector == "u":
+            return _pick(self._unused(source, kind), "i", int(arg))
+        if selector in ("i", "r"):
+            return _pick(self._atoms(source).get(kind, ()), selector, int(arg))
+        return atom_index(self._text(source)).get((kind, "b" if selector == "b" else "a", arg))
+
+    # --- calls and outputs ---------------------------------------------------------------------------
+
+    def _call_locators(self, index: int) -> Iterator[tuple[str, ...]]:
+        name = self.history[index].call.name
+        if self._last_of_tool.get(name) == index:
+            yield ("tool", name)
+        back = len(self.history) - index
+        if back <= MAX_BACK:
+            yield ("back", str(back))
+
+    def _call_at(self, locator: tuple[str, ...]) -> ObservedCall | None:
+        if locator[0] == "tool":
+            index = self._last_of_tool.get(locator[1])
+            return None if index is None else self.history[index]
+        if locator[0] == "back":
+            back = int(locator[1])
+            return self.history[-back] if back <= len(self.history) else None
+        return None
+
+    # --- learning: which rules give this value? ---------------------------------------------------------
+
+    def explain(self, value: Any) -> list[Rule]:
+        """Every rule that reproduces ``value`` here (compared as schema-aware keys compare)."""
+        target = _Target(value)
+        found: dict[str, Rule] = {}
+
+        def add(source: str, locators: Sequence[tuple[str, ...]], variants: Iterator[tuple[str, Any]]) -> None:
+            # Only the simplest transform that works is credited: "as is" before a case change, and so on.
+            for transform, candidate in variants:
+                wrap = target.hit(candidate)
+                if wrap is None:
+                    continue
+                for locator in locators:
+                    rule = Rule(source, locator, transform, wrap)
+                    found.setdefault(rule.key, rule)
+                return
+
+        for source in ("user", "prev"):
+            for kind, atoms in self._atoms(source).items():
+                for i, atom in enumerate(atoms):
+                    if target.may_come_from(atom.text, atom.date is not None):
+                        add(source, list(self._atom_locators(source, kind, atoms, i)), _atom_values(atom))
+        if isinstance(value, list) and value:
+            for kind in _TOKEN_KINDS:
+                atoms = self._atoms("all").get(kind, ())
+                if len(atoms) == len(value):
+                    for transform in LIST_TRANSFORMS:
+                        values = [_atom_transform(a, transform) for a in atoms]
+                        if value_key(values) == target.key:
+                            rule = Rule("all", (kind,), transform, wrap=True)
+                            found.setdefault(rule.key, rule)
+        for i, observed in enumerate(self.history):
+            call_locators = list(self._call_locators(i))
+            for param, arg in observed.call.arguments.items():
+                if not target.may_come_from(arg):
+                    continue
+                locators = [(*loc, param) for loc in call_locators]
+                if self._last_with_param.get(param) == i:
+                    locators.append(("name", param))
+                add("arg", locators, json_variants(arg))
+            self._explain_output(i, call_locators, target, add)
+        return list(found.values())
+
+    def _explain_output(self, i: int, call_locators: Sequence[tuple[str, ...]], target: _Target,
+                        add: Any) -> None:
+        observed = self.history[i]
+        newest_with_name: set[str] = set()
+        for later in self.history[i + 1:]:
+            newest_with_name.update(leaf_name(p) for p, _ in output_leaves(later.output))
+        latest_of_tool = self._last_of_tool.get(observed.call.name) == i
+        for path, leaf in output_leaves(observed.output):
+            name = leaf_name(path)
+            first_named = name not in newest_with_name
+            newest_with_name.add(name)
+            if target.may_come_from(leaf):
+                locators = [(*loc, path) for loc in call_locators]
+                if first_named:
+                    locators.append(("key", name))
+                add("out", locators, json_variants(leaf))
+            if isinstance(leaf, str) and latest_of_tool and target.may_come_from(leaf, True):
+                atoms = atoms_by_kind(leaf)
+                for kind in _TOKEN_KINDS:
+                    kind_atoms = [a for a in atoms.get(kind, ()) if a.text != leaf]
+                    for n, atom in enumerate(kind_atoms):
+                        if not target.may_come_from(atom.text, atom.date is not None):
+                            continue
+                        selectors = [("i", str(n))] if n < MAX_ORDINAL else []
+                        if len(kind_atoms) - 1 - n < MAX_FROM_END:
+                            selectors.append(("r", str(len(kind_atoms) - 1 - n)))
+                        add("tok", [("tool", observed.call.name, path, kind, *s) for s in selectors],
+                            _atom_values(atom))
+
+    # --- prediction: what does this rule give here? ------------------------------------------------------
+
+    def forget_values(self) -> None:
+        """Drop the remembered values of rules (a kept point of a session stays small; it works them out
+        again if asked)."""
+        self._applied = {}
+
+    def apply(self, rule: Rule) -> Any:
+        """The value ``rule`` gives here, or None when it does not apply."""
+        found = self.apply_keyed(rule)
+        return None if found is None else found[0]
+
+    def apply_keyed(self, rule: Rule) -> tuple[Any, str] | None:
+        """:meth:`apply` with the value's :func:`value_key`, or None."""
+        return self.apply_all((rule,))[0]
+
+    def apply_all(self, rules: Sequence[Rule | None]) -> list[tuple[Any, str] | None]:
+        """:meth:`apply_keyed` of each rule (None for None), in one call.
+
+        Each rule is worked out once here; one that reads only a user message, once per message.
+        """
+        applied = self._applied
+        memos: dict[str, dict[str, tuple[Any, str] | None]] = {}
+        out: list[tuple[Any, str] | None] = [None] * len(rules)
+        for i, rule in enumerate(rules):
+            if rule is None:
+                continue
+            key = rule.key
+            if key in applied:
+                found = applied[key]
+            elif rule.message_only:
+                text = self.previous_message if rule.source == "prev" else self.user_message
+                memo = memos[text] if text in memos else memos.setdefault(text, message_memo(text))
+                if key in memo:
+                    found = memo[key]
+                elif rule.source != "all" and rule.locator in (index := atom_index(text)):
+                    atom = index[rule.locator]
+                    found = memo[key] = None if atom is None else atom_value(
+                        atom.text, atom.date, rule.transform, rule.wrap)
+                elif rule.source != "all" and rule.locator[1:2] in (("b",), ("a",)):
+                    found = memo[key] = None  # the index lists every cue word that has an atom
+                else:
+                    found = memo[key] = self._apply_new(rule)
+                applied[key] = found
+            else:
+                found = applied[key] = self._apply_new(rule)
+            if found is not None and found[0].__class__ in (list, dict):
+                # Remembered values are shared: every caller gets its own (shallow) container.
+                found = (list(found[0]) if found[0].__class__ is list else dict(found[0])), found[1]
+            out[i] = found
+        return out
+
+    def _apply_new(self, rule: Rule) -> tuple[Any, str] | None:
+        """The value ``rule`` gives here and its value key, worked out (nothing remembered)."""
+        if rule.source in ("user", "prev", "tok"):
+            atom = self._token_atom(rule) if rule.source == "tok" else self._locate_atom(rule.source, rule.locator)
+            return None if atom is None else atom_value(atom.text, atom.date, rule.transform, rule.wrap)
+        if rule.source == "out":
+            value = self._apply_output(rule)
+        elif rule.source == "arg":
+            value = self._apply_argument(rule)
+        elif rule.source == "all":
+            atoms = self._atoms("all").get(rule.locator[0], ())
+            values = [_atom_transform(a, rule.transform) for a in atoms]
+            value = values if atoms and all(v is not None for v in values) else None
+        else:
+            value = None
+        if value is not None and rule.wrap and rule.source != "all":
+            value = [value]
+        return None if value is None else (value, value_key(value))
+
+    def _apply_argument(self, rule: Rule) -> Any:
+        locator = rule.locator
+        if locator[0] == "name":
+            index = self._last_with_param.get(locator[1])
+            observed = None if index is None else self.history[index]
+        else:
+            observed = self._call_at(locator[:-1])
+        if observed is None or locator[-1] not in observed.call.arguments:
+            return None
+        return apply_transform(rule.transform, observed.call.arguments[locator[-1]])
+
+    def _token_atom(self, rule: Rule) -> Atom | None:
+        """The atom a ``tok`` rule points at, in a text field of the latest output of a tool."""
+        _, tool, path, kind, selector, n = rule.locator
+        observed = self._call_at(("tool", tool))
+        leaf = None if observed is None else last_leaf_by_path(observed.output).get(path)
+        if not isinstance(leaf, str):
+            return None
+        return _pick([a for a in atoms_by_kind(leaf).get(kind, ()) if a.text != leaf], selector, int(n))
+
+    def _apply_output(self, rule: Rule) -> Any:
+        locator = rule.locator
+        if locator[0] == "key":
+            for earlier in reversed(self.history):
+                named = first_leaf_by_name(earlier.output)
+                if locator[1] in named:
+                    return apply_transform(rule.transform, named[locator[1]])
+            return None
+        observed = self._call_at(locator[:-1])
+        if observed is None:
+            return None
+        leaves = first_leaf_by_path(observed.output)
+        return apply_transform(rule.transform, leaves[locator[-1]]) if locator[-1] in leaves else None
