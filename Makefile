@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test clean sptc-venv bench-code
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	$(BIN)/python -m pip install -q --no-deps bfcl-eval==2026.3.23
-	$(BIN)/python -m pip install -q mpmath==1.3.0
+	$(BIN)/python -m pip install -q -c constraints.txt mpmath
 	touch $(STAMP)
 
 SPTC_PY ?= $(shell PYENV_VERSION=3.12.1 python3.12 --version >/dev/null 2>&1 && echo "env PYENV_VERSION=3.12.1 python3.12" || echo python3.12)
@@ -37,6 +37,7 @@ test: $(STAMP)
 	-$(MAKE) --no-print-directory sptc-venv  # optional: the spec-ptc comparison test skips (with its reason) without it
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 clean:

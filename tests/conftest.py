@@ -123,9 +123,7 @@ class Gate:
 
 async def settle(session: Session) -> None:
     """Wait until every speculation in the session's store has finished (none may hang)."""
-    tasks = [e.task for e in session.store if e.task is not None and not e.task.done()]
-    if tasks:
-        await asyncio.wait(tasks)
+    await session.wait_speculations()
 
 
 async def spin(times: int = 5) -> None:

@@ -238,7 +238,7 @@ async def test_dropped_stream_is_a_typed_error_and_the_session_survives() -> Non
     agent = Agent(FakeLLMClient(scripts), "main", tools, Runtime())
     with pytest.raises(StreamDroppedError):
         await agent.run([{"role": "user", "content": "go"}])
-    assert len(agent.session.store) == 0
+    assert agent.session.speculation_count() == 0
     result = await agent.run([{"role": "user", "content": "again"}])
     assert result.final_text == "fine"
     await agent.close()

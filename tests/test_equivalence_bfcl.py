@@ -62,7 +62,7 @@ def other_tool(calls: Sequence[ToolCall], i: int) -> ToolCall | None:
 
 async def settle(session: Session) -> None:
     """Let every launched speculation finish (they are zero-latency)."""
-    tasks = [e.task for e in session.store if e.task is not None and not e.task.done()]
+    tasks = [e.task for e in session._store if e.task is not None and not e.task.done()]
     if tasks:
         await asyncio.wait(tasks)
 

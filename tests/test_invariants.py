@@ -70,7 +70,7 @@ async def test_destructive_or_undeclared_tools_are_never_run_by_speculate(case: 
             ticket = speculate_marked(session, ToolCall("t", {"x": x}), source="p", confidence=1.0)
             assert ticket.status == "rejected" and ticket.reason
         await spin()
-        assert len(session.store) == 0
+        assert session.speculation_count() == 0
         session.end_turn()
         assert log.count() == 0, f"turn {turn}: a speculation ran"
     assert await session.execute(ToolCall("t", {"x": 1})) == "t:1"
@@ -469,7 +469,7 @@ async def test_one_session_never_sees_another_sessions_speculation(log: ExecLog)
     await settle(a)
     outcome = await b.execute_detailed(ToolCall("t", {"x": 1}))
     assert outcome.kind == "miss"
-    assert len(a.store) == 1 and len(b.store) == 0
+    assert a.speculation_count() == 1 and b.speculation_count() == 0
     assert (await a.execute_detailed(ToolCall("t", {"x": 1}))).kind == "hit"
     assert b.stats().hits == 0 and b.stats().launched == 0 and a.stats().hits == 1
     assert {e.session for e in events if e.kind is EventKind.HIT} == {"a"}
@@ -493,7 +493,7 @@ async def test_expired_entries_are_never_served(log: ExecLog) -> None:
     await settle(session)
     await asyncio.sleep(0.002)
     assert speculate_marked(session, ToolCall("t", {"x": 2})).launched
-    assert session.evict_expired() == 0 or len(session.store) == 0
+    assert session.evict_expired() == 0 or session.speculation_count() == 0
     await session.close()
 
 

@@ -87,7 +87,7 @@ async def test_discard_cancels_running_work_and_end_turn_evicts_everything(log: 
     assert session.end_turn() == 2
     await spin()
     assert sorted(cancelled) == [0, 1, 2]
-    assert len(session.store) == 0
+    assert session.speculation_count() == 0
     stats = session.stats()
     assert (stats.cancelled, stats.wasted) == (3, 3)
     await session.close()
@@ -157,7 +157,7 @@ async def test_a_closed_session_speculates_nothing_but_still_executes(log: ExecL
     session = runtime.session("s")
     session.speculate(ToolCall("echo", {"x": 1}))
     await session.close()
-    assert session.closed and len(session.store) == 0
+    assert session.closed and session.speculation_count() == 0
     assert session.speculate(ToolCall("echo", {"x": 2})).reason == "session closed"
     assert await session.execute(ToolCall("echo", {"x": 3})) == 3
     await session.close()  # idempotent
@@ -214,7 +214,7 @@ async def test_saved_time_never_exceeds_the_speculations_tool_time(log: ExecLog)
     session = runtime.session()
     session.speculate(ToolCall("first", {"n": 10}))
     await spin()
-    entry = next(iter(session.store))
+    entry = next(iter(session._store))
     gate.open()
     await settle(session)
     outcomes = [await session.execute_detailed(ToolCall("first", {"n": n})) for n in (3, 5, 7, 9)]

@@ -169,7 +169,7 @@ async def test_runtime_speculates_file_writes_through_snapshots(dirs: tuple[Path
     second = ToolCall("append", {"path": "a.txt", "text": "2"})
     session.speculate(first)
     session.speculate(second)
-    await asyncio.wait([e.task for e in session.store if e.task is not None])  # both ran on copies
+    await asyncio.wait([e.task for e in session._store if e.task is not None])  # both ran on copies
     one = await session.execute_detailed(first)
     two = await session.execute_detailed(second)
     assert (one.kind, one.value) == ("hit", "alpha1")

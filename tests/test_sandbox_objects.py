@@ -136,7 +136,7 @@ async def test_runtime_commits_a_claimed_speculation_and_reruns_a_stale_one() ->
     session = runtime.session()
     session.speculate(ToolCall("add", {"item": "x"}))
     session.speculate(ToolCall("add", {"item": "y"}))
-    await asyncio.wait([e.task for e in session.store if e.task is not None])  # both ran on snapshots
+    await asyncio.wait([e.task for e in session._store if e.task is not None])  # both ran on snapshots
     outcome = await session.execute_detailed(ToolCall("add", {"item": "x"}))
     assert outcome.kind == "hit" and outcome.value == 1
     outcome = await session.execute_detailed(ToolCall("add", {"item": "y"}))

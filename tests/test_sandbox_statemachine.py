@@ -281,7 +281,7 @@ class RulesMixin:
 
             self.run(spin_loop())
 
-        @precondition(lambda self: len(self.session.store) > 0)
+        @precondition(lambda self: self.session.speculation_count() > 0)
         @rule()
         def end_turn(self: SpeculationMachine) -> None:
             self.session.end_turn()

@@ -43,7 +43,7 @@ async def scenario() -> tuple[Runtime, list[Event]]:
     session.speculate(ToolCall("stuck", {"x": 1}))
     session.speculate(ToolCall("brief", {"x": 1}))
     await spin()
-    tasks = [e.task for e in session.store if e.tool.name != "stuck" and e.task is not None]
+    tasks = [e.task for e in session._store if e.tool.name != "stuck" and e.task is not None]
     await asyncio.wait(tasks)  # type: ignore[arg-type]
     await asyncio.sleep(0.002)
     assert (await session.execute_detailed(ToolCall("nap", {"x": 1, "secret": "hunter2"}))).kind == "hit"

@@ -1,29 +1,87 @@
 """forethought: speculative tool execution for tool-using LLM agents.
 
-The public surface: :class:`ToolCall`, :class:`Tool`, :class:`Effect`, :func:`tool`, :class:`Runtime`,
-:class:`Policy`, and (once imported) :class:`Agent`. Everything else may move.
+This module is the public surface: every name a user constructs or catches is exported here (see
+``__all__``); framework adapters live in :mod:`forethought.integrations`. Every other module is private
+and may move between releases.
 """
 
 from forethought._calls import ToolCall
 from forethought._policy import Policy, ToolPolicy, load_policy
-from forethought._runtime import CallOutcome, Runtime, Session, SessionStats, SpeculationTicket
-from forethought._tools import Effect, PartialRule, Tool, tool
+from forethought._runtime import Runtime, Session
+from forethought._store import CallOutcome, SpeculationTicket
+from forethought._tools import Effect, PartialRule, StateCell, Tool, tool
 from forethought._version import __version__
-from forethought.errors import ForethoughtError
+from forethought.agent import Agent, AgentResult, StepTiming, ToolRecord
+from forethought.code import CodeExecutor, CodePredictor, ExecResult, PlainExecutor
+from forethought.errors import (
+    CallError,
+    ForethoughtError,
+    InvalidArgumentsError,
+    LLMError,
+    MalformedArgumentsJSONError,
+    PolicyError,
+    SnapshotError,
+    StreamDroppedError,
+    ToolDefinitionError,
+    ToolExecutionError,
+    UnknownToolError,
+    UpstreamError,
+    WorkloadError,
+)
+from forethought.llm import FakeLLMClient, LLMClient, OpenAIChatClient
+from forethought.predictors import ModelSpeculator, ObservedCall, Prediction, PredictionContext, Predictor
+from forethought.predictors.patterns import PatternConfig, PatternPredictor
+from forethought.sandbox import FileWorkspace, ObjectState
+from forethought.telemetry import EventKind, SessionStats, Telemetry
 
 __all__ = [
+    "Agent",
+    "AgentResult",
+    "CallError",
     "CallOutcome",
+    "CodeExecutor",
+    "CodePredictor",
     "Effect",
+    "EventKind",
+    "ExecResult",
+    "FakeLLMClient",
+    "FileWorkspace",
     "ForethoughtError",
+    "InvalidArgumentsError",
+    "LLMClient",
+    "LLMError",
+    "MalformedArgumentsJSONError",
+    "ModelSpeculator",
+    "ObjectState",
+    "ObservedCall",
+    "OpenAIChatClient",
     "PartialRule",
+    "PatternConfig",
+    "PatternPredictor",
+    "PlainExecutor",
     "Policy",
+    "PolicyError",
+    "Prediction",
+    "PredictionContext",
+    "Predictor",
     "Runtime",
     "Session",
     "SessionStats",
+    "SnapshotError",
     "SpeculationTicket",
+    "StateCell",
+    "StepTiming",
+    "StreamDroppedError",
+    "Telemetry",
     "Tool",
     "ToolCall",
+    "ToolDefinitionError",
+    "ToolExecutionError",
     "ToolPolicy",
+    "ToolRecord",
+    "UnknownToolError",
+    "UpstreamError",
+    "WorkloadError",
     "__version__",
     "load_policy",
     "tool",

@@ -24,7 +24,8 @@ import itertools
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from forethought._breaker import CircuitBreaker, Outcome
@@ -38,7 +39,7 @@ from forethought.errors import CallError, ForethoughtError, ToolExecutionError
 from forethought.telemetry import SAVING_KINDS, EventKind, SessionStats, Telemetry, stats_from
 
 __all__ = ["CLOSE_WAIT_S", "RUNTIME_EWMA_WEIGHT", "CallOutcome", "Runtime", "Session", "SessionStats",
-           "SpeculationTicket", "stats_from"]
+           "SettledSpeculation", "SpeculationTicket", "stats_from"]
 
 RUNTIME_EWMA_WEIGHT = 0.3
 CLOSE_WAIT_S = 5.0
@@ -53,6 +54,34 @@ _LAUNCHED, _MISS, _PARTIAL_HIT = EventKind.LAUNCHED, EventKind.MISS, EventKind.P
 _REJECTED, _STALE, _WASTED = EventKind.REJECTED, EventKind.STALE, EventKind.WASTED
 _ISOLATED_WRITE, _READ_ONLY = Effect.ISOLATED_WRITE, Effect.READ_ONLY
 _ERROR, _USEFUL, _WASTE = Outcome.ERROR, Outcome.USEFUL, Outcome.WASTED
+
+
+@dataclass(frozen=True, slots=True)
+class SettledSpeculation:
+    """How one speculation ended, handed to whoever watches it (:meth:`Session.on_settled`).
+
+    ``ok``: the tool finished with ``value``; ``error``: what the speculative run raised (``None`` when ok
+    or cancelled); ``cancelled``: it was stopped (or dropped) before it finished. ``expires_at`` is the
+    monotonic time after which no claim would be served from it.
+    """
+
+    key: CallKey
+    tool: Tool
+    arguments: Mapping[str, Any]
+    ok: bool
+    value: Any
+    error: BaseException | None
+    cancelled: bool
+    expires_at: float
+
+
+def _settled(entry: Entry) -> SettledSpeculation:
+    task = entry.task
+    assert task is not None
+    cancelled = task.cancelled() or (entry.started is None and entry.error is None)
+    ok = not cancelled and entry.succeeded()
+    return SettledSpeculation(entry.key, entry.tool, entry.arguments, ok, task.result() if ok else None,
+                              None if cancelled else entry.error, cancelled, entry.expires)
 
 
 class Runtime:
@@ -106,9 +135,9 @@ class Session:
         self.id = session_id
         self.tools = tools
         self._lookup = tools.table().get
-        self.store = SpeculationStore()
-        self.order = CallOrder()
-        self.budget = runtime.scheduler.budget()
+        self._store = SpeculationStore()
+        self._order = CallOrder()
+        self._budget = runtime.scheduler.budget()
         self._slots = runtime.scheduler.session_slots()
         self._counts: Counter[EventKind] = Counter()
         self._saved_s = 0.0
@@ -117,7 +146,7 @@ class Session:
         self._scope = f"session:{session_id}"
         self._tool_scopes: dict[str, str] = {}
         self._static_rejections: dict[str, tuple[Tool, str | None]] = {}
-        self.epoch = 0  # bumped at start and end of every authoritative write
+        self._epoch = 0  # bumped at start and end of every authoritative write
         self.closed = False
 
     # --- telemetry --------------------------------------------------------------------------------
@@ -178,16 +207,16 @@ class Session:
             return SpeculationTicket("rejected", None, str(exc))
         reason = self._rejection(t, confidence)
         if reason is None:
-            existing = self.store.get(key)
+            existing = self._store.get(key)
             if existing is not None:
                 useless = self._useless(existing)
                 if useless is None:
                     existing.sources.append(source)
                     self._emit(_DEDUPLICATED, t.name, key, source, confidence)
                     return SpeculationTicket("deduplicated", key)
-                self.store.pop(key)  # a dead entry is replaced by a fresh run, not joined
+                self._store.pop(key)  # a dead entry is replaced by a fresh run, not joined
                 self._finish(existing, useless[0], useless[1])
-            reason = self.budget.reserve(t.cost_units)
+            reason = self._budget.reserve(t.cost_units)
         if reason is not None:
             self._emit(_REJECTED, t.name, key, source,
                        confidence if isinstance(confidence, float | int) else None, detail=reason)
@@ -196,7 +225,7 @@ class Session:
         # Positional arguments: keywords would double the cost of this constructor on the hot path.
         entry = Entry(key, call, arguments, t, source, confidence, now, now + t.ttl_s, -1, [source])
         entry.task = loop.create_task(self._run_speculation(entry))  # it first runs after we return
-        self.store.add(entry)
+        self._store.add(entry)
         self._emit(_LAUNCHED, t.name, key, source, confidence)
         return SpeculationTicket("launched", key)
 
@@ -206,7 +235,7 @@ class Session:
             return _EXPIRED, "replaced by a new guess"
         if entry.error is not None:
             return _FAILED, type(entry.error).__name__
-        if entry.tool.effect is _READ_ONLY and entry.started is not None and entry.epoch != self.epoch:
+        if entry.tool.effect is _READ_ONLY and entry.started is not None and entry.epoch != self._epoch:
             return _STALE, "a write happened since it started"
         return None
 
@@ -250,7 +279,7 @@ class Session:
         async with runtime.scheduler.speculative_slot(self._slots):
             if entry.dropped:
                 return None
-            entry.epoch = self.epoch
+            entry.epoch = self._epoch
             try:
                 async with asyncio.timeout(runtime.policy.speculation_timeout_s):
                     if t.validator is not None:
@@ -269,6 +298,56 @@ class Session:
             runtime.note_runtime(t.name, entry.run_seconds)
             return value
 
+    # --- watching speculations (for the agent, code execution and servers) ------------------------
+
+    def has_speculation(self, key: CallKey) -> bool:
+        """Whether a speculation under ``key`` is waiting in this session's store (launched, not claimed)."""
+        return key in self._store
+
+    def speculation_count(self) -> int:
+        """How many speculations of this turn are waiting unclaimed (running or finished)."""
+        return len(self._store)
+
+    def on_settled(self, key: CallKey, callback: Callable[[SettledSpeculation], object]) -> bool:
+        """Call ``callback`` once the speculation under ``key`` has ended (at once if it already has).
+
+        Returns ``False`` (and never calls back) when no speculation is under ``key``. The callback runs
+        on the event loop; what it raises is logged, never propagated.
+        """
+        entry = self._store.get(key)
+        task = None if entry is None else entry.task
+        if entry is None or task is None:
+            return False
+
+        def done(_: asyncio.Task[Any]) -> None:
+            try:
+                callback(_settled(entry))
+            except Exception:
+                _log.exception("a settled-speculation callback failed")
+
+        task.add_done_callback(done)
+        return True
+
+    async def wait_started(self, key: CallKey, grace_s: float, poll_s: float) -> None:
+        """Give the speculation under ``key`` up to ``grace_s`` to start its tool (or end), polling.
+
+        A claim cancels a speculation whose tool has not started yet; a caller about to claim a guess
+        launched a moment ago waits here so the claim takes it instead of running the call twice.
+        """
+        entry = self._store.get(key)
+        if entry is None or entry.task is None:
+            return
+        for _ in range(int(grace_s / poll_s)):
+            if entry.started is not None or entry.task.done():
+                return
+            await asyncio.sleep(poll_s)
+
+    async def wait_speculations(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until every speculation of this turn has finished running (or ``timeout`` passes)."""
+        tasks = [e.task for e in self._store if e.task is not None and not e.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
     # --- the authoritative path -------------------------------------------------------------------
 
     async def execute(self, call: ToolCall) -> Any:
@@ -279,22 +358,22 @@ class Session:
         """Like :meth:`execute`, also saying whether it was a hit and how long it waited."""
         t, arguments, key = self.resolve(call)
         start = time.monotonic()
-        entry = self.store.get(key)
+        entry = self._store.get(key)
         if (entry is not None and entry.task is not None and entry.task.done() and t.validator is None
-                and self.order.clear_for(t.effect)):
+                and self._order.clear_for(t.effect)):
             # The common hit: nothing to wait for and no await until it is served, so no other call can be
             # issued meanwhile and the call needs no place in the session's call order.
-            self.store.pop(key)
+            self._store.pop(key)
             claimed = self._settle(entry, start, start)
             if claimed is not None:
                 return claimed
-        ticket, waits = self.order.begin(t.effect)
+        ticket, waits = self._order.begin(t.effect)
         try:
             ready = start
             if waits:
                 await asyncio.wait(waits)
                 ready = time.monotonic()
-            entry = self.store.pop(key)
+            entry = self._store.pop(key)
             if entry is not None:
                 try:
                     claimed = await self._claim(entry, start, ready)
@@ -356,7 +435,7 @@ class Session:
             self._finish(entry, _FAILED, type(entry.error).__name__)
             return None
         t = entry.tool
-        if t.effect is _READ_ONLY and entry.epoch != self.epoch:
+        if t.effect is _READ_ONLY and entry.epoch != self._epoch:
             self._finish(entry, _STALE, "a write happened since it started")
             return None
         if entry.snapshot is not None and not self._commit(entry):
@@ -388,14 +467,14 @@ class Session:
         snapshot = entry.snapshot
         assert snapshot is not None
         entry.snapshot = None
-        self.epoch += 1
+        self._epoch += 1
         try:
             committed = bool(snapshot.commit())
         except Exception:
             _log.exception("commit of a %s snapshot failed", entry.tool.name)
             committed = False
         finally:
-            self.epoch += 1
+            self._epoch += 1
         if not committed:
             discard_quietly(snapshot, entry.tool.name)
             return False
@@ -407,8 +486,8 @@ class Session:
         assert rule is not None
         if t.state is not None or t.validator is not None:
             return None
-        for entry in self.store.of_tool(t.name):
-            if (not entry.succeeded() or (t.effect is _READ_ONLY and entry.epoch != self.epoch)
+        for entry in self._store.of_tool(t.name):
+            if (not entry.succeeded() or (t.effect is _READ_ONLY and entry.epoch != self._epoch)
                     or time.monotonic() >= entry.expires):
                 continue
             assert entry.task is not None
@@ -431,7 +510,7 @@ class Session:
     async def _run_authoritative(self, t: Tool, arguments: dict[str, Any]) -> Any:
         writes = t.effect.writes
         if writes:
-            self.epoch += 1
+            self._epoch += 1
         started = time.monotonic()
         try:
             target = t.state.live if t.state is not None else None
@@ -450,7 +529,7 @@ class Session:
             if t.state is not None:
                 t.state.mark_changed()  # whatever the declared effect: a snapshot must never commit over it
             if writes:
-                self.epoch += 1
+                self._epoch += 1
             self.runtime.note_runtime(t.name, time.monotonic() - started)
 
     # --- discarding -------------------------------------------------------------------------------
@@ -480,7 +559,7 @@ class Session:
 
     def discard(self, key: CallKey) -> bool:
         """Discard one speculation (cancelling its work); returns whether it existed."""
-        entry = self.store.pop(key)
+        entry = self._store.pop(key)
         if entry is None:
             return False
         task = entry.task
@@ -497,24 +576,24 @@ class Session:
 
     def evict_expired(self) -> int:
         now = time.monotonic()
-        expired = self.store.expired(now)
+        expired = self._store.expired(now)
         for entry in expired:
-            self.store.pop(entry.key)
+            self._store.pop(entry.key)
             self._finish(entry, _EXPIRED)
         return len(expired)
 
     def end_turn(self) -> int:
         """Turn-end eviction: discard every unclaimed speculation and reset the turn budget."""
         n = 0
-        for entry in self.store:
+        for entry in self._store:
             n += self.discard(entry.key)
-        self.budget.reset()
+        self._budget.reset()
         return n
 
     async def close(self) -> None:
         """Discard everything and wait (briefly) until cancelled speculative work has stopped."""
         self.closed = True
-        tasks = [e.task for e in self.store if e.task is not None and not e.task.done()]
+        tasks = [e.task for e in self._store if e.task is not None and not e.task.done()]
         self.end_turn()
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)

@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forethought._calls import ToolCall
-from forethought._runtime import CallOutcome, Runtime, Session
-from forethought._store import Entry
+from forethought._runtime import CallOutcome, Runtime, Session, SettledSpeculation
 from forethought._tools import Effect, Tool
 from forethought.errors import ForethoughtError, LLMError, UpstreamError
 from forethought.llm.chat import LLMClient
@@ -407,19 +406,25 @@ class Agent:
 
     def _watch(self, key: str) -> None:
         """Post the speculation under ``key`` to the gateway once it has finished (engine-side mode)."""
-        entry = self.session.store.get(key)
-        if entry is None or entry.task is None or key in self._watched:
+        if key in self._watched:
+            return
+        settled: asyncio.Future[SettledSpeculation] = asyncio.get_running_loop().create_future()
+
+        def done(result: SettledSpeculation) -> None:
+            if not settled.done():
+                settled.set_result(result)
+
+        if not self.session.on_settled(key, done):
             return
         self._watched.add(key)
-        task = asyncio.create_task(self._post_when_done(entry, self._step_number))
+        task = asyncio.create_task(self._post_when_done(settled, self._step_number))
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
 
-    async def _post_when_done(self, entry: Entry, step: int) -> None:
-        assert entry.task is not None
-        await asyncio.wait([entry.task])
+    async def _post_when_done(self, settled: asyncio.Future[SettledSpeculation], step: int) -> None:
+        result = await settled
         await self._target_ready.wait()
-        cached = _postable(entry)
+        cached = _postable(result) if self.session.has_speculation(result.key) else None
         target = self._target
         if cached is None or target is None or step != self._step_number or self._poster is None:
             return
@@ -490,24 +495,23 @@ async def _aclose(stream: AsyncIterator[LLMEvent]) -> None:
         await close()
 
 
-def _postable(entry: Entry) -> CachedOutput | None:
+def _postable(result: SettledSpeculation) -> CachedOutput | None:
     """The cache entry for a finished speculation, or ``None`` when serving it could differ from serial.
 
     PURE and READ_ONLY results (no validator) are posted as they are; ISOLATED_WRITE results are posted
     ``exclusive``, so the gateway serves them only to a message that has just that call and the commit
     at the claim cannot meet another write. Failed, dropped or nearly expired results are not posted.
     """
-    tool = entry.tool
-    if entry.dropped or not entry.succeeded() or tool.validator is not None:
+    tool = result.tool
+    if not result.ok or tool.validator is not None:
         return None
     if tool.effect not in (Effect.PURE, Effect.READ_ONLY, Effect.ISOLATED_WRITE):
         return None
-    remaining = entry.expires - time.monotonic()
+    remaining = result.expires_at - time.monotonic()
     keep_alive = None if math.isinf(remaining) else remaining - POST_MARGIN_S
     if keep_alive is not None and keep_alive <= 0:
         return None
-    assert entry.task is not None
-    return CachedOutput(tool.name, render_output(entry.task.result()), params=entry.arguments,
+    return CachedOutput(tool.name, render_output(result.value), params=dict(result.arguments),
                         keep_alive=keep_alive, exclusive=tool.effect is Effect.ISOLATED_WRITE)
 
 

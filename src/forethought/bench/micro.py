@@ -81,12 +81,12 @@ def measure_key(t: Tool, calls: list[ToolCall], rounds: int) -> float:
     return _median_us(per_call)
 
 
+UNTIL_DONE_S = 5.0
+"""Bound on waiting for speculative runs of a trivial tool between measured rounds."""
+
+
 async def _until_done(session: Session) -> None:
-    for _ in range(100):
-        if all(e.task is not None and e.task.done() for e in session.store):
-            return
-        await asyncio.sleep(0)
-    raise RuntimeError("speculative runs of a trivial tool did not finish")
+    await session.wait_speculations(timeout=UNTIL_DONE_S)
 
 
 async def measure_hit(session: Session, calls: list[ToolCall], rounds: int) -> tuple[float, float, float]:

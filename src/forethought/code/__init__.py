@@ -11,6 +11,8 @@ from forethought.code.executor import CodeExecutor
 from forethought.code.guard import ShadowLimits
 from forethought.code.link import NullLink, RealLink
 from forethought.code.plain import PlainExecutor
+from forethought.code.predictor import CodePredictor
 from forethought.code.results import CallRecord, ExecResult
 
-__all__ = ["CallRecord", "CodeExecutor", "ExecResult", "NullLink", "PlainExecutor", "RealLink", "ShadowLimits"]
+__all__ = ["CallRecord", "CodeExecutor", "CodePredictor", "ExecResult", "NullLink", "PlainExecutor", "RealLink",
+           "ShadowLimits"]

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from forethought._calls import ToolCall
-from forethought._runtime import Session
-from forethought._store import Entry
+from forethought._runtime import Session, SettledSpeculation
 from forethought.code.cell import Cell
 from forethought.code.lazy import ShadowLazy, find, replace
 from forethought.code.link import Coordinator
@@ -96,30 +95,30 @@ class SessionLauncher:
         if source == SOURCE_SHADOW:
             self.coordinator.want(key, call, source, self.confidence)
         ticket = self.session.speculate(call, source=source, confidence=self.confidence)
-        entry = self.session.store.get(key)
-        if ticket.status not in ("launched", "deduplicated") or entry is None or entry.task is None:
+        if ticket.status not in ("launched", "deduplicated") or not self.session.on_settled(
+                key, lambda result: _settle_from_result(cell, result)):
             self.rejected.append(f"{tool}: {ticket.reason or ticket.status}")
             cell.set_exception(_blocked(f"not speculated: {ticket.reason or ticket.status}"))
             return
         if ticket.launched:
             self.launched += 1
-        entry.task.add_done_callback(lambda _: _settle_from_entry(cell, entry))
 
 
 def _blocked(reason: str) -> BaseException:
     return ShadowBlocked(reason)
 
 
-def _settle_from_entry(cell: Cell, entry: Entry) -> None:
-    """Resolve ``cell`` from a finished speculation (its task carries no error: the entry does)."""
-    task = entry.task
-    if task is None or task.cancelled() or (entry.started is None and entry.error is None):
+def _settle_from_result(cell: Cell, result: SettledSpeculation) -> None:
+    """Resolve ``cell`` from a finished speculation."""
+    if result.cancelled:
         cell.set_exception(_blocked("the speculation was cancelled"))
-    elif entry.error is not None:
-        error = entry.error
+    elif result.error is not None:
+        error = result.error
         cell.set_exception(_blocked("the speculation timed out") if isinstance(error, TimeoutError) else error)
+    elif result.ok:
+        cell.set_result(result.value)
     else:
-        cell.set_result(task.result())
+        cell.set_exception(_blocked("the speculation ended without a value"))
 
 
 def _settle_from(cell: Cell, future: asyncio.Future[Any]) -> None:

@@ -78,7 +78,7 @@ class Coordinator:
     # --- real side --------------------------------------------------------------------------------
 
     async def before_call(self, key: CallKey) -> None:
-        if self._settle is not None and key not in self.session.store:
+        if self._settle is not None and not self.session.has_speculation(key):
             await self._settle(SETTLE_TIMEOUT_S)
 
     def started(self, key: CallKey) -> asyncio.Future[Any]:
@@ -89,7 +89,7 @@ class Coordinator:
 
     def claimed(self, key: CallKey) -> None:
         self.taken[key] += 1
-        if self.wanted[key] > self.taken[key] and key not in self.session.store:
+        if self.wanted[key] > self.taken[key] and not self.session.has_speculation(key):
             call, source, confidence = self.calls[key]
             if self.session.speculate(call, source=source, confidence=confidence).launched:
                 self.relaunched += 1

@@ -19,8 +19,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from forethought._calls import ToolCall
-from forethought._runtime import CallOutcome, Session
-from forethought._store import Entry
+from forethought._runtime import CallOutcome, Session, SettledSpeculation
 from forethought._tools import Effect, Tool
 from forethought.code.json_copy import NotJSONError, json_copy
 from forethought.code.lazy import Forwarding, find, replace
@@ -252,9 +251,9 @@ class CallPlane:
         if issued is not None:
             await asyncio.wait([asyncio.wrap_future(issued)])
         _, _, key = self.session.resolve(call)
-        if key not in self.session.store:
+        if not self.session.has_speculation(key):
             await self.link.before_call(key)
-        await _let_start(self.session.store.get(key))
+        await self.session.wait_started(key, START_GRACE_S, START_POLL_S)
         result = self.link.started(key)
         try:
             outcome = await self.session.execute_detailed(call)
@@ -281,32 +280,27 @@ class CallPlane:
             _, _, key = self.session.resolve(call)
         except CallError:
             return
-        if key not in self.session.store:
+        if not self.session.has_speculation(key):
             await self.link.before_call(key)
         self.session.speculate(call, source=SOURCE_REAL, confidence=1.0)
-        object.__setattr__(pending, "task", self.session.store.get(key))
+        settled: asyncio.Future[SettledSpeculation] = asyncio.get_running_loop().create_future()
+
+        def done(result: SettledSpeculation) -> None:
+            if not settled.done():
+                settled.set_result(result)
+
+        if self.session.on_settled(key, done):
+            object.__setattr__(pending, "task", settled)
 
     async def _speculative_value(self, item: PendingCall) -> Any:
         if item.state == "claimed":
             return item.value
         if item.issued is not None:
             await asyncio.wait([asyncio.wrap_future(item.issued)])
-        entry: Entry | None = item.task
-        if item.state == "claimed" or entry is None or entry.task is None:
+        settled: asyncio.Future[SettledSpeculation] | None = item.task
+        if item.state == "claimed" or settled is None:
             return item.value if item.state == "claimed" else _UNAVAILABLE
-        await asyncio.wait([entry.task])
-        if entry.succeeded():
-            return entry.task.result()
+        result = await settled
+        if result.ok:
+            return result.value
         return item.value if item.state == "claimed" else _UNAVAILABLE
-
-
-async def _let_start(entry: Entry | None) -> None:
-    """Give a speculation launched a moment ago (its tool not yet started on its worker) a short grace to
-    start, so the claim takes it instead of cancelling it and running the call a second time."""
-    if entry is None or entry.task is None:
-        return
-    for _ in range(int(START_GRACE_S / START_POLL_S)):
-        if entry.started is not None or entry.task.done():
-            return
-        await asyncio.sleep(START_POLL_S)
-
