@@ -256,3 +256,39 @@ async def test_step_timings_follow_the_steps() -> None:
     assert [r.outcome for r in result.tool_records][:2] == ["miss", "miss"]
     assert all(r.early for r in result.tool_records[:2])
     await agent.close()
+
+
+class _FailingPredictor:
+    """A predictor that raises in the middle of a step (after one good guess)."""
+
+    name = "broken"
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    async def predict(self, context: PredictionContext) -> list[Prediction]:
+        raise self.exc
+
+    def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+        pass
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyError("k"), ValueError("v"), ZeroDivisionError()])
+async def test_a_failing_predictor_is_reported_and_ignored(exc: Exception, caplog: pytest.LogCaptureFixture) -> None:
+    serial, serial_state, _ = await _run(False)
+    events: list[Any] = []
+    log = Log()
+    tools, state = _kv_tools(log)
+    runtime = Runtime()
+    runtime.telemetry.subscribe(events.append)
+    agent = Agent(FakeLLMClient(respond=_steps_by_position(PLAN)), "main", tools, runtime,
+                  predictors=[_FailingPredictor(exc)])
+    with caplog.at_level("WARNING", logger="forethought.agent"):
+        result = await agent.run([{"role": "user", "content": "go"}])
+    await agent.close()
+    assert result.messages == serial and state.live == serial_state
+    failed = [e for e in events if e.kind.value == "predictor_failed"]
+    assert len(failed) == len(PLAN) + 1  # every step (the last one answers in text)
+    assert all(e.source == "broken" and e.detail == type(exc).__name__ for e in failed)
+    warnings = [r for r in caplog.records if "broken" in r.getMessage()]
+    assert len(warnings) == len(PLAN) + 1

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -61,6 +62,7 @@ from forethought.predictors.base import (
 from forethought.telemetry import Event, EventKind
 
 DEFAULT_MAX_STEPS = 32
+_log = logging.getLogger(__name__)
 STREAM_SOURCE = "stream"
 POST_MARGIN_S = 1.0
 """A posted result's keep-alive ends this long before the speculation itself would expire."""
@@ -379,14 +381,24 @@ class Agent:
                 outcome.waited_s + outcome.saved_s, outcome.saved_s)
 
     async def _run_predictor(self, predictor: Predictor, context: PredictionContext) -> None:
-        """Feed one predictor's guesses into the session as they arrive; its failures never surface."""
-        with contextlib.suppress(Exception):
+        """Feed one predictor's guesses into the session as they arrive.
+
+        A predictor that raises is reported (a PREDICTOR_FAILED event and one warning naming it) and ignored
+        for the rest of this step; its failure never reaches the agent's caller.
+        """
+        try:
             if isinstance(predictor, StreamingPredictor):
                 async for prediction in predictor.predict_stream(context):
                     self._speculate(prediction, predictor.name)
             else:
                 for prediction in await predictor.predict(context):
                     self._speculate(prediction, predictor.name)
+        except Exception as exc:
+            _log.warning("predictor %s failed and is ignored for this step: %s", predictor.name,
+                         type(exc).__name__)
+            self.session.runtime.telemetry.emit(
+                Event(EventKind.PREDICTOR_FAILED, self.session.id, "", "", predictor.name,
+                      detail=type(exc).__name__))
 
     def _speculate(self, prediction: Prediction, name: str) -> None:
         if prediction.executable:

@@ -47,6 +47,8 @@ class EventKind(enum.Enum):
     CONFLICT = "conflict"
     COMMITTED = "committed"
     EARLY_DISPATCH = "early_dispatch"
+    PREDICTOR_FAILED = "predictor_failed"
+    """A predictor raised; its guesses for that step are ignored (``source`` names it, ``detail`` the error type)."""
 
     # Members are singletons compared by identity; the C identity hash keeps the hot-path counting (dict
     # and set lookups keyed by kind) cheaper than Enum's Python-level hash of the member name.
