@@ -60,7 +60,7 @@ def _unpruned(predictor: PatternPredictor, context: PredictionContext) -> list[P
             key = tool + "\x1f" + value_key(dict(prediction.call.arguments))
             if key not in options or options[key].confidence < prediction.confidence:
                 options[key] = prediction
-    ordered = sorted(options.values(), key=lambda p: (-p.confidence, not p.executable))
+    ordered = sorted(options.values(), key=lambda p: (not p.executable, -p.confidence))
     return [p for p in ordered if p.confidence >= config.min_confidence][: config.top_k]
 
 

@@ -64,14 +64,29 @@ async def test_predict_follows_the_learned_sequence_and_derives_arguments() -> N
 def test_untrained_predictor_only_guesses_from_names() -> None:
     context = PredictionContext("s", [], "please search the web for otters", (), TOOLS)
     predictions = PatternPredictor().predict_now(context)
-    assert predictions[0].call.name == "search"
+    assert max(predictions, key=lambda p: p.confidence).call.name == "search"
+
+
+def test_hints_never_rank_above_executable_calls() -> None:
+    # Untrained, "search" is the likeliest tool but its query cannot be derived: it stays a hint, ranked
+    # after every call that could run, however confident it is.
+    context = PredictionContext("s", [], "please search the web for otters", (), TOOLS)
+    predictions = PatternPredictor(config=PatternConfig(top_k=10)).predict_now(context)
+    flags = [p.executable for p in predictions]
+    assert True in flags and False in flags
+    assert flags == sorted(flags, reverse=True)
+    hints = [p for p in predictions if not p.executable]
+    assert max(hints, key=lambda p: p.confidence).call.name == "search"
+    assert max(p.confidence for p in hints) > min(p.confidence for p in predictions if p.executable)
 
 
 def test_confidence_threshold_and_top_k() -> None:
     context, _, _ = next(iter(contexts(_research(60, "reefs"))))
     everything = _trained(top_k=10).predict_now(context)
     assert len(everything) > 3
-    assert [p.confidence for p in everything] == sorted((p.confidence for p in everything), reverse=True)
+    for executable in (True, False):
+        ranked = [p.confidence for p in everything if p.executable is executable]
+        assert ranked == sorted(ranked, reverse=True)
     assert len(_trained().predict_now(context)) == 3
     cut = everything[1].confidence
     kept = _trained(top_k=10, min_confidence=cut).predict_now(context)

@@ -251,23 +251,26 @@ class PatternPredictor:
             for key, prediction in self._calls_for(tool, p_name, context.tools.get(tool), step, floor):
                 if key not in options or options[key].confidence < prediction.confidence:
                     options[key] = prediction
-        # Most confident first, executable before hints, then in the order found (as a stable sort would).
-        ordered = sorted([(-p.confidence, not p.executable, i, p) for i, p in enumerate(options.values())])
+        # Executable before hints (a hint never outranks a call that can run), most confident first, then
+        # in the order found (as a stable sort would).
+        ordered = sorted([(not p.executable, -p.confidence, i, p) for i, p in enumerate(options.values())])
         return [p for *_, p in ordered if p.confidence >= self.config.min_confidence][: self.config.top_k]
 
     def _floor(self, options: Mapping[_OptionKey, Prediction]) -> float | None:
-        """The k-th best confidence so far, when a call must beat it (strictly) to change the answer.
+        """The k-th best confidence of an executable call so far, when a call must beat it (strictly) to
+        change the answer (hints rank after every executable call).
 
         A call's confidence is its tool's probability times factors of at most 1 (argument scores, the
         hint factor), so a tool (and the product so far of its best argument scores) bounds the confidence
-        of all its calls. None while fewer than k options are known, or when the configuration allows
+        of all its calls. None while fewer than k executable calls are known, or when the configuration allows
         factors above 1.
         """
         config = self.config
-        if (config.top_k < 1 or len(options) < config.top_k or config.arg_weight < 0
+        executable = [p.confidence for p in options.values() if p.executable]
+        if (config.top_k < 1 or len(executable) < config.top_k or config.arg_weight < 0
                 or not 0 <= config.hint_factor <= 1):
             return None
-        return sorted([p.confidence for p in options.values()], reverse=True)[config.top_k - 1]
+        return sorted(executable, reverse=True)[config.top_k - 1]
 
     def predict_after(self, context: PredictionContext, speculated: ObservedCall) -> list[Prediction]:
         """Chained speculation: the calls likely to follow ``speculated``, as if it had just run.
