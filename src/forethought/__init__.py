@@ -28,7 +28,7 @@ from forethought.errors import (
     UpstreamError,
     WorkloadError,
 )
-from forethought.llm import FakeLLMClient, LLMClient, OpenAIChatClient
+from forethought.llm import FakeLLMClient, LLMClient, OpenAIChatClient, scripted_message
 from forethought.predictors import ModelSpeculator, ObservedCall, Prediction, PredictionContext, Predictor
 from forethought.predictors.patterns import PatternConfig, PatternPredictor
 from forethought.sandbox import FileWorkspace, ObjectState
@@ -84,5 +84,6 @@ __all__ = [
     "WorkloadError",
     "__version__",
     "load_policy",
+    "scripted_message",
     "tool",
 ]
