@@ -1,0 +1,244 @@
+"""The documentation runs: every ```python block of README.md and docs/*.md, and every script in examples/.
+
+Each block is executed in a fresh namespace (as ``__main__``, in an empty working directory) by one child
+interpreter, with a per-block time limit; a block that awaits at top level runs under ``asyncio.run``. The
+examples run as scripts, each in its own child process.
+Both may import forethought only through its public surface (``forethought`` and
+``forethought.integrations``). Blocks that are not meant to run are fenced as ``text``, ``sh`` and so on.
+
+The docs also cite tests by ``tests/test_x.py::test_name`` and link files by relative path: each cited
+test and each linked file must exist, so the design document cannot drift away from the suite.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARKDOWN = [*DOCS, *(p for p in (ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md") if p.exists())]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+PYTHON_TAGS = {"python", "py", "python3"}
+PUBLIC_MODULES = {"forethought", "forethought.integrations"}
+SNIPPET_TIMEOUT_S = 30
+EXAMPLE_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block of a markdown file."""
+
+    path: pathlib.Path
+    line: int
+    """1-based line of the opening fence."""
+    tag: str
+    code: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def fenced_blocks(path: pathlib.Path) -> list[Block]:
+    """The fenced code blocks of ``path`` (backtick or tilde fences; a fence closes on one at least as long)."""
+    blocks: list[Block] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    opening = re.compile(r"^( {0,3})(`{3,}|~{3,})\s*([^`\s]*)")
+    i = 0
+    while i < len(lines):
+        found = opening.match(lines[i])
+        if found is None:
+            i += 1
+            continue
+        indent, fence, tag = len(found.group(1)), found.group(2), found.group(3).lower()
+        closing = re.compile(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$")
+        body: list[str] = []
+        j = i + 1
+        while j < len(lines) and not closing.match(lines[j]):
+            body.append(lines[j][indent:] if lines[j][:indent].strip() == "" else lines[j])
+            j += 1
+        blocks.append(Block(path, i + 1, tag, "\n".join(body) + "\n"))
+        i = j + 1
+    return blocks
+
+
+def python_blocks() -> list[Block]:
+    return [b for path in DOCS for b in fenced_blocks(path) if b.tag in PYTHON_TAGS]
+
+
+def private_imports(source: str, filename: str) -> list[str]:
+    """Imports of forethought other than its public modules, and uses of ``forethought._private`` names."""
+    tree = ast.parse(source, filename)
+    bad: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.split(".")[0] == "forethought"
+                    and a.name not in PUBLIC_MODULES]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level == 0 and module.split(".")[0] == "forethought":
+                if module not in PUBLIC_MODULES:
+                    bad.append(module)
+                bad += [f"{module}.{a.name}" for a in node.names if a.name.startswith("_")
+                        and a.name != "__version__"]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "forethought" and node.attr.startswith("_") and node.attr != "__version__"):
+            bad.append(f"forethought.{node.attr}")
+    return bad
+
+
+# --- the runner of doc blocks (one child interpreter for all of them) -------------------------------
+
+RUNNER = r'''
+import ast, asyncio, contextlib, inspect, io, json, os, signal, sys, tempfile, traceback
+
+class Timeout(BaseException):
+    pass
+
+def alarm(signum, frame):
+    raise Timeout(f"ran past {limit} s")
+
+signal.signal(signal.SIGALRM, alarm)
+blocks, limit = json.load(sys.stdin), int(sys.argv[1])
+results = {}
+real_stdout = sys.stdout
+for block in blocks:
+    out = io.StringIO()
+    with tempfile.TemporaryDirectory() as cwd:
+        os.chdir(cwd)
+        namespace = {"__name__": "__main__", "__file__": block["id"]}
+        signal.alarm(limit)
+        try:
+            with contextlib.redirect_stdout(out):
+                code = compile(block["code"], block["id"], "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+                pending = eval(code, namespace)  # a coroutine when the block awaits at top level
+                if inspect.iscoroutine(pending):
+                    asyncio.run(pending)
+            error = None
+        except SystemExit as exc:
+            error = None if exc.code in (0, None) else f"SystemExit({exc.code!r})"
+        except BaseException:
+            error = traceback.format_exc(limit=-8)
+        finally:
+            signal.alarm(0)
+            os.chdir("/")
+    results[block["id"]] = {"error": error, "stdout": out.getvalue()}
+real_stdout.write("\n@@RESULTS@@" + json.dumps(results))
+'''
+
+
+@pytest.fixture(scope="module")
+def doc_runs() -> dict[str, dict[str, Any]]:
+    blocks = [{"id": b.id, "code": b.code} for b in python_blocks()]
+    if not blocks:
+        return {}
+    done = subprocess.run([sys.executable, "-c", RUNNER, str(SNIPPET_TIMEOUT_S)], input=json.dumps(blocks),
+                          capture_output=True, text=True, timeout=SNIPPET_TIMEOUT_S * len(blocks) + 30,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert "@@RESULTS@@" in done.stdout, f"the block runner died (rc {done.returncode}):\n{done.stderr[-3000:]}"
+    results: dict[str, dict[str, Any]] = json.loads(done.stdout.rsplit("@@RESULTS@@", 1)[1])
+    return results
+
+
+BLOCKS = python_blocks()
+
+
+def test_the_docs_have_python_blocks_and_the_readme_one_is_among_them() -> None:
+    assert any(b.path.name == "README.md" for b in BLOCKS), "the README's usage example is not a python block"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def test_a_python_block_imports_only_public_names(block: Block) -> None:
+    bad = private_imports(block.code, block.id)
+    assert not bad, f"{block.id} imports private forethought names: {bad} (use forethought's public surface)"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def test_a_python_block_runs(block: Block, doc_runs: dict[str, dict[str, Any]]) -> None:
+    result = doc_runs[block.id]
+    assert result["error"] is None, (
+        f"{block.id} failed (fence it as ```text if it is not meant to run):\n{result['error']}")
+
+
+# --- examples/ -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Every example run as a script, all started at once (they mostly wait), each in its own directory."""
+    started = {}
+    for path in EXAMPLES:
+        cwd = tmp_path_factory.mktemp(path.stem)
+        started[path.name] = subprocess.Popen([sys.executable, str(path)], cwd=cwd, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True)
+    done = {}
+    for name, process in started.items():
+        try:
+            out, err = process.communicate(timeout=EXAMPLE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+            err += f"\n(killed after {EXAMPLE_TIMEOUT_S} s)"
+        done[name] = subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    return done
+
+
+def test_there_are_examples() -> None:
+    assert len(EXAMPLES) >= 2, "examples/ should hold runnable examples"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_an_example_imports_only_public_names(path: pathlib.Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    assert ast.get_docstring(ast.parse(source)), f"{path.name} needs a docstring saying what it shows"
+    bad = private_imports(source, str(path))
+    assert not bad, f"{path.name} imports private forethought names: {bad}"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_an_example_runs_and_says_something(
+        path: pathlib.Path, example_runs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    done = example_runs[path.name]
+    assert done.returncode == 0, f"{path.name} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    assert len(done.stdout.strip().splitlines()) >= 2, f"{path.name} printed too little: {done.stdout!r}"
+
+
+# --- what the docs cite and link --------------------------------------------------------------------------
+
+CITED_TEST = re.compile(r"(tests/test_\w+\.py)::(\w+)")
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_every_test_the_docs_cite_exists() -> None:
+    cited = [(doc, m.group(1), m.group(2)) for doc in MARKDOWN
+             for m in CITED_TEST.finditer(doc.read_text(encoding="utf-8"))]
+    missing = []
+    for doc, file, name in cited:
+        target = ROOT / file
+        defined = target.exists() and re.search(rf"^\s*(async\s+)?def {name}\(|^class {name}\b",
+                                                target.read_text(encoding="utf-8"), re.M)
+        if not defined:
+            missing.append(f"{doc.relative_to(ROOT)} cites {file}::{name}")
+    assert not missing, "cited tests that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_relative_link_of_the_docs_exists() -> None:
+    broken = []
+    for doc in MARKDOWN:
+        for m in LINK.finditer(doc.read_text(encoding="utf-8")):
+            target = m.group(1)
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            if not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert not broken, "broken relative links:\n" + "\n".join(broken)
