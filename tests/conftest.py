@@ -1,6 +1,7 @@
 """Shared fakes for the core tests: an injectable clock, a versioned state cell, gates and an execution log.
 
-The fakes are small real implementations of the seams (``StateCell``/``Snapshot``, the breaker's clock), so
+The fakes are small real implementations of the seams (``StateCell``/``Snapshot``; the clock is the
+core's own :class:`~forethought._clock.FakeClock`), so
 tests can count what ran, where (live state or a snapshot) and in which order, without timing anything.
 """
 
@@ -15,7 +16,11 @@ from typing import Any
 
 import pytest
 
+from forethought._clock import FakeClock
 from forethought._runtime import Session
+
+__all__ = ["PHASE", "ExecLog", "FakeClock", "FakeSnapshot", "FakeState", "Gate", "settle", "speculate_marked",
+           "spin"]
 
 PHASE: contextvars.ContextVar[str] = contextvars.ContextVar("phase", default="authoritative")
 """Set to "speculative" around ``speculate`` calls: the speculative task copies it at creation, so an
@@ -29,19 +34,6 @@ def speculate_marked(session: Session, call: Any, **kwargs: Any) -> Any:
         return session.speculate(call, **kwargs)
     finally:
         PHASE.reset(token)
-
-
-class FakeClock:
-    """A settable monotonic clock."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FakeSnapshot:

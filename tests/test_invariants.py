@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import PHASE, ExecLog, FakeSnapshot, FakeState, Gate, settle, speculate_marked, spin
+from conftest import PHASE, ExecLog, FakeClock, FakeSnapshot, FakeState, Gate, settle, speculate_marked, spin
 from forethought._calls import ToolCall
 from forethought._policy import BreakerPolicy, Policy, ToolPolicy
 from forethought._runtime import Runtime
@@ -477,23 +477,53 @@ async def test_one_session_never_sees_another_sessions_speculation(log: ExecLog)
     await b.close()
 
 
-async def test_expired_entries_are_never_served(log: ExecLog) -> None:
-    t = counting_tool(log, "t", Effect.PURE, ttl_s=1e-6)
-    runtime = Runtime([t])
+async def test_expired_entries_are_never_served(log: ExecLog, clock: FakeClock) -> None:
+    t = counting_tool(log, "t", Effect.PURE, ttl_s=10.0)
+    runtime = Runtime([t], clock=clock)
     events = events_of(runtime)
     session = runtime.session()
     speculate_marked(session, ToolCall("t", {"x": 1}))
     await settle(session)
-    await asyncio.sleep(0.002)
+    clock.advance(9.999)
+    assert (await session.execute_detailed(ToolCall("t", {"x": 1}))).kind == "hit"  # still fresh
+    speculate_marked(session, ToolCall("t", {"x": 1}))
+    await settle(session)
+    clock.advance(10.0)  # exactly the TTL: expired
     outcome = await session.execute_detailed(ToolCall("t", {"x": 1}))
     assert outcome.kind == "miss" and log.count(phase="authoritative") == 1
     assert kinds(events)[-3:] == [EventKind.EXPIRED, EventKind.WASTED, EventKind.MISS]
     # A guess identical to an expired entry replaces it rather than joining it.
     speculate_marked(session, ToolCall("t", {"x": 2}))
     await settle(session)
-    await asyncio.sleep(0.002)
+    clock.advance(10.0)
     assert speculate_marked(session, ToolCall("t", {"x": 2})).launched
-    assert session.evict_expired() == 0 or session.speculation_count() == 0
+    assert session.speculation_count() == 1 and log.count(phase="speculative") == 3
+    assert kinds(events)[-3:] == [EventKind.EXPIRED, EventKind.WASTED, EventKind.LAUNCHED]
+    await session.close()
+
+
+async def test_speculate_evicts_expired_guesses_of_other_calls(log: ExecLog, clock: FakeClock) -> None:
+    """An expired guess leaves the store (and is accounted as expired and wasted) at the next speculate."""
+    t = counting_tool(log, "t", Effect.PURE, ttl_s=5.0)
+    u = counting_tool(log, "u", Effect.PURE, ttl_s=50.0)
+    runtime = Runtime([t, u], clock=clock)
+    events = events_of(runtime)
+    session = runtime.session()
+    speculate_marked(session, ToolCall("t", {"x": 1}))
+    speculate_marked(session, ToolCall("u", {"x": 1}))
+    await settle(session)
+    clock.advance(4.0)
+    speculate_marked(session, ToolCall("u", {"x": 2}))
+    assert session.speculation_count() == 3  # nothing expired yet
+    clock.advance(1.0)
+    speculate_marked(session, ToolCall("u", {"x": 3}))
+    assert session.speculation_count() == 3 and not session.has_speculation(session.resolve(ToolCall("t", {"x": 1}))[2])
+    expired = [e for e in events if e.kind is EventKind.EXPIRED]
+    assert [e.tool for e in expired] == ["t"]
+    assert [e.tool for e in events if e.kind is EventKind.WASTED] == ["t"]
+    assert session.stats().expired == 1 and session.stats().wasted == 1
+    await settle(session)
+    assert (await session.execute_detailed(ToolCall("u", {"x": 1}))).kind == "hit"
     await session.close()
 
 

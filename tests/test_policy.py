@@ -154,7 +154,7 @@ async def test_telemetry_events_never_carry_argument_values() -> None:
     session.speculate(ToolCall("lookup", {"user": SECRET + "-low"}), source="p", confidence=0.1)  # rejected
     session.speculate(ToolCall("note", {"text": SECRET + "-note"}), source="p")  # committed
     session.speculate(ToolCall("note", {"text": SECRET + "-conflict"}), source="p")  # conflicts
-    await asyncio.sleep(0.01)
+    await session.wait_speculations()
     assert await session.execute(hit) == f"profile of {SECRET}"
     await session.execute(ToolCall("note", {"text": SECRET + "-note"}))
     await session.execute(ToolCall("note", {"text": SECRET + "-conflict"}))
@@ -200,7 +200,7 @@ async def test_a_failing_speculation_does_not_leak_its_exception_message() -> No
     runtime.telemetry.subscribe(events.append)
     session = runtime.session()
     session.speculate(ToolCall("lookup", {"user": SECRET}))
-    await asyncio.sleep(0.01)
+    await session.wait_speculations()
     with pytest.raises(ToolExecutionError):
         await session.execute(ToolCall("lookup", {"user": SECRET}))
     await session.close()

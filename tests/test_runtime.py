@@ -166,7 +166,7 @@ async def test_a_closed_session_speculates_nothing_but_still_executes(log: ExecL
 async def test_the_circuit_breaker_turns_a_wasteful_tool_off_and_back_on(log: ExecLog, clock: FakeClock) -> None:
     policy = Policy(max_calls_per_turn=100, breaker=BreakerPolicy(window=4, min_samples=4, max_waste_rate=0.5,
                                                                   cooldown_s=10))
-    runtime = Runtime([echo_tool(log)], policy, breaker=CircuitBreaker(policy.breaker, clock=clock))
+    runtime = Runtime([echo_tool(log)], policy, clock=clock)  # the breaker reads the runtime's clock
     session = runtime.session()
     for x in range(4):  # four wasted guesses
         session.speculate(ToolCall("echo", {"x": x}))

@@ -11,12 +11,9 @@ model's output.
 from __future__ import annotations
 
 import asyncio
-import functools
-import gc
+import os
 import tempfile
-import threading
-import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +24,17 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from forethought import Effect, Runtime, Tool, ToolCall
 from forethought._policy import BreakerPolicy, Policy
 from forethought._runtime import Session
-from forethought.sandbox.files import FileSnapshot, FileWorkspace
+from forethought.sandbox.files import FileWorkspace
 from forethought.sandbox.objects import ObjectState, resolve_target
 
 POLICY = Policy(max_calls_per_turn=10_000, max_cost_per_turn=1e9, claim_wait_floor_s=5.0,
                 breaker=BreakerPolicy(max_waste_rate=1.0, max_error_rate=1.0))
 SETTINGS = settings(max_examples=40, stateful_step_count=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow], report_multiple_bugs=False)
+
+SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+"""Workspaces live in memory where the machine has a tmpfs: the commit rules are the same, the thousands of
+copies and removals per run are not disk-bound."""
 
 KEYS = st.sampled_from(["a", "b"])
 VALUES = st.integers(0, 2)
@@ -93,60 +94,7 @@ DICT_CALLS = st.one_of(
 # --- file workspace ---------------------------------------------------------------------------------
 
 
-class CountingWorkspace(FileWorkspace):
-    """Counts snapshots being taken and file tools running, so teardown can wait for worker threads.
-
-    The runtime stops waiting for a dropped speculation's asyncio task, but a worker thread already
-    running its tool finishes on its own; only then is "no copy left behind" a fair check.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.busy = 0
-        self.busy_lock = threading.Lock()
-
-    def enter(self) -> None:
-        with self.busy_lock:
-            self.busy += 1
-
-    def leave(self) -> None:
-        with self.busy_lock:
-            self.busy -= 1
-
-    def snapshot(self) -> FileSnapshot:
-        self.enter()
-        try:
-            return super().snapshot()
-        finally:
-            self.leave()
-
-    def wait_idle(self, stable_s: float = 0.02, limit_s: float = 5.0) -> None:
-        deadline = time.monotonic() + limit_s
-        idle_since: float | None = None
-        while time.monotonic() < deadline:
-            now = time.monotonic()
-            if self.busy:
-                idle_since = None
-            elif idle_since is None:
-                idle_since = now
-            elif now - idle_since >= stable_s:
-                return
-            time.sleep(0.002)
-
-
-def counted(cell: CountingWorkspace, fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        cell.enter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            cell.leave()
-
-    return run
-
-
-def file_tools(cell: CountingWorkspace, threaded: bool = False) -> list[Tool]:
+def file_tools(cell: FileWorkspace, threaded: bool = False) -> list[Tool]:
     def write(root: Path, path: str, text: str) -> int:
         p = root / path
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -171,7 +119,7 @@ def file_tools(cell: CountingWorkspace, threaded: bool = False) -> list[Tool]:
 
     schema = {"type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
               "required": ["path"]}
-    return [Tool(name=f.__name__, fn=counted(cell, f), parameters=schema, effect=Effect.ISOLATED_WRITE,
+    return [Tool(name=f.__name__, fn=f, parameters=schema, effect=Effect.ISOLATED_WRITE,
                  state=cell, threaded=threaded) for f in (write, append, delete, read)]
 
 
@@ -246,7 +194,7 @@ class SpeculationMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.run(self.session.close())
-        self.runtime.close()
+        self.runtime.close(wait=True)  # a dropped speculation's worker thread may still be running its tool
         self.loop.close()
 
     @invariant()
@@ -314,12 +262,12 @@ class FileMachine(SpeculationMachine):
     threaded = False
 
     def tools(self) -> list[Tool]:
-        self.tmp = tempfile.TemporaryDirectory(prefix="forethought-test-", ignore_cleanup_errors=True)
+        self.tmp = tempfile.TemporaryDirectory(prefix="forethought-test-", dir=SCRATCH, ignore_cleanup_errors=True)
         root = Path(self.tmp.name) / "live"
         root.mkdir()
         self.spare = Path(self.tmp.name) / "snapshots"
         self.spare.mkdir()
-        self.cell = CountingWorkspace(root, temp_dir=self.spare)
+        self.cell = FileWorkspace(root, temp_dir=self.spare)
         return file_tools(self.cell, self.threaded)
 
     def apply(self, call: ToolCall) -> Any:
@@ -329,10 +277,7 @@ class FileMachine(SpeculationMachine):
         return live_files(self.cell.root)
 
     def teardown(self) -> None:
-        super().teardown()
-        if self.threaded:
-            self.cell.wait_idle()
-        gc.collect()
+        super().teardown()  # closes the runtime and waits for its tool threads: none is still writing
         self.cell.sweep()
         leftover = self.cell.copies()
         self.cell.close()

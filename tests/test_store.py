@@ -7,13 +7,14 @@ import asyncio
 import pytest
 
 from forethought._calls import ToolCall
+from forethought._clock import FakeClock
 from forethought._store import Entry, SpeculationStore
 from forethought._tools import Effect, Tool
 
 
 def make_entry(key: str, tool: Tool, expires: float = 100.0) -> Entry:
     return Entry(key=key, call=ToolCall(tool.name, {}), arguments={}, tool=tool, source="p", confidence=0.5,
-                 created=0.0, expires=expires, epoch=0)
+                 created=0.0, expires=expires, epoch=0, now=FakeClock(0.0).monotonic)
 
 
 A = Tool("a", lambda: 1, effect=Effect.PURE)

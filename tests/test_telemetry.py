@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from conftest import Gate, settle, spin
+from conftest import FakeClock, Gate, settle, spin
 from forethought._calls import ToolCall
 from forethought._policy import Policy
 from forethought._runtime import Runtime
@@ -22,19 +22,26 @@ async def nap(x: int, secret: str = "") -> int:
 
 
 async def scenario() -> tuple[Runtime, list[Event]]:
-    """launched, hit, miss, wasted, cancelled and expired, each at least once."""
+    """launched, hit, miss, wasted, cancelled and expired, each at least once (time from a fake clock)."""
     gate = Gate()
+    clock = FakeClock()
+
+    @tool(name="nap", effect=Effect.PURE)
+    async def timed_nap(x: int, secret: str = "") -> int:
+        clock.advance(0.002)  # the tool "takes" 2 ms
+        return x
 
     @tool(effect=Effect.PURE)
     async def stuck(x: int) -> int:
         await gate.wait()
         return x
 
-    @tool(effect=Effect.PURE, ttl_s=1e-6)
+    @tool(effect=Effect.PURE, ttl_s=1.0)
     async def brief(x: int) -> int:
+        clock.advance(0.001)
         return x
 
-    runtime = Runtime([nap, stuck, brief], Policy(max_calls_per_turn=100))
+    runtime = Runtime([timed_nap, stuck, brief], Policy(max_calls_per_turn=100), clock=clock)
     events: list[Event] = []
     runtime.telemetry.subscribe(events.append)
     session = runtime.session("s1")
@@ -45,7 +52,7 @@ async def scenario() -> tuple[Runtime, list[Event]]:
     await spin()
     tasks = [e.task for e in session._store if e.tool.name != "stuck" and e.task is not None]
     await asyncio.wait(tasks)  # type: ignore[arg-type]
-    await asyncio.sleep(0.002)
+    clock.advance(1.0)  # brief's TTL passes; nap's (60 s) does not
     assert (await session.execute_detailed(ToolCall("nap", {"x": 1, "secret": "hunter2"}))).kind == "hit"
     assert (await session.execute_detailed(ToolCall("nap", {"x": 3}))).kind == "miss"
     assert (await session.execute_detailed(ToolCall("brief", {"x": 1}))).kind == "miss"

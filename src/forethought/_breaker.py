@@ -9,11 +9,10 @@ Rates are kept as running counts, so recording an outcome costs the same whateve
 from __future__ import annotations
 
 import enum
-import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from forethought._clock import SYSTEM_CLOCK, Clock
 from forethought._policy import BreakerPolicy
 
 
@@ -44,11 +43,11 @@ _USEFUL, _WASTED, _ERROR = Outcome.USEFUL, Outcome.WASTED, Outcome.ERROR
 
 
 class CircuitBreaker:
-    """Sliding-window waste/error breaker keyed by scope name; ``clock`` is injectable for tests."""
+    """Sliding-window waste/error breaker keyed by scope name; cool-downs are read from ``clock``."""
 
-    def __init__(self, policy: BreakerPolicy, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, policy: BreakerPolicy, clock: Clock = SYSTEM_CLOCK) -> None:
         self._policy = policy
-        self._clock = clock
+        self._clock = clock.monotonic
         self._scopes: dict[str, _Scope] = {}
         self._window = max(1, policy.window)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Any
 
 from forethought._breaker import CircuitBreaker, Outcome
 from forethought._calls import CallKey, ToolCall
+from forethought._clock import SYSTEM_CLOCK, Clock
 from forethought._ordering import CallOrder
 from forethought._policy import Policy
 from forethought._scheduler import Scheduler, maybe_await
@@ -46,6 +46,7 @@ CLOSE_WAIT_S = 5.0
 """How long :meth:`Session.close` waits for cancelled speculative work to stop."""
 
 _log = logging.getLogger(__name__)
+_NEVER = float("inf")
 
 # Enum members looked up once: attribute access on an Enum class costs ~0.1 µs, and the hot path does many.
 _CANCELLED, _COMMITTED, _CONFLICT = EventKind.CANCELLED, EventKind.COMMITTED, EventKind.CONFLICT
@@ -62,7 +63,7 @@ class SettledSpeculation:
 
     ``ok``: the tool finished with ``value``; ``error``: what the speculative run raised (``None`` when ok
     or cancelled); ``cancelled``: it was stopped (or dropped) before it finished. ``expires_at`` is the
-    monotonic time after which no claim would be served from it.
+    time on the runtime's clock after which no claim would be served from it.
     """
 
     key: CallKey
@@ -85,15 +86,21 @@ def _settled(entry: Entry) -> SettledSpeculation:
 
 
 class Runtime:
-    """Shared state of all sessions: tools, policy, scheduler, breaker and telemetry."""
+    """Shared state of all sessions: tools, policy, scheduler, breaker, telemetry and the clock.
+
+    ``clock`` is what every TTL, claim timing and (unless ``breaker`` is given) breaker cool-down reads;
+    the default is the system's monotonic clock, tests pass a :class:`~forethought._clock.FakeClock`.
+    """
 
     def __init__(self, tools: Iterable[Tool] = (), policy: Policy | None = None,
-                 telemetry: Telemetry | None = None, breaker: CircuitBreaker | None = None) -> None:
+                 telemetry: Telemetry | None = None, breaker: CircuitBreaker | None = None,
+                 clock: Clock | None = None) -> None:
         self.policy = policy or Policy()
+        self.clock = clock or SYSTEM_CLOCK
         self.tools = ToolRegistry(self._with_policy(tools))
-        self.telemetry = telemetry or Telemetry()
+        self.telemetry = telemetry or Telemetry(self.clock)
         self.scheduler = Scheduler(self.policy)
-        self.breaker = breaker or CircuitBreaker(self.policy.breaker)
+        self.breaker = breaker or CircuitBreaker(self.policy.breaker, self.clock)
         self.tool_runtime_ewma: dict[str, float] = {}
         self._ids = itertools.count(1)
 
@@ -120,8 +127,9 @@ class Runtime:
         typical = self.tool_runtime_ewma.get(tool, 0.0)
         return self.policy.claim_wait_floor_s + self.policy.claim_wait_factor * typical
 
-    def close(self) -> None:
-        self.scheduler.close()
+    def close(self, wait: bool = False) -> None:
+        """Stop the worker pools; with ``wait``, return only once every tool thread has finished."""
+        self.scheduler.close(wait)
 
 
 class Session:
@@ -135,6 +143,7 @@ class Session:
         self.id = session_id
         self.tools = tools
         self._lookup = tools.table().get
+        self._now = runtime.clock.monotonic
         self._store = SpeculationStore()
         self._order = CallOrder()
         self._budget = runtime.scheduler.budget()
@@ -147,6 +156,7 @@ class Session:
         self._tool_scopes: dict[str, str] = {}
         self._static_rejections: dict[str, tuple[Tool, str | None]] = {}
         self._epoch = 0  # bumped at start and end of every authoritative write
+        self._next_expiry = _NEVER  # no entry in the store expires before this
         self.closed = False
 
     # --- telemetry --------------------------------------------------------------------------------
@@ -221,17 +231,21 @@ class Session:
             self._emit(_REJECTED, t.name, key, source,
                        confidence if isinstance(confidence, float | int) else None, detail=reason)
             return SpeculationTicket("rejected", key, reason)
-        now = time.monotonic()
+        now = self._now()
+        if now >= self._next_expiry:
+            self._evict_expired(now)
         # Positional arguments: keywords would double the cost of this constructor on the hot path.
-        entry = Entry(key, call, arguments, t, source, confidence, now, now + t.ttl_s, -1, [source])
+        entry = Entry(key, call, arguments, t, source, confidence, now, now + t.ttl_s, -1, self._now, [source])
         entry.task = loop.create_task(self._run_speculation(entry))  # it first runs after we return
         self._store.add(entry)
+        if entry.expires < self._next_expiry:
+            self._next_expiry = entry.expires
         self._emit(_LAUNCHED, t.name, key, source, confidence)
         return SpeculationTicket("launched", key)
 
     def _useless(self, entry: Entry) -> tuple[EventKind, str] | None:
         """Why an entry could no longer be served (expired, failed, stale), or ``None``."""
-        if time.monotonic() >= entry.expires:
+        if self._now() >= entry.expires:
             return _EXPIRED, "replaced by a new guess"
         if entry.error is not None:
             return _FAILED, type(entry.error).__name__
@@ -294,7 +308,7 @@ class Session:
                 return None
             finally:
                 if entry.started is not None:
-                    entry.finished = time.monotonic()
+                    entry.finished = self._now()
             runtime.note_runtime(t.name, entry.run_seconds)
             return value
 
@@ -357,7 +371,7 @@ class Session:
     async def execute_detailed(self, call: ToolCall) -> CallOutcome:
         """Like :meth:`execute`, also saying whether it was a hit and how long it waited."""
         t, arguments, key = self.resolve(call)
-        start = time.monotonic()
+        start = self._now()
         entry = self._store.get(key)
         if (entry is not None and entry.task is not None and entry.task.done() and t.validator is None
                 and self._order.clear_for(t.effect)):
@@ -372,7 +386,7 @@ class Session:
             ready = start
             if waits:
                 await asyncio.wait(waits)
-                ready = time.monotonic()
+                ready = self._now()
             entry = self._store.pop(key)
             if entry is not None:
                 try:
@@ -390,7 +404,7 @@ class Session:
             try:
                 value = await self._run_authoritative(t, arguments)
             finally:
-                waited = time.monotonic() - start
+                waited = self._now() - start
                 self._emit(_MISS, t.name, key, seconds=waited)
                 self._telemetry.observe_wait("miss", waited)
             return CallOutcome(value, "miss", waited, 0.0)
@@ -405,7 +419,7 @@ class Session:
         t, task = entry.tool, entry.task
         assert task is not None
         if not task.done():
-            if time.monotonic() >= entry.expires:
+            if self._now() >= entry.expires:
                 self._finish(entry, _EXPIRED)
                 return None
             if entry.started is None:
@@ -415,7 +429,7 @@ class Session:
             if not task.done():
                 self._finish(entry, _CANCELLED, "running far longer than usual when claimed")
                 return None
-        if (t.validator is not None and entry.succeeded() and time.monotonic() < entry.expires
+        if (t.validator is not None and entry.succeeded() and self._now() < entry.expires
                 and not await self._validator_agrees(entry)):
             self._finish(entry, _STALE, "validator token changed")
             return None
@@ -425,7 +439,7 @@ class Session:
         """Serve a finished ``entry`` if it is fresh and succeeded; ``None`` sends the caller to the miss path."""
         task = entry.task
         assert task is not None
-        if time.monotonic() >= entry.expires:
+        if self._now() >= entry.expires:
             self._finish(entry, _EXPIRED)
             return None
         if task.cancelled() or (entry.started is None and entry.error is None):
@@ -441,7 +455,7 @@ class Session:
         if entry.snapshot is not None and not self._commit(entry):
             self._finish(entry, _CONFLICT, "state changed since the snapshot")
             return None
-        now = time.monotonic()
+        now = self._now()
         waited = now - start
         tool_s = entry.run_seconds
         saved = max(0.0, min(tool_s - (now - ready), tool_s - entry.credited_s))
@@ -488,7 +502,7 @@ class Session:
             return None
         for entry in self._store.of_tool(t.name):
             if (not entry.succeeded() or (t.effect is _READ_ONLY and entry.epoch != self._epoch)
-                    or time.monotonic() >= entry.expires):
+                    or self._now() >= entry.expires):
                 continue
             assert entry.task is not None
             try:
@@ -497,7 +511,7 @@ class Session:
                 value = rule.narrow(arguments, entry.task.result())
             except Exception:
                 continue
-            waited = time.monotonic() - start
+            waited = self._now() - start
             saved = max(0.0, entry.run_seconds - entry.credited_s - waited)
             entry.credited_s += saved
             entry.partial_hits += 1
@@ -511,7 +525,7 @@ class Session:
         writes = t.effect.writes
         if writes:
             self._epoch += 1
-        started = time.monotonic()
+        started = self._now()
         try:
             target = t.state.live if t.state is not None else None
 
@@ -530,7 +544,7 @@ class Session:
                 t.state.mark_changed()  # whatever the declared effect: a snapshot must never commit over it
             if writes:
                 self._epoch += 1
-            self.runtime.note_runtime(t.name, time.monotonic() - started)
+            self.runtime.note_runtime(t.name, self._now() - started)
 
     # --- discarding -------------------------------------------------------------------------------
 
@@ -574,19 +588,23 @@ class Session:
         self._finish(entry, kind, "discarded" if kind is not _FAILED else type(entry.error).__name__)
         return True
 
-    def evict_expired(self) -> int:
-        now = time.monotonic()
-        expired = self._store.expired(now)
-        for entry in expired:
+    def _evict_expired(self, now: float) -> None:
+        """Discard every entry whose TTL has passed (EXPIRED, then WASTED if its tool ran); cancel its work.
+
+        Called by :meth:`speculate` once the earliest expiry in the store has passed, so an expired guess
+        stops holding a slot, a snapshot or memory before the turn ends.
+        """
+        for entry in self._store.expired(now):
             self._store.pop(entry.key)
-            self._finish(entry, _EXPIRED)
-        return len(expired)
+            self._finish(entry, _EXPIRED, "TTL passed")
+        self._next_expiry = self._store.earliest_expiry()
 
     def end_turn(self) -> int:
         """Turn-end eviction: discard every unclaimed speculation and reset the turn budget."""
         n = 0
         for entry in self._store:
             n += self.discard(entry.key)
+        self._next_expiry = _NEVER
         self._budget.reset()
         return n
 

@@ -89,10 +89,11 @@ class Scheduler:
             pool = self._auth_pool
         return await loop.run_in_executor(pool, fn)
 
-    def close(self) -> None:
+    def close(self, wait: bool = False) -> None:
+        """Stop both pools (queued work is cancelled); ``wait`` blocks until running tool threads end."""
         for pool in (self._spec_pool, self._auth_pool):
             if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+                pool.shutdown(wait=wait, cancel_futures=True)
         self._spec_pool = self._auth_pool = None
 
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +84,8 @@ class Entry:
     snapshot copy), so :attr:`run_seconds` is real tool time. ``error`` holds what the speculative run
     raised (the task itself never fails, so nothing is ever reported as unretrieved). ``dropped`` is set
     once the entry has left the store unserved. ``credited_s`` is the saved time already counted from it,
-    ``partial_hits`` how many calls it served partially (it stays in the store for more).
+    ``partial_hits`` how many calls it served partially (it stays in the store for more). ``now`` is the
+    session's clock (:class:`~forethought._clock.Clock`'s ``monotonic``), which every timestamp here is on.
     """
 
     key: CallKey
@@ -97,6 +97,7 @@ class Entry:
     created: float
     expires: float
     epoch: int
+    now: Callable[[], float]
     sources: list[str] = field(default_factory=list)
     task: asyncio.Task[Any] | None = None
     snapshot: Snapshot | None = None
@@ -113,7 +114,7 @@ class Entry:
         """Seconds the speculative run took (or has taken so far); 0 if it never started."""
         if self.started is None:
             return 0.0
-        end = self.finished if self.finished is not None else time.monotonic()
+        end = self.finished if self.finished is not None else self.now()
         return max(0.0, end - self.started)
 
     def invoke(self) -> Any:
@@ -136,7 +137,7 @@ class Entry:
             target = snapshot.target
         elif self.dropped:
             raise DroppedError(t.name)
-        self.started = time.monotonic()
+        self.started = self.now()
         return invoke_tool(t, target, self.arguments)
 
     def drop_snapshot(self) -> None:
@@ -191,7 +192,12 @@ class SpeculationStore:
         return [e for e in self._entries.values() if e.tool.name == tool]
 
     def expired(self, now: float) -> list[Entry]:
+        """Entries whose expiry is at or before ``now`` (a claim at ``now`` would not serve them)."""
         return [e for e in self._entries.values() if e.expires <= now]
+
+    def earliest_expiry(self) -> float:
+        """The soonest expiry of any entry (infinity when the store is empty)."""
+        return min((e.expires for e in self._entries.values()), default=float("inf"))
 
     def running_count(self) -> int:
         return sum(1 for e in self._entries.values() if e.task is not None and not e.task.done())

@@ -49,10 +49,6 @@ class ToolExecutionError(ForethoughtError):
 # --- speculation ----------------------------------------------------------------------------------
 
 
-class SpeculationRejected(ForethoughtError):
-    """Raised only by strict callers; ``Session.speculate`` reports rejections as values instead."""
-
-
 class SnapshotError(ForethoughtError):
     """A snapshot could not be taken, run against, or committed."""
 

@@ -26,6 +26,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from forethought._clock import SYSTEM_CLOCK, Clock
+
 _log = logging.getLogger(__name__)
 _go_float: Callable[[float], str] = floatToGoString
 
@@ -167,9 +169,10 @@ class _Collector:
 
 
 class Telemetry:
-    """Event bus plus Prometheus metrics for one runtime."""
+    """Event bus plus Prometheus metrics for one runtime; event times are read from ``clock``."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._now = clock.monotonic
         self._subscribers: list[Subscriber] = []
         self.by_tool: dict[tuple[EventKind, str], int] = {}
         self.waits: dict[str, _WaitHistogram] = {}
@@ -212,7 +215,7 @@ class Telemetry:
                 self.wasted_s += seconds
         if self._subscribers:
             self._publish(Event(kind, session, tool, key_hash(key) if key else "", source, confidence, seconds,
-                                detail))
+                                detail, self._now()))
 
     def emit(self, event: Event) -> None:
         """Count and publish an event built by the caller."""
