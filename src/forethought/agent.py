@@ -28,19 +28,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from forethought._calls import ToolCall
-from forethought._runtime import CallOutcome, Runtime, Session, SettledSpeculation
+from forethought._runtime import Runtime, Session, SettledSpeculation
+from forethought._store import SpeculationTicket
 from forethought._tools import Effect, Tool
 from forethought.errors import ForethoughtError, LLMError, UpstreamError
 from forethought.llm.chat import LLMClient
+from forethought.llm.dispatch import STREAM_SOURCE, EarlyDispatch, PendingCall
 from forethought.llm.events import (
     LLMEvent,
     MessageDone,
@@ -50,6 +53,7 @@ from forethought.llm.events import (
     ToolCallStarted,
     ToolResultServed,
 )
+from forethought.llm.sdk import as_llm_client
 from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster, ToolCachePoster
 from forethought.predictors.base import (
     ObservedCall,
@@ -63,7 +67,6 @@ from forethought.telemetry import Event, EventKind
 
 DEFAULT_MAX_STEPS = 32
 _log = logging.getLogger(__name__)
-STREAM_SOURCE = "stream"
 POST_MARGIN_S = 1.0
 """A posted result's keep-alive ends this long before the speculation itself would expire."""
 
@@ -149,38 +152,27 @@ class EngineSideStats:
     served_calls: int = 0
 
 
-@dataclass(slots=True)
-class _PendingCall:
-    index: int
-    id: str
-    name: str
-    call: ToolCall | None = None
-    error: str | None = None
-    raw: str = "{}"
-    closed_at: float = 0.0
-    task: asyncio.Task[CallOutcome] | None = None
-    speculated: bool = False
-
-
-@dataclass(slots=True)
-class _StepState:
-    calls: dict[int, _PendingCall] = field(default_factory=dict)
-    text: list[str] = field(default_factory=list)
-    started: float = 0.0
-    next_to_issue: int = 0
-    blocked: bool = False
-    early: int = 0
+TextCallback = Callable[[str], object]
+"""Called with each piece of the model's text as it streams (may return an awaitable, which is awaited)."""
 
 
 class Agent:
-    """An OpenAI-compatible tool-calling agent over a forethought :class:`Session`."""
+    """A tool-calling agent over a forethought :class:`Session`.
 
-    def __init__(self, client: LLMClient, model: str, tools: Sequence[Tool], runtime: Runtime, *,
+    ``client`` is an :class:`~forethought.llm.chat.LLMClient` (``OpenAIChatClient``,
+    ``OpenAIResponsesClient``, ``AnthropicMessagesClient``, a fake), or an SDK client you already have: an
+    ``openai.AsyncOpenAI`` (Chat Completions, or the Responses API with ``api="responses"``) or an
+    ``anthropic.AsyncAnthropic``. The model's text streams to ``on_text`` (a callback) or through
+    :meth:`stream` (an async iterator).
+    """
+
+    def __init__(self, client: LLMClient | Any, model: str, tools: Sequence[Tool], runtime: Runtime, *,
                  speculate: bool = True, predictors: Sequence[Predictor] = (), early_dispatch: bool | None = None,
                  request_extra: Mapping[str, Any] | None = None, max_steps: int = DEFAULT_MAX_STEPS,
                  session_id: str | None = None, engine_side: bool = False,
-                 cache_poster: ToolCachePoster | None = None) -> None:
-        self.client = client
+                 cache_poster: ToolCachePoster | None = None,
+                 api: Literal["chat", "responses"] = "chat") -> None:
+        self.client: LLMClient = as_llm_client(client, api)
         self.model = model
         self.runtime = runtime
         self.speculate = speculate
@@ -205,8 +197,11 @@ class Agent:
 
     # --- public -----------------------------------------------------------------------------------
 
-    async def run(self, messages: Sequence[Mapping[str, Any]]) -> AgentResult:
-        """Run the model until it answers without tool calls; ``messages`` ends with the user's turn."""
+    async def run(self, messages: Sequence[Mapping[str, Any]], on_text: TextCallback | None = None) -> AgentResult:
+        """Run the model until it answers without tool calls; ``messages`` ends with the user's turn.
+
+        ``on_text`` is called with each piece of text as the model streams it (every step's text, in order).
+        """
         transcript = [dict(m) for m in messages]
         start_len = len(transcript)
         records: list[ToolRecord] = []
@@ -214,7 +209,7 @@ class Agent:
         tokens = 0
         for _ in range(self.max_steps):
             try:
-                step, done, text, used = await self._step(transcript, records)
+                step, done, text, used = await self._step(transcript, records, on_text)
             except BaseException:
                 await self._drop_carry()  # a continued response is not read on after a failed step
                 raise
@@ -224,6 +219,10 @@ class Agent:
                 return AgentResult(transcript[start_len:], records, steps, text, tokens)
         await self._drop_carry()
         raise ForethoughtError(f"the model did not finish within {self.max_steps} steps")
+
+    def stream(self, messages: Sequence[Mapping[str, Any]]) -> AgentStream:
+        """Run like :meth:`run`, yielding the model's text as it streams; the result is ``.result`` after."""
+        return AgentStream(self, messages)
 
     async def close(self) -> None:
         await self._drop_carry()
@@ -240,8 +239,8 @@ class Agent:
                                  history=tuple(self.history), tools=self.parameter_schemas,
                                  openai_tools=self.openai_tools, request_extra=self.request_extra)
 
-    async def _step(self, transcript: list[dict[str, Any]],
-                    records: list[ToolRecord]) -> tuple[StepTiming, bool, str, int]:
+    async def _step(self, transcript: list[dict[str, Any]], records: list[ToolRecord],
+                    on_text: TextCallback | None = None) -> tuple[StepTiming, bool, str, int]:
         self._step_number += 1
         stream, self._carry = self._carry, None
         if stream is None:  # a new response (not the continuation of a served one)
@@ -251,18 +250,22 @@ class Agent:
         context = self._context(transcript)
         predictor_tasks = [asyncio.create_task(self._run_predictor(p, context)) for p in self.predictors]
         started = time.monotonic()
-        state = _StepState(started=started)
+        state = EarlyDispatch(self.session, enabled=self.early_dispatch, started=started,
+                              on_speculated=self._on_ticket if self.engine_side else None)
+        text_parts: list[str] = []
         finish = ""
         usage = 0
         served: list[ToolResultServed] = []
         try:
             async for event in _until_served(stream, served, state):
                 if isinstance(event, TextDelta):
-                    state.text.append(event.text)
-                elif isinstance(event, ToolCallStarted):
-                    state.calls[event.index] = _PendingCall(event.index, event.id, event.name)
-                elif isinstance(event, ToolCallClosed):
-                    self._on_closed(state, event)
+                    text_parts.append(event.text)
+                    if on_text is not None:
+                        shown = on_text(event.text)
+                        if inspect.isawaitable(shown):
+                            await shown
+                elif isinstance(event, ToolCallStarted | ToolCallClosed):
+                    state.feed(event)
                 elif isinstance(event, MessageDone):
                     finish = event.finish_reason or ""
                     usage = event.usage.total_tokens if event.usage is not None else 0
@@ -284,8 +287,8 @@ class Agent:
         generated = time.monotonic()
         for task in predictor_tasks:
             task.cancel()
-        text = "".join(state.text)
-        ordered = [state.calls[i] for i in sorted(state.calls)]
+        text = "".join(text_parts)
+        ordered = state.ordered()
         assistant: dict[str, Any] = {"role": "assistant", "content": text or None}
         if ordered:
             assistant["tool_calls"] = [
@@ -297,7 +300,7 @@ class Agent:
         if served:
             self._check_served(ordered, served)
         for position, pending in enumerate(ordered):
-            output, ok, outcome, source, seconds, saved = await self._result(pending)
+            output, ok, outcome, source, seconds, saved = await self._result(state, pending)
             if served and output != served[position].output:
                 raise ForethoughtError(
                     f"engine-side result mismatch for {pending.name} (call {pending.id}): the gateway served "
@@ -328,53 +331,18 @@ class Agent:
                             early_dispatched=state.early, finish_reason=finish)
         return timing, done, text, usage
 
-    def _on_closed(self, state: _StepState, event: ToolCallClosed) -> None:
-        pending = state.calls.get(event.index)
-        if pending is None:
-            pending = state.calls[event.index] = _PendingCall(event.index, event.id, event.name)
-        pending.raw = event.raw
-        pending.closed_at = time.monotonic() - state.started
-        if event.error is not None or event.arguments is None:
-            pending.error = event.error or "arguments missing"
-            state.blocked = True  # a failed call is answered at message end, like any other
-            return
-        pending.call = ToolCall(event.name, event.arguments)
-        if self.early_dispatch:
-            self._dispatch_ready(state)
+    def _on_ticket(self, ticket: SpeculationTicket) -> None:
+        """A call of the stream was speculated: in engine-side mode, post it once it has finished."""
+        if ticket.key is not None and ticket.status != "rejected":
+            self._watch(ticket.key)
 
-    def _dispatch_ready(self, state: _StepState) -> None:
-        """Issue closed calls in index order while they may run early; speculate the rest."""
-        while not state.blocked and state.next_to_issue in state.calls:
-            pending = state.calls[state.next_to_issue]
-            if pending.call is None:
-                return  # not closed yet
-            tool = self.session.tools.get(pending.name)
-            if tool is None or tool.effect not in (Effect.PURE, Effect.READ_ONLY):
-                state.blocked = True
-                break
-            pending.task = asyncio.create_task(self.session.execute_detailed(pending.call))
-            state.early += 1
-            state.next_to_issue += 1
-            self.session.runtime.telemetry.emit(
-                Event(EventKind.EARLY_DISPATCH, self.session.id, pending.name, "", STREAM_SOURCE))
-        if state.blocked:
-            for pending in state.calls.values():
-                if pending.call is not None and pending.task is None and not pending.speculated:
-                    ticket = self.session.speculate(pending.call, source=STREAM_SOURCE, confidence=1.0)
-                    pending.speculated = True  # claimed by the authoritative call at message end
-                    if self.engine_side and ticket.key is not None and ticket.status != "rejected":
-                        self._watch(ticket.key)
-
-    async def _result(self, pending: _PendingCall) -> tuple[str, bool, str, str, float, float]:
+    async def _result(self, state: EarlyDispatch,
+                      pending: PendingCall) -> tuple[str, bool, str, str, float, float]:
         """Await (or start) one call: output, ok, outcome kind, source, tool seconds needed, seconds saved."""
         if pending.error is not None:
             return render_error(pending.error), False, "error", "", 0.0, 0.0
-        assert pending.call is not None
         try:
-            if pending.task is not None:
-                outcome = await pending.task
-            else:
-                outcome = await self.session.execute_detailed(pending.call)
+            outcome = await state.result(pending)
         except ForethoughtError as exc:
             return render_error(exc), False, "error", "", 0.0, 0.0
         return (render_output(outcome.value), not reports_failure(outcome.value), outcome.kind, outcome.source,
@@ -462,27 +430,69 @@ class Agent:
                 await _aclose(stream)
 
     @staticmethod
-    def _check_served(ordered: Sequence[_PendingCall], served: Sequence[ToolResultServed]) -> None:
+    def _check_served(ordered: Sequence[PendingCall], served: Sequence[ToolResultServed]) -> None:
         if [p.id for p in ordered] != [s.tool_call_id for s in served]:
             raise UpstreamError(f"the gateway served results for calls {[s.tool_call_id for s in served]}, "
                                 f"but the message has calls {[p.id for p in ordered]}")
 
-    async def _abandon(self, state: _StepState, predictor_tasks: list[asyncio.Task[None]]) -> None:
+    async def _abandon(self, state: EarlyDispatch, predictor_tasks: list[asyncio.Task[None]]) -> None:
         """The stream failed: stop guessing, let issued reads finish, drop every speculation."""
         for task in predictor_tasks:
             task.cancel()
-        issued = [p.task for p in state.calls.values() if p.task is not None]
-        if issued:
-            await asyncio.wait(issued)
-        self.session.end_turn()
+        await state.abandon()
 
 
-def _arguments_text(pending: _PendingCall) -> str:
+class AgentStream:
+    """The model's text of one :meth:`Agent.run`, as an async iterator; ``result`` once it is exhausted.
+
+    The run starts at the first ``anext``; leaving the loop early (``break``, an exception, cancellation)
+    cancels the run. An error of the run is raised from the iteration.
+    """
+
+    def __init__(self, agent: Agent, messages: Sequence[Mapping[str, Any]]) -> None:
+        self._agent = agent
+        self._messages = list(messages)
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._task: asyncio.Task[AgentResult] | None = None
+        self._result: AgentResult | None = None
+
+    @property
+    def result(self) -> AgentResult:
+        if self._result is None:
+            raise ForethoughtError("the agent's stream has not finished yet")
+        return self._result
+
+    def __aiter__(self) -> AgentStream:
+        return self
+
+    async def __anext__(self) -> str:
+        if self._task is None:
+            self._task = asyncio.create_task(self._agent.run(self._messages, on_text=self._queue.put_nowait))
+            self._task.add_done_callback(lambda _: self._queue.put_nowait(None))
+        try:
+            piece = await self._queue.get()
+        except BaseException:
+            await self.aclose()
+            raise
+        if piece is not None:
+            return piece
+        self._result = await self._task
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Stop the run if it is still going."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+def _arguments_text(pending: PendingCall) -> str:
     return pending.raw
 
 
 async def _until_served(stream: AsyncIterator[LLMEvent], served: list[ToolResultServed],
-                        state: _StepState) -> AsyncIterator[LLMEvent]:
+                        state: EarlyDispatch) -> AsyncIterator[LLMEvent]:
     """Events of one assistant message: up to ``MessageDone``, or until every call of it was served.
 
     Served results are collected in ``served`` (not yielded); the stream itself is left open, so the
@@ -527,5 +537,5 @@ def _postable(result: SettledSpeculation) -> CachedOutput | None:
                         keep_alive=keep_alive, exclusive=tool.effect is Effect.ISOLATED_WRITE)
 
 
-__all__ = ["Agent", "AgentResult", "EngineSideStats", "LLMError", "StepTiming", "ToolRecord", "render_error",
-           "render_output"]
+__all__ = ["STREAM_SOURCE", "Agent", "AgentResult", "AgentStream", "EngineSideStats", "LLMError", "StepTiming",
+           "ToolRecord", "render_error", "render_output"]

@@ -1,0 +1,144 @@
+"""Dispatching a streamed message's tool calls early, in the model's order, while that is safe.
+
+One :class:`EarlyDispatch` follows one assistant message. It is fed the message's events
+(:class:`~forethought.llm.events.ToolCallStarted` / :class:`~forethought.llm.events.ToolCallClosed`) and
+decides, at the moment each call's arguments close, what may start before the message ends:
+
+* with ``authoritative=True`` (the agent loop, which owns the calls' results): as long as every earlier
+  call of the message has been issued, a PURE / READ_ONLY call is *executed* authoritatively at once, so
+  calls still take effect in the model's order;
+* the first call that may not run authoritatively yet (a write, a malformed call, an unknown tool) stops
+  early issuing; it and every later closed call are *speculated* instead (a write against a snapshot),
+  and the authoritative calls at message end claim them;
+* with ``authoritative=False`` (the stream tap, whose caller runs each call itself with
+  ``session.execute``) nothing is issued authoritatively: every closed call is speculated, and the
+  caller's own ``execute`` claims it. The session's rules (effects, snapshots, write epochs) keep that
+  equivalent to serial execution.
+
+:meth:`EarlyDispatch.result` gives a call's outcome at message end (awaiting its early task, or executing
+it now); :meth:`EarlyDispatch.abandon` is the broken-stream path: issued reads finish harmlessly and every
+speculation of the turn is dropped, as in a serial run that never saw the message end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from forethought._calls import ToolCall
+from forethought._runtime import Session
+from forethought._store import CallOutcome, SpeculationTicket
+from forethought._tools import Effect
+from forethought.llm.events import LLMEvent, ToolCallClosed, ToolCallStarted
+from forethought.telemetry import Event, EventKind
+
+STREAM_SOURCE = "stream"
+"""The source name of speculations and early dispatches made from the main model's own stream."""
+
+_EARLY_EFFECTS = (Effect.PURE, Effect.READ_ONLY)
+
+
+@dataclass(slots=True)
+class PendingCall:
+    """One tool call of the message: what is known of it, and what was started for it."""
+
+    index: int
+    id: str
+    name: str
+    call: ToolCall | None = None
+    error: str | None = None
+    raw: str = "{}"
+    closed_at: float = 0.0
+    """Seconds from the dispatcher's start until the call's arguments closed."""
+    task: asyncio.Task[CallOutcome] | None = None
+    """The early authoritative run (``authoritative=True`` only)."""
+    speculated: bool = False
+
+
+class EarlyDispatch:
+    """The early-dispatch state of one streamed message (see the module docstring)."""
+
+    def __init__(self, session: Session, *, enabled: bool = True, authoritative: bool = True,
+                 on_speculated: Callable[[SpeculationTicket], object] | None = None,
+                 started: float | None = None) -> None:
+        self.session = session
+        self.enabled = enabled
+        self.authoritative = authoritative
+        self.on_speculated = on_speculated
+        self.started = time.monotonic() if started is None else started
+        self.calls: dict[int, PendingCall] = {}
+        self.next_to_issue = 0
+        self.blocked = not authoritative
+        self.early = 0
+        """Calls issued authoritatively before the message ended."""
+        self.speculated = 0
+        """Calls speculated (launched or not) before the message ended."""
+
+    def feed(self, event: LLMEvent) -> None:
+        """Take one event of the message (only call starts and closes matter here)."""
+        if isinstance(event, ToolCallStarted):
+            self.calls.setdefault(event.index, PendingCall(event.index, event.id, event.name))
+        elif isinstance(event, ToolCallClosed):
+            self.closed(event)
+
+    def closed(self, event: ToolCallClosed) -> PendingCall:
+        """Call ``event.index``'s arguments closed: record it and dispatch what may start now."""
+        pending = self.calls.get(event.index)
+        if pending is None:
+            pending = self.calls[event.index] = PendingCall(event.index, event.id, event.name)
+        pending.raw = event.raw
+        pending.closed_at = time.monotonic() - self.started
+        if event.error is not None or event.arguments is None:
+            pending.error = event.error or "arguments missing"
+            self.blocked = True  # a failed call is answered at message end, like any other
+            return pending
+        pending.call = ToolCall(event.name, event.arguments)
+        if self.enabled:
+            self._dispatch_ready()
+        return pending
+
+    def ordered(self) -> list[PendingCall]:
+        """The message's calls in the model's order."""
+        return [self.calls[i] for i in sorted(self.calls)]
+
+    def _dispatch_ready(self) -> None:
+        """Issue closed calls in index order while they may run early; speculate the rest."""
+        session = self.session
+        while not self.blocked and self.next_to_issue in self.calls:
+            pending = self.calls[self.next_to_issue]
+            if pending.call is None:
+                return  # not closed yet
+            tool = session.tools.get(pending.name)
+            if tool is None or tool.effect not in _EARLY_EFFECTS:
+                self.blocked = True
+                break
+            pending.task = asyncio.create_task(session.execute_detailed(pending.call))
+            self.early += 1
+            self.next_to_issue += 1
+            session.runtime.telemetry.emit(Event(EventKind.EARLY_DISPATCH, session.id, pending.name, "",
+                                                 STREAM_SOURCE))
+        if self.blocked:
+            for pending in self.calls.values():
+                if pending.call is not None and pending.task is None and not pending.speculated:
+                    ticket = session.speculate(pending.call, source=STREAM_SOURCE, confidence=1.0)
+                    pending.speculated = True  # claimed by the authoritative call at message end
+                    self.speculated += 1
+                    if self.on_speculated is not None:
+                        self.on_speculated(ticket)
+
+    async def result(self, pending: PendingCall) -> CallOutcome:
+        """The authoritative outcome of a closed, well-formed call: its early run, or a run (claim) now."""
+        if pending.call is None:
+            raise ValueError(f"call {pending.id} has no arguments: {pending.error}")
+        if pending.task is not None:
+            return await pending.task
+        return await self.session.execute_detailed(pending.call)
+
+    async def abandon(self) -> None:
+        """The stream failed: let issued reads finish (their results are unused), drop every speculation."""
+        issued = [p.task for p in self.calls.values() if p.task is not None]
+        if issued:
+            await asyncio.wait(issued)
+        self.session.end_turn()

@@ -1,0 +1,204 @@
+"""Streaming the OpenAI Responses API as forethought's small event stream.
+
+:class:`ResponsesDecoder` turns Responses stream events (``response.output_text.delta``,
+``response.output_item.added`` for a ``function_call``, ``response.function_call_arguments.delta``,
+``response.completed`` ...) into :data:`~forethought.llm.events.LLMEvent` values: a call is closed the
+moment its arguments object closes, through the same assembler the Chat Completions client uses. It reads
+plain JSON objects and the ``openai`` SDK's event objects alike (the stream tap feeds it those).
+
+:class:`OpenAIResponsesClient` is the :class:`~forethought.llm.chat.LLMClient` over ``POST /v1/responses``:
+the agent's Chat Completions-shaped transcript and tools are translated to Responses ``input`` items
+(:func:`to_responses_input`) and function tools, and the SSE body is decoded here. Errors map as in
+:mod:`forethought.llm.chat`: a status or connection error is :class:`~forethought.errors.UpstreamError`,
+a stream that ends before ``response.completed`` is :class:`~forethought.errors.StreamDroppedError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import openai
+
+from forethought.errors import StreamDroppedError, UpstreamError
+from forethought.llm.chat import ToolCallAssembler
+from forethought.llm.events import LLMEvent, MessageDone, Usage
+from forethought.llm.sse import aiter_json
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def field(obj: Any, name: str) -> Any:
+    """``obj[name]`` for a mapping, ``obj.name`` for an SDK object; ``None`` when absent."""
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+class ResponsesDecoder:
+    """Responses API stream events of one response -> events (no I/O; dicts or SDK objects).
+
+    ``feed`` returns the events one stream event produced; ``done`` is set by the terminal event
+    (``response.completed`` / ``response.incomplete``), whose events end with ``MessageDone``.
+    """
+
+    def __init__(self) -> None:
+        self._assembler = ToolCallAssembler()
+        self._calls: dict[int, int] = {}  # output_index -> call index within the message
+        self._by_item: dict[str, int] = {}  # item id -> call index
+        self.done = False
+        self.response_id: str | None = None
+
+    def _call_index(self, event: Any) -> int | None:
+        item_id = field(event, "item_id")
+        if isinstance(item_id, str) and item_id in self._by_item:
+            return self._by_item[item_id]
+        return self._calls.get(field(event, "output_index"))
+
+    def feed(self, event: Any) -> list[LLMEvent]:
+        kind = field(event, "type")
+        if kind == "response.output_text.delta":
+            return self._assembler.add_text(str(field(event, "delta") or ""))
+        if kind == "response.output_item.added":
+            item = field(event, "item")
+            if field(item, "type") != "function_call":
+                return []
+            index = len(self._calls)
+            self._calls[field(event, "output_index")] = index
+            item_id = field(item, "id")
+            if isinstance(item_id, str):
+                self._by_item[item_id] = index
+            return self._assembler.add_tool_delta(index, field(item, "call_id") or item_id, field(item, "name"),
+                                                  field(item, "arguments") or None)
+        if kind == "response.function_call_arguments.delta":
+            found = self._call_index(event)
+            if found is None:
+                return []
+            return self._assembler.add_tool_delta(found, None, None, str(field(event, "delta") or ""))
+        if kind == "response.created":
+            self.response_id = field(field(event, "response"), "id")
+            return []
+        if kind in ("response.completed", "response.incomplete"):
+            response = field(event, "response")
+            self.done = True
+            reason = ("tool_calls" if self._calls else "stop") if kind == "response.completed" else "length"
+            return [*self._assembler.finish(reason),
+                    MessageDone(reason, _usage(field(response, "usage")), field(response, "id") or self.response_id)]
+        if kind == "response.failed":
+            error = field(field(event, "response"), "error")
+            raise UpstreamError(f"the response failed: {field(error, 'message') or error}")
+        if kind == "error":
+            raise UpstreamError(f"endpoint error mid-stream: {field(event, 'message')}")
+        return []
+
+
+def _usage(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    details = field(usage, "input_tokens_details")
+    prompt, completion = int(field(usage, "input_tokens") or 0), int(field(usage, "output_tokens") or 0)
+    return Usage(prompt, completion, int(field(usage, "total_tokens") or prompt + completion),
+                 int(field(details, "cached_tokens") or 0) if details is not None else 0)
+
+
+def to_responses_input(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Chat Completions messages as Responses ``instructions`` (the system text) and ``input`` items."""
+    system: list[str] = []
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        content = message.get("content")
+        if role in ("system", "developer"):
+            system.append(_text(content))
+        elif role == "tool":
+            items.append({"type": "function_call_output", "call_id": str(message.get("tool_call_id")),
+                          "output": _text(content)})
+        elif role == "assistant":
+            if content:
+                items.append({"role": "assistant", "content": _text(content)})
+            for call in message.get("tool_calls") or ():
+                function = call.get("function") or {}
+                items.append({"type": "function_call", "call_id": str(call.get("id")),
+                              "name": str(function.get("name")), "arguments": str(function.get("arguments") or "{}")})
+        else:
+            items.append({"role": str(role or "user"), "content": _text(content)})
+    return ("\n\n".join(system) if system else None), items
+
+
+def to_responses_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat Completions function tools as Responses function tools."""
+    out = []
+    for entry in tools:
+        function = entry.get("function") or {}
+        tool = {"type": "function", "name": function.get("name"), "parameters": function.get("parameters") or {}}
+        if function.get("description"):
+            tool["description"] = function["description"]
+        out.append(tool)
+    return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return "" if content is None else str(content)
+
+
+class OpenAIResponsesClient:
+    """:class:`~forethought.llm.chat.LLMClient` over the OpenAI Responses API (``POST /v1/responses``, streamed).
+
+    Give ``base_url`` (with ``/v1``) or an existing ``openai.AsyncOpenAI`` as ``client`` (it is not closed
+    by :meth:`aclose` then). Every ``extra`` field of :meth:`stream` goes into the request body as given.
+    """
+
+    def __init__(self, base_url: str | None = None, api_key: str = "not-needed", timeout: float = DEFAULT_TIMEOUT_S,
+                 *, client: openai.AsyncOpenAI | None = None, max_retries: int = 2) -> None:
+        if client is None:
+            if base_url is None:
+                raise ValueError("OpenAIResponsesClient needs base_url or client")
+            client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout,
+                                        max_retries=max_retries)
+            self._own = True
+        else:
+            self._own = False
+        self._client = client
+        self.base_url = str(client.base_url)
+
+    async def aclose(self) -> None:
+        if self._own:
+            await self._client.close()
+
+    async def __aenter__(self) -> OpenAIResponsesClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def stream(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                     **extra: Any) -> AsyncIterator[LLMEvent]:
+        instructions, items = to_responses_input(messages)
+        body: dict[str, Any] = {"input": items, **({"tools": to_responses_tools(tools)} if tools else {}),
+                                **({"instructions": instructions} if instructions else {}), **extra}
+        request = self._client.responses.with_streaming_response.create(model=model, stream=True, extra_body=body)
+        try:
+            response = await request.__aenter__()
+        except openai.APIConnectionError as exc:
+            raise UpstreamError(f"cannot reach {self.base_url}: {exc.message}") from exc
+        except openai.APIStatusError as exc:
+            raise UpstreamError(f"endpoint answered HTTP {exc.status_code}: {exc.message}") from exc
+        except openai.OpenAIError as exc:
+            raise UpstreamError(f"endpoint error: {exc}") from exc
+        decoder = ResponsesDecoder()
+        try:
+            async for event, _ in aiter_json(response.http_response):
+                for out in decoder.feed(event):
+                    yield out
+                if decoder.done:
+                    break
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise UpstreamError(f"unparsable stream event from {self.base_url}: {exc!r}") from exc
+        finally:
+            await request.__aexit__(None, None, None)
+        if not decoder.done:
+            raise StreamDroppedError(f"stream from {self.base_url} ended before response.completed")
