@@ -100,7 +100,7 @@ def private_imports(source: str, filename: str) -> list[str]:
 # --- the runner of doc blocks (one child interpreter for all of them) -------------------------------
 
 RUNNER = r'''
-import ast, asyncio, contextlib, inspect, io, json, os, signal, sys, tempfile, traceback
+import ast, asyncio, contextlib, inspect, io, json, os, signal, sys, tempfile, time, traceback
 
 class Timeout(BaseException):
     pass
@@ -114,6 +114,7 @@ results = {}
 real_stdout = sys.stdout
 for block in blocks:
     out = io.StringIO()
+    began = time.perf_counter()
     with tempfile.TemporaryDirectory() as cwd:
         os.chdir(cwd)
         namespace = {"__name__": "__main__", "__file__": block["id"]}
@@ -132,19 +133,41 @@ for block in blocks:
         finally:
             signal.alarm(0)
             os.chdir("/")
-    results[block["id"]] = {"error": error, "stdout": out.getvalue()}
+    results[block["id"]] = {"error": error, "stdout": out.getvalue(), "seconds": time.perf_counter() - began}
 real_stdout.write("\n@@RESULTS@@" + json.dumps(results))
 '''
 
 
+def _finish(process: subprocess.Popen[str], timeout: float, stdin: str | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    try:
+        out, err = process.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        err += f"\n(killed after {timeout} s)"
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
 @pytest.fixture(scope="module")
-def doc_runs() -> dict[str, dict[str, Any]]:
+def children(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
+    """The block runner and every example, all started at once (they mostly wait), each in its own directory."""
     blocks = [{"id": b.id, "code": b.code} for b in python_blocks()]
-    if not blocks:
-        return {}
-    done = subprocess.run([sys.executable, "-c", RUNNER, str(SNIPPET_TIMEOUT_S)], input=json.dumps(blocks),
-                          capture_output=True, text=True, timeout=SNIPPET_TIMEOUT_S * len(blocks) + 30,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": env}
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(SNIPPET_TIMEOUT_S)], stdin=subprocess.PIPE,
+                              cwd=tmp_path_factory.mktemp("blocks"), **pipes)  # type: ignore[call-overload]
+    examples = {path.name: subprocess.Popen([sys.executable, str(path)], cwd=tmp_path_factory.mktemp(path.stem),
+                                            **pipes)  # type: ignore[call-overload]
+                for path in EXAMPLES}
+    done = {"@blocks": _finish(runner, SNIPPET_TIMEOUT_S * len(blocks) + 30, json.dumps(blocks))}
+    done.update({name: _finish(process, EXAMPLE_TIMEOUT_S) for name, process in examples.items()})
+    return done
+
+
+@pytest.fixture(scope="module")
+def doc_runs(children: dict[str, subprocess.CompletedProcess[str]]) -> dict[str, dict[str, Any]]:
+    done = children["@blocks"]
     assert "@@RESULTS@@" in done.stdout, f"the block runner died (rc {done.returncode}):\n{done.stderr[-3000:]}"
     results: dict[str, dict[str, Any]] = json.loads(done.stdout.rsplit("@@RESULTS@@", 1)[1])
     return results
@@ -173,26 +196,6 @@ def test_a_python_block_runs(block: Block, doc_runs: dict[str, dict[str, Any]]) 
 # --- examples/ -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
-    """Every example run as a script, all started at once (they mostly wait), each in its own directory."""
-    started = {}
-    for path in EXAMPLES:
-        cwd = tmp_path_factory.mktemp(path.stem)
-        started[path.name] = subprocess.Popen([sys.executable, str(path)], cwd=cwd, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, text=True)
-    done = {}
-    for name, process in started.items():
-        try:
-            out, err = process.communicate(timeout=EXAMPLE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            out, err = process.communicate()
-            err += f"\n(killed after {EXAMPLE_TIMEOUT_S} s)"
-        done[name] = subprocess.CompletedProcess(process.args, process.returncode, out, err)
-    return done
-
-
 def test_there_are_examples() -> None:
     assert len(EXAMPLES) >= 2, "examples/ should hold runnable examples"
 
@@ -207,8 +210,8 @@ def test_an_example_imports_only_public_names(path: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_an_example_runs_and_says_something(
-        path: pathlib.Path, example_runs: dict[str, subprocess.CompletedProcess[str]]) -> None:
-    done = example_runs[path.name]
+        path: pathlib.Path, children: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    done = children[path.name]
     assert done.returncode == 0, f"{path.name} exited {done.returncode}:\n{done.stderr[-3000:]}"
     assert len(done.stdout.strip().splitlines()) >= 2, f"{path.name} printed too little: {done.stdout!r}"
 
@@ -225,7 +228,7 @@ def test_every_test_the_docs_cite_exists() -> None:
     missing = []
     for doc, file, name in cited:
         target = ROOT / file
-        defined = target.exists() and re.search(rf"^\s*(async\s+)?def {name}\(|^class {name}\b",
+        defined = target.exists() and re.search(rf"^\s*(async\s+)?def {name}\(|^class {name}\b|^{name} = ",
                                                 target.read_text(encoding="utf-8"), re.M)
         if not defined:
             missing.append(f"{doc.relative_to(ROOT)} cites {file}::{name}")
