@@ -3,15 +3,14 @@
 A rule is replayed at every step of a session, often on the same texts: the latest user message stays
 the same for a whole turn, and an output is read again at every later step. This module keeps, per text,
 its atoms by kind and an index from locators to atoms, and the values rules reading only a message give
-on it; per output, its JSON leaves and indexes of them by path and by field name. Everything here is a
-pure function of its argument, cached with a bounded LRU.
+on it (outputs have their own index: :mod:`derive_outputs`). Everything here is a pure function of its
+argument, cached with a bounded LRU.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,71 +20,10 @@ from forethought.predictors.patterns.text import ATOM_KINDS, ORDINAL_KINDS, Atom
 MAX_ORDINAL = 4
 """Atoms are addressed as first .. fourth from the start."""
 MAX_FROM_END = 2
-MAX_LIST_INDEX = 12
-MAX_LEAVES = 300
 MESSAGE_MEMOS = 64
 """Messages whose rule values are remembered: the current and previous messages of the sessions served."""
 MESSAGE_INDEXES = 64
 """Messages whose atom index is remembered."""
-OUTPUT_INDEXES = 1024
-"""Outputs whose leaf indexes are remembered (those of the calls in the sessions served)."""
-
-
-@functools.lru_cache(maxsize=8192)
-def output_leaves(output: str) -> tuple[tuple[str, Any], ...]:
-    """The fields of a tool output: ``(path, value)`` for every JSON node, or ``("$", text)`` if not JSON."""
-    try:
-        value = json.loads(output)
-    except ValueError:
-        return (("$", output),) if output.strip() else ()
-    leaves: list[tuple[str, Any]] = []
-
-    def walk(node: Any, path: str) -> None:
-        if len(leaves) >= MAX_LEAVES:
-            return
-        leaves.append((path or "$", node))
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(v, f"{path}.{k}" if path else str(k))
-        elif isinstance(node, list):
-            for i, v in enumerate(node[:MAX_LIST_INDEX]):
-                walk(v, f"{path}[{i}]")
-            for back in range(1, min(len(node), MAX_FROM_END) + 1):
-                walk(node[-back], f"{path}[-{back}]")
-
-    walk(value, "")
-    return tuple(leaves)
-
-
-def leaf_name(path: str) -> str:
-    """The last field name of a leaf's path (``invoice.booking_id`` -> ``booking_id``)."""
-    return path.rsplit(".", 1)[-1]
-
-
-def _first(pairs: Any) -> dict[str, Any]:
-    index: dict[str, Any] = {}
-    for name, leaf in pairs:
-        if name not in index:
-            index[name] = leaf
-    return index
-
-
-@functools.lru_cache(maxsize=OUTPUT_INDEXES)
-def first_leaf_by_path(output: str) -> Mapping[str, Any]:
-    """Path -> the first leaf of :func:`output_leaves` with that path."""
-    return _first(output_leaves(output))
-
-
-@functools.lru_cache(maxsize=OUTPUT_INDEXES)
-def last_leaf_by_path(output: str) -> Mapping[str, Any]:
-    """Path -> the last leaf of :func:`output_leaves` with that path."""
-    return dict(output_leaves(output))
-
-
-@functools.lru_cache(maxsize=OUTPUT_INDEXES)
-def first_leaf_by_name(output: str) -> Mapping[str, Any]:
-    """Field name (:func:`leaf_name`) -> the first leaf of :func:`output_leaves` with that name."""
-    return _first((leaf_name(path), leaf) for path, leaf in output_leaves(output))
 
 
 @functools.lru_cache(maxsize=8192)

@@ -35,12 +35,14 @@ from forethought.predictors.patterns.derive_index import (
     atom_keys,
     atom_value,
     atoms_by_kind,
+    message_memo,
+)
+from forethought.predictors.patterns.derive_outputs import (
     first_leaf_by_name,
     first_leaf_by_path,
-    last_leaf_by_path,
     leaf_name,
-    message_memo,
-    output_leaves,
+    output_index,
+    target_keys,
 )
 from forethought.predictors.patterns.derive_values import (
     apply_transform,
@@ -52,6 +54,9 @@ from forethought.predictors.patterns.derive_values import (
 from forethought.predictors.patterns.text import ORDINAL_KINDS, Atom, parse_number
 
 MAX_UNUSED = 2
+MAX_EXPLAINED_LEAVES = 6
+"""A value found in more leaves of one output is credited to the first ones only (a value found all
+over an output says little about where it came from, and every rule credited is replayed from then on)."""
 MAX_BACK = 2
 """Calls are addressed as up to this many steps back."""
 LIST_TRANSFORMS = ("all.id", "untag", "hash", "at", "num.id", "all.lower", "all.upper")
@@ -141,6 +146,8 @@ class _Target:
     """A value being explained, with a cheap test that rules out most sources before any transform."""
 
     def __init__(self, value: Any) -> None:
+        self.value = value
+        self._keys: tuple[str, ...] | None = None
         self.key = value_key(value)
         single = value[0] if isinstance(value, list) and len(value) == 1 else None
         self.wrapped_key = None if single is None or isinstance(single, list | dict) else value_key(single)
@@ -148,6 +155,12 @@ class _Target:
         self._texts = [_alnum(s) for s in scalars if isinstance(s, str)]
         self._numbers = any(isinstance(s, int | float) and not isinstance(s, bool) for s in scalars)
         self._other = any(s is None or isinstance(s, bool | list | dict) for s in scalars)
+
+    def lookup_keys(self) -> tuple[str, ...]:
+        """The lookup keys of the leaves that may give the target (:func:`derive_outputs.target_keys`)."""
+        if self._keys is None:
+            self._keys = target_keys(self.value)
+        return self._keys
 
     def may_come_from(self, source: Any, is_date: bool = False) -> bool:
         """False when no transform can turn ``source`` into the target."""
@@ -310,32 +323,27 @@ class Sources:
 
     def _explain_output(self, i: int, call_locators: Sequence[tuple[str, ...]], target: _Target,
                         add: Any) -> None:
+        """Credit the rules reading output ``i`` that give the target: only the leaves and atoms filed
+        under the target's lookup keys are tried (:mod:`derive_outputs`)."""
         observed = self.history[i]
-        newest_with_name: set[str] = set()
-        for later in self.history[i + 1:]:
-            newest_with_name.update(leaf_name(p) for p, _ in output_leaves(later.output))
-        latest_of_tool = self._last_of_tool.get(observed.call.name) == i
-        for path, leaf in output_leaves(observed.output):
+        index = output_index(observed.output)
+        keys = target.lookup_keys()
+        for position in index.candidates(keys)[:MAX_EXPLAINED_LEAVES]:
+            path, leaf = index.leaves[position]
             name = leaf_name(path)
-            first_named = name not in newest_with_name
-            newest_with_name.add(name)
-            if target.may_come_from(leaf):
-                locators = [(*loc, path) for loc in call_locators]
-                if first_named:
-                    locators.append(("key", name))
-                add("out", locators, json_variants(leaf))
-            if isinstance(leaf, str) and latest_of_tool and target.may_come_from(leaf, True):
-                atoms = atoms_by_kind(leaf)
-                for kind in _TOKEN_KINDS:
-                    kind_atoms = [a for a in atoms.get(kind, ()) if a.text != leaf]
-                    for n, atom in enumerate(kind_atoms):
-                        if not target.may_come_from(atom.text, atom.date is not None):
-                            continue
-                        selectors = [("i", str(n))] if n < MAX_ORDINAL else []
-                        if len(kind_atoms) - 1 - n < MAX_FROM_END:
-                            selectors.append(("r", str(len(kind_atoms) - 1 - n)))
-                        add("tok", [("tool", observed.call.name, path, kind, *s) for s in selectors],
-                            _atom_values(atom))
+            locators = [(*loc, path) for loc in call_locators]
+            if index.first_path_by_name.get(name) == path and not any(
+                    name in output_index(later.output).first_by_name for later in self.history[i + 1:]):
+                locators.append(("key", name))
+            add("out", locators, json_variants(leaf))
+        if self._last_of_tool.get(observed.call.name) != i:
+            return
+        for token in index.token_candidates(keys):
+            selectors = [("i", str(token.index))] if token.index < MAX_ORDINAL else []
+            if token.from_end is not None and token.from_end < MAX_FROM_END:
+                selectors.append(("r", str(token.from_end)))
+            add("tok", [("tool", observed.call.name, token.path, token.kind, *sel) for sel in selectors],
+                _atom_values(token.atom))
 
     # --- prediction: what does this rule give here? ------------------------------------------------------
 
@@ -423,10 +431,13 @@ class Sources:
         """The atom a ``tok`` rule points at, in a text field of the latest output of a tool."""
         _, tool, path, kind, selector, n = rule.locator
         observed = self._call_at(("tool", tool))
-        leaf = None if observed is None else last_leaf_by_path(observed.output).get(path)
-        if not isinstance(leaf, str):
+        if observed is None:
             return None
-        return _pick([a for a in atoms_by_kind(leaf).get(kind, ()) if a.text != leaf], selector, int(n))
+        index = output_index(observed.output)
+        atoms = index.tokens.get(path, {}).get(kind, ())
+        if selector == "r" and path in index.truncated:
+            return None
+        return _pick(atoms, selector, int(n))
 
     def _apply_output(self, rule: Rule) -> Any:
         locator = rule.locator

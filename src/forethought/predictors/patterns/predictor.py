@@ -30,6 +30,7 @@ from forethought.errors import InvalidArgumentsError
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 from forethought.predictors.patterns.args import ArgCandidate, ArgumentModel
 from forethought.predictors.patterns.counts import Counts, CountsState
+from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.flow import TURN_MARK, FlowModel, FlowView, call_token
 from forethought.predictors.patterns.replay import RecordedSession, from_trajectory, train
@@ -350,6 +351,7 @@ class PatternPredictor:
         properties: Mapping[str, Any] = (schema or {}).get("properties") or {}
         self.args.learn(call.name, properties, arguments, step.sources, step.words)
         self.counts.tick()
+        output_index(observed.output)  # indexed now, while learning, rather than in the next prediction
         self._since_flush += 1
         if self.store is not None and self._since_flush >= self.config.flush_every:
             try:

@@ -75,6 +75,9 @@ _NUMBER_WORDS = {
     "double": 2, "half": 0.5, "dozen": 12,
 }
 
+NUMBER_WORDS = frozenset(_NUMBER_WORDS)
+"""Words :func:`parse_number` reads as numbers."""
+
 STOPWORDS = frozenset({
     "a", "an", "the", "and", "or", "but", "if", "of", "to", "in", "on", "at", "by", "for", "with", "from", "as",
     "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those", "i", "me",
@@ -181,8 +184,9 @@ def _date_spans(text: str) -> Iterator[tuple[int, int, dt.date]]:
                 continue
 
 
-def text_atoms(text: str) -> list[Atom]:
-    """All atoms of ``text``, ordered by kind (as in :data:`ATOM_KINDS`) and then by position."""
+def text_atoms(text: str, words_too: bool = True) -> list[Atom]:
+    """All atoms of ``text``, ordered by kind (as in :data:`ATOM_KINDS`) and then by position (without
+    proper nouns and plain words unless ``words_too``)."""
     # (kind, start, text) -> (kind rank, start, order found, atom): sorting these orders the atoms.
     found: dict[tuple[str, int, str], tuple[int, int, int, Atom]] = {}
 
@@ -222,6 +226,8 @@ def text_atoms(text: str) -> list[Atom]:
             add("path", m.start(1), m.end(1), m.group(1))
     for start, end, date in _date_spans(text):
         add("date", start, end, text[start:end], date=date)
+    if not words_too:
+        return [entry[3] for entry in sorted(found.values())]
     for m in _PROPER.finditer(text):
         add("proper", m.start(1), m.end(1), m.group(1).rstrip("."))
     word_rank = _KIND_RANK["word"]

@@ -1,0 +1,282 @@
+"""Whole tool outputs, indexed once each, bounded by bytes, so that finding a value in them costs O(1).
+
+Argument values often sit in earlier outputs: an id in a listing, a price in a quote, a path in a
+directory tree. An output is parsed once (:func:`output_index`, a bounded LRU keyed by the output text)
+into an :class:`OutputIndex`: every JSON node with its path (``items[3].id``; list items also from the
+end, ``items[-1]``), walked until :data:`MAX_INDEX_BYTES` of scalar text, and the atoms
+(:mod:`~forethought.predictors.patterns.text`) inside its text fields, tokenized up to
+:data:`MAX_TOKEN_BYTES` in all. Each leaf is filed under *lookup keys*: forms that every transform of
+:mod:`~forethought.predictors.patterns.derive_values` preserves (a string's alphanumeric characters,
+lower-cased, whole or first / last word; a number's integer part; a date's ISO form), so that explaining
+a value (which leaves give it?) reads a few dict entries instead of every leaf.
+
+Rules address list items by index only up to :data:`MAX_LIST_INDEX` (and from the end up to
+:data:`MAX_FROM_END`), so only those items are walked; a whole list is still one node (read whole by
+the rules that walk a list, :mod:`derive_lists`). Nothing here knows about any particular tool.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from forethought.predictors.patterns.derive_values import DATE_FORMATS, value_key
+from forethought.predictors.patterns.text import NUMBER_WORDS, Atom, parse_number, text_atoms
+
+MAX_INDEX_BYTES = 512 * 1024
+"""Scalar text walked per output; an output larger than this is indexed up to it."""
+MAX_TOKEN_BYTES = 8 * 1024
+"""Text of an output's string fields cut into atoms, in all (the rest of a longer field is not)."""
+MAX_LIST_INDEX = 12
+"""List items are addressed by rules as [0] .. [11] ..."""
+MAX_FROM_END = 2
+"""... and as [-1], [-2]."""
+MAX_KEYED_CHILDREN = 64
+"""A list or object with more children is not filed under its whole value."""
+OUTPUT_INDEXES = 1024
+"""Outputs whose index is remembered (those of the calls in the sessions served)."""
+TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention")
+"""Atom kinds looked for inside an output's text fields."""
+
+
+def leaf_name(path: str) -> str:
+    """The last field name of a leaf's path (``invoice.booking_id`` -> ``booking_id``)."""
+    return path.rsplit(".", 1)[-1]
+
+
+_NOT_ALNUM = re.compile(r"[\W_]+")
+
+
+def alnum(text: str) -> str:
+    """``text`` lower-cased, only its word characters but ``_`` (what case and spelling changes keep)."""
+    return _NOT_ALNUM.sub("", text.lower())
+
+
+def _number_keys(number: float) -> tuple[str, ...]:
+    """Lookup keys of a number a target may be: integer parts that round or floor to it."""
+    if not math.isfinite(number) or abs(number) > 1e15:
+        return ()
+    base = math.floor(number)
+    return (f"n:{base - 1}", f"n:{base}", f"n:{base + 1}")
+
+
+def _date_of(text: str) -> dt.date | None:
+    if len(text) > 24 or not any(ch.isdigit() for ch in text):
+        return None
+    for fmt in DATE_FORMATS:
+        try:
+            return dt.datetime.strptime(text, fmt).date()
+        except ValueError:
+            continue
+    return None
+
+
+def target_keys(value: Any) -> tuple[str, ...]:
+    """The lookup keys under which a leaf that can give ``value`` (or ``[value]``) is filed."""
+    single = value[0] if isinstance(value, list) and len(value) == 1 else None
+    keys: list[str] = []
+    for item in (value,) if single is None or isinstance(single, list | dict) else (value, single):
+        if isinstance(item, str):
+            keys.append("s:" + alnum(item))
+            number = parse_number(item)
+            if number is not None:
+                keys.extend(_number_keys(number))
+            date = _date_of(item)
+            if date is not None:
+                keys.append("d:" + date.isoformat())
+        elif isinstance(item, int | float) and not isinstance(item, bool):
+            keys.extend(_number_keys(float(item)))
+        else:
+            keys.append("v:" + value_key(item))
+    return tuple(dict.fromkeys(keys))
+
+
+_NUMERIC = re.compile(r"\s*[-+]?\$?\s*[\d.]")
+"""How a text that :func:`parse_number` reads as a number written in digits starts."""
+MAX_NUMBER_WORD = 10
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _string_keys(text: str) -> tuple[str, ...]:
+    keys = ["s:" + alnum(text)]
+    pieces = text.split()
+    if len(pieces) > 1:
+        keys.append("s:" + alnum(pieces[0]))
+        keys.append("s:" + alnum(pieces[-1]))
+    if _NUMERIC.match(text) or (len(text) <= MAX_NUMBER_WORD and text.strip().lower() in NUMBER_WORDS):
+        number = parse_number(text)
+        if number is not None and math.isfinite(number) and abs(number) <= 1e15:
+            keys.append(f"n:{math.floor(number)}")
+    return tuple(dict.fromkeys(keys))
+
+
+def _leaf_keys(leaf: Any) -> tuple[str, ...]:
+    if isinstance(leaf, str):
+        return _string_keys(leaf)
+    if isinstance(leaf, int | float) and not isinstance(leaf, bool):
+        return (f"n:{math.floor(leaf)}",) if math.isfinite(leaf) and abs(leaf) <= 1e15 else ()
+    if leaf is None or isinstance(leaf, bool) or (len(leaf) <= MAX_KEYED_CHILDREN and all(
+            not isinstance(x, list | dict) for x in (leaf.values() if isinstance(leaf, dict) else leaf))):
+        return ("v:" + value_key(leaf),)
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenAtom:
+    """An atom inside an output's text field: the field's path, its kind and place among that kind's atoms
+    of the field (``from_end`` None when the field was tokenized only in part)."""
+
+    path: str
+    kind: str
+    index: int
+    from_end: int | None
+    atom: Atom
+
+
+@dataclass(slots=True)
+class OutputIndex:
+    """One output's leaves, by path, by field name and by lookup key; the atoms of its text fields."""
+
+    leaves: list[tuple[str, Any]] = field(default_factory=list)
+    """``(path, node)`` for every node walked, containers too, in document order."""
+    addressable: list[bool] = field(default_factory=list)
+    """Per leaf: whether rules may name its path (list indices within reach)."""
+    first_by_path: dict[str, Any] = field(default_factory=dict)
+    last_by_path: dict[str, Any] = field(default_factory=dict)
+    first_by_name: dict[str, Any] = field(default_factory=dict)
+    first_path_by_name: dict[str, str] = field(default_factory=dict)
+    by_key: dict[str, list[int]] = field(default_factory=dict)
+    """Lookup key -> positions in :attr:`leaves` of the addressable leaves filed under it."""
+    tokens: dict[str, dict[str, tuple[Atom, ...]]] = field(default_factory=dict)
+    """Path of a text field -> its atoms by kind (the whole field excluded), for the fields tokenized."""
+    truncated: set[str] = field(default_factory=set)
+    """Text fields tokenized only in part."""
+    tokens_by_key: dict[str, list[TokenAtom]] = field(default_factory=dict)
+
+    def candidates(self, keys: tuple[str, ...]) -> list[int]:
+        """Positions of the addressable leaves filed under any of ``keys``, in document order."""
+        found: set[int] = set()
+        for key in keys:
+            found.update(self.by_key.get(key, ()))
+        return sorted(found)
+
+    def token_candidates(self, keys: tuple[str, ...]) -> list[TokenAtom]:
+        out: dict[int, TokenAtom] = {}
+        for key in keys:
+            for token in self.tokens_by_key.get(key, ()):
+                out.setdefault(id(token), token)
+        return list(out.values())
+
+
+def _walk(index: OutputIndex, value: Any) -> None:
+    """File every node of ``value`` (depth first, in document order) until the byte budget is spent."""
+    leaves, addressable_flags, by_key = index.leaves, index.addressable, index.by_key
+    first_by_path, last_by_path = index.first_by_path, index.last_by_path
+    first_by_name, first_path_by_name = index.first_by_name, index.first_path_by_name
+    budget = MAX_INDEX_BYTES
+
+    def visit(path: str, node: Any, addressable: bool, name: str) -> None:
+        nonlocal budget
+        if budget <= 0:
+            return
+        position = len(leaves)
+        leaves.append((path, node))
+        addressable_flags.append(addressable)
+        if path not in first_by_path:
+            first_by_path[path] = node
+        last_by_path[path] = node
+        if name not in first_by_name:
+            first_by_name[name] = node
+            first_path_by_name[name] = path
+        kind = node.__class__
+        if kind is dict:
+            prefix = path + "." if path != "$" else ""
+            for k, v in node.items():
+                visit(prefix + str(k), v, addressable, str(k))
+        elif kind is list:
+            base = path if path != "$" else ""
+            for i, v in enumerate(node[:MAX_LIST_INDEX] if addressable else ()):
+                item = f"{base}[{i}]"
+                visit(item, v, True, leaf_name(item))
+            for back in range(1, min(len(node), MAX_FROM_END) + 1):
+                item = f"{base}[-{back}]"
+                visit(item, node[-back], addressable, leaf_name(item))
+            return
+        else:
+            budget -= len(node) if kind is str else 8
+        if addressable:
+            for key in _leaf_keys(node):
+                by_key.setdefault(key, []).append(position)
+
+    visit("$", value, True, "$")
+
+
+def _tokenize_fields(index: OutputIndex) -> None:
+    budget = MAX_TOKEN_BYTES
+    for position, (path, leaf) in enumerate(index.leaves):
+        if budget <= 0:
+            return
+        if (leaf.__class__ is str and index.addressable[position] and path not in index.tokens
+                and _worth_tokenizing(leaf)):
+            text = leaf[:budget]
+            budget -= len(text)
+            if len(text) < len(leaf):
+                index.truncated.add(path)
+            _tokenize(index, path, leaf, text)
+
+
+_TOKEN_HINT = re.compile(r"[\d'\"`./#@_\-‘“]")
+"""What a text holds if an atom of :data:`TOKEN_KINDS` other than a number word is in it."""
+
+
+def _worth_tokenizing(text: str) -> bool:
+    """Whether a text field may hold atoms other than itself (a digit, quote or separator)."""
+    return _TOKEN_HINT.search(text) is not None
+
+
+def _tokenize(index: OutputIndex, path: str, leaf: str, text: str) -> None:
+    grouped: dict[str, list[Atom]] = {}
+    for atom in text_atoms(text, words_too=False):
+        if atom.kind in TOKEN_KINDS and atom.text != leaf:
+            grouped.setdefault(atom.kind, []).append(atom)
+    index.tokens[path] = {kind: tuple(atoms) for kind, atoms in grouped.items()}
+    whole = path not in index.truncated
+    for kind, atoms in grouped.items():
+        for i, atom in enumerate(atoms):
+            token = TokenAtom(path, kind, i, len(atoms) - 1 - i if whole else None, atom)
+            keys = list(_string_keys(atom.text))
+            if atom.date is not None:
+                keys.append("d:" + atom.date.isoformat())
+            for key in dict.fromkeys(keys):
+                index.tokens_by_key.setdefault(key, []).append(token)
+
+
+@functools.lru_cache(maxsize=OUTPUT_INDEXES)
+def output_index(output: str) -> OutputIndex:
+    """The index of one output (JSON, or else plain text as one field ``$``), worked out once."""
+    index = OutputIndex()
+    try:
+        value = json.loads(output)
+    except ValueError:
+        value = output if output.strip() else None
+        if value is None:
+            return index
+    _walk(index, value)
+    _tokenize_fields(index)
+    return index
+
+
+def first_leaf_by_path(output: str) -> Mapping[str, Any]:
+    """Path -> the first node with that path."""
+    return output_index(output).first_by_path
+
+
+def first_leaf_by_name(output: str) -> Mapping[str, Any]:
+    """Field name (:func:`leaf_name`) -> the first node with that name."""
+    return output_index(output).first_by_name
