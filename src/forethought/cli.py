@@ -18,9 +18,11 @@ from rich.console import Console
 from forethought._policy import Policy, load_policy
 from forethought._version import __version__
 from forethought.errors import ForethoughtError
+from forethought.mcp.cli import app as mcp_proxy_app
 
 app = typer.Typer(help="forethought: speculative tool execution for tool-using LLM agents.",
                   no_args_is_help=True, add_completion=False)
+app.add_typer(mcp_proxy_app, name="mcp-proxy")
 console = Console(width=None if Console().is_terminal else 140)
 T = TypeVar("T")
 
@@ -189,6 +191,8 @@ def gateway(
 @app.command("predict-eval")
 def predict_eval(
     workload: Annotated[str, typer.Option(help="Workload to evaluate next-call prediction on.")] = "bfcl",
+    no_user_text: Annotated[bool, typer.Option("--no-user-text", help="Show the predictor the calls and "
+                                               "outputs only, as a tool proxy sees them.")] = False,
     json_path: JsonOption = None,
 ) -> None:
     """Next-call prediction accuracy of the pattern predictor (two-fold, interleaved ids)."""
@@ -196,13 +200,14 @@ def predict_eval(
     from forethought.bench.report import document, write_json
 
     try:
-        results = run_predict_eval(workload=workload)
+        results = run_predict_eval(workload=workload, user_text=not no_user_text)
     except ForethoughtError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     print_predict_eval(console, results)
     if json_path:
-        write_json(json_path, document("predict-eval", {"workload": workload}, results))
+        write_json(json_path, document("predict-eval", {"workload": workload, "user_text": not no_user_text},
+                                       results))
 
 
 @app.command("model")

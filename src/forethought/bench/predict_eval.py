@@ -13,6 +13,7 @@ Metrics, overall and per domain:
   the tool's schema as speculation keys are);
 * ``coverage``: share of positions where at least one executable prediction was made;
 * ``precision``: share of positions with an executable first prediction where that prediction is exact;
+* ``latency``: percentiles of the time of one prediction (``train_s``: time spent training, both folds);
 
 and ``by_threshold``: coverage and precision if only predictions at or above a confidence were made.
 """
@@ -20,17 +21,18 @@ and ``by_threshold``: coverage and precision if only predictions at or above a c
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from forethought._calls import ArgumentSpec, ToolCall, compile_arguments
 from forethought._tools import Tool
 from forethought._trajectory import Trajectory
 from forethought.errors import ForethoughtError, InvalidArgumentsError, WorkloadError
-from forethought.predictors.base import ObservedCall, Prediction, reports_failure
+from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, reports_failure
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
-from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, tool_schemas, train
+from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, tool_schemas
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -186,22 +188,56 @@ def _same_call(specs: Mapping[str, ArgumentSpec], truth: ToolCall) -> Callable[[
     return same
 
 
-def evaluate(predictor: PatternPredictor, sessions: Iterable[RecordedSession]) -> dict[str, Tally]:
-    """Predict then observe every call of ``sessions`` in order; tallies by domain."""
+def calls_only(context: PredictionContext) -> PredictionContext:
+    """``context`` as a proxy between the model and its tools sees it: the calls and their outputs, no
+    user (or system) text."""
+    kept = tuple(m for m in context.messages if m.get("role") not in ("user", "system", "developer"))
+    return replace(context, messages=kept, user_message="")
+
+
+def _contexts(session: RecordedSession, user_text: bool
+              ) -> Iterator[tuple[PredictionContext, ObservedCall, int]]:
+    for context, observed, turn in contexts(session):
+        yield (context if user_text else calls_only(context)), observed, turn
+
+
+def evaluate(predictor: PatternPredictor, sessions: Iterable[RecordedSession], user_text: bool = True,
+             latencies: list[float] | None = None) -> dict[str, Tally]:
+    """Predict then observe every call of ``sessions`` in order; tallies by domain. Without
+    ``user_text`` the predictor sees the calls only (:func:`calls_only`); the time of each prediction
+    is appended to ``latencies`` (seconds)."""
     tallies: dict[str, Tally] = {}
     for session in sessions:
         specs = _specs(session)
         tally = tallies.setdefault(session.domain or "all", Tally())
-        for context, observed, _ in contexts(session):
+        for context, observed, _ in _contexts(session, user_text):
+            start = time.perf_counter()
             predictions = predictor.predict_now(context)
+            if latencies is not None:
+                latencies.append(time.perf_counter() - start)
             tally.add(predictions, observed.call, _same_call(specs, observed.call))
             predictor.observe(context, observed)
     return tallies
 
 
+def latency_summary(samples: Sequence[float]) -> dict[str, float]:
+    """Percentiles of per-prediction times, in milliseconds."""
+    ordered = sorted(samples)
+    if not ordered:
+        return {}
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+    return {"p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99), "max_ms": ordered[-1] * 1e3,
+            "mean_ms": sum(ordered) / len(ordered) * 1e3}
+
+
 def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
-                     config: PatternConfig | None = None) -> dict[str, Any]:
-    """Two-fold interleaved next-call evaluation; ``{"overall": {...}, "by_domain": {DOMAIN: {...}}}``."""
+                     config: PatternConfig | None = None, user_text: bool = True) -> dict[str, Any]:
+    """Two-fold interleaved next-call evaluation; ``{"overall": {...}, "by_domain": {DOMAIN: {...}}}``,
+    with ``latency`` (per prediction) and ``train_s``. Without ``user_text`` the predictor is trained and
+    tested on the calls and outputs only (what a tool proxy sees)."""
     if workload != "bfcl":
         raise WorkloadError(f"predict-eval knows the workload 'bfcl' only, not {workload!r}")
     if folds not in (1, 2):
@@ -213,11 +249,18 @@ def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
     base = config or PatternConfig()
     config = PatternConfig(**{**{f: getattr(base, f) for f in base.__slots__}, "top_k": max(top_k, TOP_NAMES)})
     by_domain: dict[str, Tally] = {}
+    latencies: list[float] = []
+    train_s = 0.0
     for fold in range(folds):
         train_entries, test_entries = split_interleaved(entries, fold)
         predictor = PatternPredictor(config=config)
-        train(predictor, (recorded[e.id] for e in train_entries))
-        for domain, tally in evaluate(predictor, (recorded[e.id] for e in test_entries)).items():
+        start = time.perf_counter()
+        for e in train_entries:
+            for context, observed, _ in _contexts(recorded[e.id], user_text):
+                predictor.observe(context, observed)
+        train_s += time.perf_counter() - start
+        tested = (recorded[e.id] for e in test_entries)
+        for domain, tally in evaluate(predictor, tested, user_text, latencies).items():
             by_domain.setdefault(domain, Tally()).merge(tally)
     overall = Tally()
     for tally in by_domain.values():
@@ -225,14 +268,16 @@ def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
     return {"overall": overall.metrics(),
             "by_domain": {d: t.metrics() for d, t in sorted(by_domain.items())},
             "by_threshold": overall.by_threshold(),
-            "folds": folds, "top_k": top_k}
+            "latency": latency_summary(latencies), "train_s": train_s,
+            "folds": folds, "top_k": top_k, "user_text": user_text}
 
 
 def print_predict_eval(console: Console, results: Mapping[str, Any]) -> None:
     """Render :func:`run_predict_eval` results as two tables: metrics by domain, and by threshold."""
     from rich.table import Table
 
-    table = Table(title=f"next-call prediction ({results.get('folds', 2)}-fold, interleaved ids)")
+    calls_only_note = "" if results.get("user_text", True) else ", calls only (no user text)"
+    table = Table(title=f"next-call prediction ({results.get('folds', 2)}-fold, interleaved ids{calls_only_note})")
     table.add_column("domain")
     for metric in (*METRICS, "positions"):
         table.add_column(metric, justify="right")
@@ -247,3 +292,7 @@ def print_predict_eval(console: Console, results: Mapping[str, Any]) -> None:
     for threshold, values in results.get("by_threshold", {}).items():
         sweep.add_row(threshold, f"{values['coverage']:.3f}", f"{values['precision']:.3f}")
     console.print(sweep)
+    latency = results.get("latency") or {}
+    if latency:
+        console.print(f"per prediction: p50 {latency['p50_ms']:.2f} ms, p99 {latency['p99_ms']:.2f} ms, "
+                      f"max {latency['max_ms']:.2f} ms; training {results.get('train_s', 0.0):.2f} s")
