@@ -1,4 +1,5 @@
-"""The documentation runs: every ```python block of README.md and docs/*.md, and every script in examples/.
+"""The documentation runs: every ```python block of README.md, CONTRIBUTING.md and docs/*.md, and every
+script in examples/.
 
 Each block is executed in a fresh namespace (as ``__main__``, in an empty working directory) by one child
 interpreter, with a per-block time limit; a block that awaits at top level runs under ``asyncio.run``. The
@@ -25,8 +26,8 @@ from typing import Any
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-MARKDOWN = [*DOCS, *(p for p in (ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md") if p.exists())]
+DOCS = [p for p in (ROOT / "README.md", ROOT / "CONTRIBUTING.md") if p.exists()] + sorted((ROOT / "docs").glob("*.md"))
+MARKDOWN = DOCS + [p for p in [ROOT / "CHANGELOG.md"] if p.exists()]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 PYTHON_TAGS = {"python", "py", "python3"}
 PUBLIC_MODULES = {"forethought", "forethought.integrations"}
@@ -219,7 +220,7 @@ def test_an_example_runs_and_says_something(
 # --- what the docs cite and link --------------------------------------------------------------------------
 
 CITED_TEST = re.compile(r"(tests/test_\w+\.py)::(\w+)")
-LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")
 
 
 def test_every_test_the_docs_cite_exists() -> None:
@@ -235,13 +236,22 @@ def test_every_test_the_docs_cite_exists() -> None:
     assert not missing, "cited tests that do not exist:\n" + "\n".join(missing)
 
 
+def _anchors(path: pathlib.Path) -> set[str]:
+    """GitHub's anchors for the headings of a markdown file (lower case, punctuation dropped, spaces to -)."""
+    headings = re.findall(r"^#{1,6}\s+(.+?)\s*$", path.read_text(encoding="utf-8"), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
 def test_every_relative_link_of_the_docs_exists() -> None:
     broken = []
     for doc in MARKDOWN:
         for m in LINK.finditer(doc.read_text(encoding="utf-8")):
-            target = m.group(1)
+            target, anchor = m.group(1), m.group(2)
             if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
                 continue
-            if not (doc.parent / target).exists():
+            path = doc.parent / target if target else doc
+            if not path.exists():
                 broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}#{anchor} (no such heading)")
     assert not broken, "broken relative links:\n" + "\n".join(broken)
