@@ -17,6 +17,10 @@ from typing import Any
 import httpx2
 import openai
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from forethought._calls import ToolCall
 from forethought._trajectory import Trajectory, Turn
@@ -332,6 +336,27 @@ async def test_a_dropped_upstream_drops_the_client_stream_and_frees_the_response
             await stream.rest()
         await stream.llm.aclose()
         assert gateway.stats()["open_responses"] == 0 and gateway.stats()["upstream_dropped"] == 1
+
+
+@pytest.mark.parametrize(("body", "match"), [
+    ("data: {not json\n\n", "upstream stream: unparsable stream chunk"),
+    ("data: [1]\n\n", "upstream stream: stream chunk is not a JSON object"),
+])
+async def test_an_unparsable_upstream_stream_becomes_an_error_chunk(body: str, match: str) -> None:
+    async def completions(request: Request) -> Response:
+        return Response(body, media_type="text/event-stream")
+
+    upstream = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    async with serve_in_process(upstream) as upstream_url:
+        gateway = Gateway(upstream_url + "/v1", GatewayConfig())
+        try:
+            async with serve_in_process(gateway.app) as url, OpenAIChatClient(url + "/v1", max_retries=0) as llm:
+                with pytest.raises(UpstreamError, match=match):
+                    async for _ in llm.stream("m", USER, None):
+                        pass
+            assert gateway.stats()["upstream_errors"] == 1 and gateway.stats()["open_responses"] == 0
+        finally:
+            await gateway.aclose()
 
 
 async def test_non_streaming_requests_and_models_are_proxied() -> None:

@@ -85,7 +85,7 @@ async def test_started_ids_match_closed_ids(client: OpenAIChatClient) -> None:
 
 
 async def test_final_answer_is_text_with_stop(client: OpenAIChatClient) -> None:
-    messages = [*USER, {"role": "assistant", "content": "", "tool_calls": []}]
+    messages: list[dict[str, Any]] = [*USER, {"role": "assistant", "content": "", "tool_calls": []}]
     events = await collect(client, messages)
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Here it is."
     assert isinstance(events[-1], MessageDone) and events[-1].finish_reason == "stop"
@@ -179,6 +179,17 @@ async def test_a_server_without_done_or_usage_still_completes() -> None:
     async with serve_in_process(sse_app(body)) as url, OpenAIChatClient(url + "/v1", max_retries=0) as llm:
         events = [e async for e in llm.stream("m", USER, None)]
     assert events == [TextDelta("he"), TextDelta("llo"), MessageDone("stop", None, "x")]
+
+
+async def test_line_separators_inside_a_json_string_do_not_split_the_chunk() -> None:
+    # JSON written with ensure_ascii=False (as the gateway writes) may hold U+2028 or U+0085 unescaped;
+    # a text-level splitlines() would cut the chunk there and fail to parse it
+    text = "a\u2028b\u2029c\x85d"
+    data = {"id": "x", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+    body = "data: " + json.dumps(data, ensure_ascii=False) + "\r\n\r\n" + chunk({}, "stop")
+    async with serve_in_process(sse_app(body)) as url, OpenAIChatClient(url + "/v1", max_retries=0) as llm:
+        events = [e async for e in llm.stream("m", USER, None)]
+    assert events == [TextDelta(text), MessageDone("stop", None, "x")]
 
 
 # --- the assembler alone (no I/O) ----------------------------------------------------------------

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from forethought.perfmodel import SPEEDUP_SUPREMUM, EngineParams, arm_times, engine_times, speculative_time
+from forethought.perfmodel.command import ModelCommandParams
+from forethought.perfmodel.engine import engine_params_of
+from forethought.perfmodel.simulator import SimConfig
 
 alphas = st.floats(min_value=0.0, max_value=1.0)
 seconds = st.floats(min_value=0.0, max_value=100.0)
@@ -128,3 +134,26 @@ def test_bad_arm_times_raise() -> None:
         arm_times(alpha=0.5, G=0.0, g=0.0, T=0.0, round_trip_s=0.0, post_s=0.0, turns=1)
     with pytest.raises(ValueError):
         arm_times(alpha=0.5, G=1.0, g=0.0, T=1.0, round_trip_s=-1.0, post_s=0.0, turns=1)
+
+
+@pytest.mark.parametrize("source", [
+    ModelCommandParams(alpha=0.3, tool_s=2.5, turns=7, reasoning_tokens=11, reasoning_resubmitted=False),
+    SimConfig(alpha=0.6, tool_s=0.7, turns=4, call_tokens=9, result_tokens=33),
+], ids=["model-command", "simulator"])
+def test_parameter_sets_give_their_engine_params_field_by_field(source: object) -> None:
+    # one construction serves both: every field but evicted_tokens must exist under the same name
+    params = source.engine_params()  # type: ignore[attr-defined]
+    for f in fields(EngineParams):
+        if f.name == "evicted_tokens":
+            assert not hasattr(source, f.name) and params.evicted_tokens == 0
+        else:
+            assert getattr(params, f.name) == getattr(source, f.name), f.name
+
+
+def test_engine_params_of_validates_and_needs_every_required_field() -> None:
+    fields_of = {f.name: getattr(_params(), f.name) for f in fields(EngineParams)}
+    with pytest.raises(ValueError, match="alpha"):
+        engine_params_of(SimpleNamespace(**{**fields_of, "alpha": 1.5}))
+    del fields_of["call_tokens"]
+    with pytest.raises(TypeError, match="call_tokens"):
+        engine_params_of(SimpleNamespace(**fields_of))

@@ -23,7 +23,6 @@ carrying the response headers (the gateway's response id and token).
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -44,6 +43,7 @@ from forethought.llm.events import (
     ToolResultServed,
     Usage,
 )
+from forethought.llm.sse import aiter_json
 from forethought.llm.tool_cache import CACHE_CLIENT_HEADER, CACHE_CLIENT_VALUE, RESPONSE_ID_HEADER, RESULT_FIELD
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -282,30 +282,8 @@ def _served(payload: Any) -> ToolResultServed:
 
 
 async def _chunks(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects of an SSE body up to ``[DONE]``; transport errors mid-stream are a dropped stream."""
-    data: list[str] = []
-    lines = response.aiter_lines()
-    while True:
-        try:
-            line = await anext(lines)
-        except StopAsyncIteration:
-            return
-        except (httpx2.TransportError, openai.APIConnectionError) as exc:
-            raise StreamDroppedError(f"stream dropped mid-response: {exc!r}") from exc
-        except httpx2.HTTPError as exc:
-            raise UpstreamError(f"unreadable stream: {exc!r}") from exc
-        if line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-            continue
-        if line or not data:
-            continue  # comments, event names, ids; or a blank line without data
-        payload = "\n".join(data)
-        data.clear()
-        if payload == "[DONE]":
-            return
-        chunk = json.loads(payload)
-        if not isinstance(chunk, dict):
-            raise UpstreamError(f"stream chunk is not a JSON object: {payload[:200]!r}")
+    """The JSON objects of an SSE body up to ``[DONE]`` (:mod:`forethought.llm.sse`); an ``error`` chunk raises."""
+    async for chunk, _ in aiter_json(response):
         if chunk.get("error"):
             error = chunk["error"]
             message = error.get("message") if isinstance(error, dict) else error

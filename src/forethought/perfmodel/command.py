@@ -17,7 +17,7 @@ from typing import Any
 from forethought._version import __version__
 from forethought.perfmodel._checks import finite_nonnegative, positive_int, require
 from forethought.perfmodel.closed import SPEEDUP_SUPREMUM, SpecParams, lemma1_bound, times
-from forethought.perfmodel.engine import EngineParams, engine_times
+from forethought.perfmodel.engine import EngineParams, engine_params_of, engine_times
 from forethought.perfmodel.heatmaps import DEFAULT_ALPHAS, plot_engine_heatmaps, plot_speedup_heatmaps
 from forethought.perfmodel.simulator import Arm, SimConfig, simulate_arms, time_saved
 
@@ -65,19 +65,7 @@ class ModelCommandParams:
             self.sim_config(self.agents[0])  # validates the simulator parameters
 
     def engine_params(self) -> EngineParams:
-        return EngineParams(
-            alpha=self.alpha,
-            tool_s=self.tool_s,
-            speculator_s=self.speculator_s,
-            api_overhead_s=self.api_overhead_s,
-            prefill_tokens_per_s=self.prefill_tokens_per_s,
-            decode_tokens_per_s=self.decode_tokens_per_s,
-            call_tokens=self.call_tokens,
-            reasoning_tokens=self.reasoning_tokens,
-            result_tokens=self.result_tokens,
-            turns=self.turns,
-            reasoning_resubmitted=self.reasoning_resubmitted,
-        )
+        return engine_params_of(self)
 
     def sim_config(self, agents: int) -> SimConfig:
         return SimConfig(

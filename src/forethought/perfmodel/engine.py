@@ -24,7 +24,7 @@ than the client-side arm, and unlike it can exceed 2x because it also removes ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from forethought.perfmodel._checks import finite_nonnegative, finite_positive, positive_int, probability, require
 
@@ -150,6 +150,16 @@ class EngineParams:
     def round_trip_s(self) -> float:
         """``C = o + R / phi``."""
         return self.api_overhead_s + self.reprefill_tokens / self.prefill_tokens_per_s
+
+
+def engine_params_of(source: object) -> EngineParams:
+    """The :class:`EngineParams` of ``source``: each field read from ``source``'s attribute of the same name.
+
+    For parameter sets that carry these fields among others (``forethought model``'s, the simulator's);
+    a field ``source`` lacks keeps its default (``evicted_tokens``), and a missing one without a default
+    is a ``TypeError``. Validation is :class:`EngineParams`' own.
+    """
+    return EngineParams(**{f.name: getattr(source, f.name) for f in fields(EngineParams) if hasattr(source, f.name)})
 
 
 def engine_times(params: EngineParams) -> EngineTimes:

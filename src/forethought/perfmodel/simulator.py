@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from forethought.perfmodel._checks import finite_nonnegative, finite_positive, positive_int, probability, require
-from forethought.perfmodel.engine import EngineParams
+from forethought.perfmodel.engine import EngineParams, engine_params_of
 
 
 class Arm(StrEnum):
@@ -92,19 +92,7 @@ class SimConfig:
 
     def engine_params(self) -> EngineParams:
         """The single-agent closed-form counterpart (see :mod:`forethought.perfmodel.engine`)."""
-        return EngineParams(
-            alpha=self.alpha,
-            tool_s=self.tool_s,
-            speculator_s=self.speculator_s,
-            api_overhead_s=self.api_overhead_s,
-            prefill_tokens_per_s=self.prefill_tokens_per_s,
-            decode_tokens_per_s=self.decode_tokens_per_s,
-            call_tokens=self.call_tokens,
-            reasoning_tokens=self.reasoning_tokens,
-            result_tokens=self.result_tokens,
-            turns=self.turns,
-            reasoning_resubmitted=self.reasoning_resubmitted,
-        )
+        return engine_params_of(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,10 @@ from typing import Any
 import httpx2
 
 from forethought._calls import ToolCall
+from forethought.errors import StreamDroppedError, UpstreamError
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import ToolCallClosed
+from forethought.llm.sse import aiter_json
 from forethought.llm.tool_cache import CONTINUATION_METADATA, RESULT_FIELD
 from forethought.serve.gateway_cache import ResponseScope
 from forethought.serve.http import StreamChunks, StreamCut
@@ -75,25 +77,6 @@ class _Segment:
         for event in events:
             if isinstance(event, ToolCallClosed):
                 self.closed[event.index] = event
-
-
-async def _sse(response: httpx2.Response) -> AsyncIterator[tuple[dict[str, Any], str]]:
-    """The JSON objects of an upstream SSE body up to ``[DONE]``, each with its payload text."""
-    data: list[str] = []
-    async for line in response.aiter_lines():
-        if line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-            continue
-        if line or not data:
-            continue
-        payload = "\n".join(data)
-        data.clear()
-        if payload == "[DONE]":
-            return
-        chunk = json.loads(payload)
-        if not isinstance(chunk, dict):
-            raise ValueError(f"stream chunk is not a JSON object: {payload[:200]!r}")
-        yield chunk, payload
 
 
 class Relay:
@@ -156,7 +139,7 @@ class Relay:
     async def _relay(self, segment: _Segment) -> AsyncIterator[bytes]:
         """Forward one upstream message (finish and usage held back); ``segment`` records what it held."""
         try:
-            async for chunk, payload in _sse(self._response):
+            async for chunk, payload in aiter_json(self._response):
                 if chunk.get("error"):
                     self.stats.upstream_errors += 1
                     segment.failed = True
@@ -172,8 +155,12 @@ class Relay:
                     yield b"data: " + payload.encode() + b"\n\n"  # unchanged: forwarded as it came
                 elif choices:
                     yield self._chunk(choices)
-        except httpx2.TransportError:
+        except StreamDroppedError:
             return  # no finish reason: the caller drops the client connection
+        except UpstreamError as exc:  # a stream that is not SSE of JSON objects (forethought.llm.sse)
+            self.stats.upstream_errors += 1
+            segment.failed = True
+            yield self._error(f"upstream stream: {exc}")
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             self.stats.upstream_errors += 1
             segment.failed = True
