@@ -48,6 +48,8 @@ class VllmConfig:
     model_dir: Path | None = None
     """Where the tiny model is built; default ``<venv>/models/tiny-<seed>``."""
     seed: int = 1234
+    port: int = 0
+    """The port to bind on 127.0.0.1 (0: a free one, chosen at start)."""
     max_model_len: int = 16384
     kv_cache_gib: int = 1
     max_num_seqs: int = 16
@@ -139,7 +141,7 @@ class VllmServer:
     def start(self) -> VllmServer:
         """Build the model, start the server and wait until ``/health`` answers 200."""
         self.meta = build_model(self.config)
-        self.port = free_port()
+        self.port = self.config.port or free_port()
         log = self.config.log_path or self.config.venv / "logs" / f"vllm-{self.port}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
