@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import logging
 import math
 import time
@@ -43,7 +42,7 @@ from forethought._store import SpeculationTicket
 from forethought._tools import Effect, Tool
 from forethought.errors import ForethoughtError, LLMError, UpstreamError
 from forethought.llm.chat import LLMClient
-from forethought.llm.dispatch import STREAM_SOURCE, EarlyDispatch, PendingCall
+from forethought.llm.dispatch import STREAM_SOURCE, EarlyDispatch, PendingCall, render_error, render_output
 from forethought.llm.events import (
     LLMEvent,
     MessageDone,
@@ -69,18 +68,6 @@ DEFAULT_MAX_STEPS = 32
 _log = logging.getLogger(__name__)
 POST_MARGIN_S = 1.0
 """A posted result's keep-alive ends this long before the speculation itself would expire."""
-
-
-def render_output(value: Any) -> str:
-    """A tool result as the model sees it: strings as they are, anything else as JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def render_error(error: BaseException | str) -> str:
-    """A failed call as the model sees it (the same text in every mode)."""
-    return json.dumps({"error": str(error)}, ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)

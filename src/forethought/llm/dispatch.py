@@ -23,9 +23,11 @@ speculation of the turn is dropped, as in a serial run that never saw the messag
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from forethought._calls import ToolCall
 from forethought._runtime import Session
@@ -38,6 +40,18 @@ STREAM_SOURCE = "stream"
 """The source name of speculations and early dispatches made from the main model's own stream."""
 
 _EARLY_EFFECTS = (Effect.PURE, Effect.READ_ONLY)
+
+
+def render_output(value: Any) -> str:
+    """A tool result as the model sees it: strings as they are, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def render_error(error: BaseException | str) -> str:
+    """A failed call as the model sees it (the same text in every mode and every front end)."""
+    return json.dumps({"error": str(error)}, ensure_ascii=False)
 
 
 @dataclass(slots=True)
