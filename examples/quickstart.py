@@ -48,9 +48,9 @@ async def main() -> None:
     await asyncio.sleep(TOOL_S + 0.1)  # ... the model is still generating ...
     print(f"before the authoritative calls the notebook holds {notebook.live['notes']}")
 
-    # The model's own calls. Argument order, spelling of numbers and defaults do not matter: keys are canonical.
+    # The model's own calls. Argument order and defaults spelled out or left off do not matter: keys are canonical.
     start = time.perf_counter()
-    found = await session.execute_detailed(ToolCall("search", {"limit": 3.0, "query": "kv cache"}))
+    found = await session.execute_detailed(ToolCall("search", {"limit": 3, "query": "kv cache"}))
     noted = await session.execute_detailed(ToolCall("add_note", {"text": "read about kv cache"}))
     other = await session.execute_detailed(ToolCall("search", {"query": "flash attention"}))
     elapsed = time.perf_counter() - start
