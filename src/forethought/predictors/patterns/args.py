@@ -306,7 +306,7 @@ class ArgumentModel:
             known = self._rules.setdefault((tool, param), set())
             recent = self._recent.setdefault((tool, param), deque(maxlen=RECENT_OBSERVATIONS))
             if not absent:
-                for rule in sources.explain(value):
+                for rule in sources.explain(value, param):
                     if rule.key in known:
                         continue
                     known.add(rule.key)

@@ -39,6 +39,8 @@ MAX_FROM_END = 2
 """... and as [-1], [-2]."""
 MAX_KEYED_CHILDREN = 64
 """A list or object with more children is not filed under its whole value."""
+MAX_WALK_ITEMS = 2000
+"""Items of one list whose values are noted for walking it."""
 OUTPUT_INDEXES = 1024
 """Outputs whose index is remembered (those of the calls in the sessions served)."""
 TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention")
@@ -158,6 +160,11 @@ class OutputIndex:
     truncated: set[str] = field(default_factory=set)
     """Text fields tokenized only in part."""
     tokens_by_key: dict[str, list[TokenAtom]] = field(default_factory=dict)
+    lists: dict[str, list[Any]] = field(default_factory=dict)
+    """Path -> a list node walked (whole, however long)."""
+    in_lists: dict[str, tuple[str, int, str | None]] = field(default_factory=dict)
+    """:func:`walk_key` of a scalar -> where it first sits in a list: the list's path, the item's place,
+    and the field of the item holding it (None: the item itself)."""
 
     def candidates(self, keys: tuple[str, ...]) -> list[int]:
         """Positions of the addressable leaves filed under any of ``keys``, in document order."""
@@ -200,6 +207,7 @@ def _walk(index: OutputIndex, value: Any) -> None:
             for k, v in node.items():
                 visit(prefix + str(k), v, addressable, str(k))
         elif kind is list:
+            _file_list(index, path, node)
             base = path if path != "$" else ""
             for i, v in enumerate(node[:MAX_LIST_INDEX] if addressable else ()):
                 item = f"{base}[{i}]"
@@ -215,6 +223,25 @@ def _walk(index: OutputIndex, value: Any) -> None:
                 by_key.setdefault(key, []).append(position)
 
     visit("$", value, True, "$")
+
+
+def walk_key(value: Any) -> str | None:
+    """The key a scalar is found by in a list (strings compared lower-cased); None for a container."""
+    if value.__class__ is str:
+        return value_key(value.lower())
+    return None if isinstance(value, list | dict) else value_key(value)
+
+
+def _file_list(index: OutputIndex, path: str, node: list[Any]) -> None:
+    """Note where each scalar of a list (or of its items' fields) first sits, for walking the list."""
+    index.lists[path] = node
+    in_lists = index.in_lists
+    for i, item in enumerate(node[:MAX_WALK_ITEMS]):
+        pairs = item.items() if item.__class__ is dict else ((None, item),)
+        for name, value in pairs:
+            key = walk_key(value)
+            if key is not None and key not in in_lists:
+                in_lists[key] = (path, i, name)
 
 
 def _tokenize_fields(index: OutputIndex) -> None:

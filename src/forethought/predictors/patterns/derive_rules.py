@@ -18,6 +18,8 @@ Sources and their locators:
 * ``out``: a field of an earlier call's JSON output (a path such as ``invoice.booking_id`` or
   ``files[-1]``): of the latest call of a tool, of the latest output holding that field, or n steps back.
 * ``tok``: an atom inside a text field of the latest output of a tool (a path or id in a listing).
+* ``walk``: the next item, not yet used this turn, of the list (an array in a recent output, or the
+  same field of its items) that the latest value of a parameter came from: one call per item.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from forethought.predictors.patterns.derive_outputs import (
     leaf_name,
     output_index,
     target_keys,
+    walk_key,
 )
 from forethought.predictors.patterns.derive_values import (
     apply_transform,
@@ -54,6 +57,8 @@ from forethought.predictors.patterns.derive_values import (
 from forethought.predictors.patterns.text import ORDINAL_KINDS, Atom, parse_number
 
 MAX_UNUSED = 2
+MAX_WALK_OUTPUTS = 4
+"""A list being walked is looked for in this many of the latest outputs."""
 MAX_EXPLAINED_LEAVES = 6
 """A value found in more leaves of one output is credited to the first ones only (a value found all
 over an output says little about where it came from, and every rule credited is replayed from then on)."""
@@ -200,6 +205,7 @@ class Sources:
                                                              compare=False)
     _applied: dict[str, tuple[Any, str] | None] = field(default_factory=dict, init=False, repr=False,
                                                         compare=False)
+    _walks: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Rule key -> the value it gives here and its value key: every rule is replayed at most once here."""
 
     def __post_init__(self) -> None:
@@ -279,8 +285,9 @@ class Sources:
 
     # --- learning: which rules give this value? ---------------------------------------------------------
 
-    def explain(self, value: Any) -> list[Rule]:
-        """Every rule that reproduces ``value`` here (compared as schema-aware keys compare)."""
+    def explain(self, value: Any, param: str | None = None) -> list[Rule]:
+        """Every rule that reproduces ``value`` here (compared as schema-aware keys compare); with
+        ``param``, the parameter it is a value of, also the rules that walk a list by that parameter."""
         target = _Target(value)
         found: dict[str, Rule] = {}
 
@@ -319,6 +326,10 @@ class Sources:
                     locators.append(("name", param))
                 add("arg", locators, json_variants(arg))
             self._explain_output(i, call_locators, target, add)
+        if param is not None:
+            following = self._walk_next(param)
+            if following is not None and target.may_come_from(following):
+                add("walk", [("name", param)], json_variants(following))
         return list(found.values())
 
     def _explain_output(self, i: int, call_locators: Sequence[tuple[str, ...]], target: _Target,
@@ -406,6 +417,9 @@ class Sources:
             value = self._apply_output(rule)
         elif rule.source == "arg":
             value = self._apply_argument(rule)
+        elif rule.source == "walk":
+            following = self._walk_next(rule.locator[1])
+            value = None if following is None else apply_transform(rule.transform, following)
         elif rule.source == "all":
             atoms = self._atoms("all").get(rule.locator[0], ())
             values = [_atom_transform(a, rule.transform) for a in atoms]
@@ -426,6 +440,31 @@ class Sources:
         if observed is None or locator[-1] not in observed.call.arguments:
             return None
         return apply_transform(rule.transform, observed.call.arguments[locator[-1]])
+
+    def _walk_next(self, param: str) -> Any:
+        """The next item not yet used this turn of the list the latest value of ``param`` sits in (in the
+        newest of the last outputs holding it in a list with such an item), or None."""
+        if param in self._walks:
+            return self._walks[param]
+        self._walks[param] = None
+        index = self._last_with_param.get(param)
+        previous = None if index is None else walk_key(self.history[index].call.arguments.get(param))
+        if previous is None:
+            return None
+        used = self._used_keys()
+        for observed in reversed(self.history[-MAX_WALK_OUTPUTS:]):
+            outputs = output_index(observed.output)
+            found = outputs.in_lists.get(previous)
+            if found is None:
+                continue
+            path, position, name = found
+            for item in outputs.lists[path][position + 1:]:
+                value = item.get(name) if name is not None and item.__class__ is dict else item
+                key = None if name is not None and item.__class__ is not dict else walk_key(value)
+                if key is not None and key not in used and value is not None:
+                    self._walks[param] = value
+                    return value
+        return None
 
     def _token_atom(self, rule: Rule) -> Atom | None:
         """The atom a ``tok`` rule points at, in a text field of the latest output of a tool."""
