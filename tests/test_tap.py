@@ -8,6 +8,7 @@ the same results as the untapped, serial loop. Broken, abandoned and malformed s
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -110,7 +111,7 @@ async def _run(url: str, fmt: str, speculate: bool) -> tuple[list[Any], list[str
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 async def test_tap_passes_sdk_events_and_claims_early_runs(server: str, fmt: str) -> None:
-    values, kinds, world, tapped, _ = await _run(server, fmt, speculate=True)
+    _, kinds, world, tapped, _ = await _run(server, fmt, speculate=True)
     assert tapped.calls == EXPECTED
     assert tapped.finished and tapped.text == "Looking both up."
     assert kinds == ["hit", "hit", "miss"]  # reads started early and were claimed; the write ran at its turn
@@ -159,7 +160,7 @@ def _chat_chunks(calls: list[ToolCall], cuts: list[int], finish: bool = True) ->
         chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
             {"index": index, "id": f"c{index}", "function": {"name": call.name, "arguments": ""}}]}}]})
         points = sorted({0, len(raw), *(c % (len(raw) + 1) for c in cuts)})
-        for a, b in zip(points, points[1:], strict=False):
+        for a, b in itertools.pairwise(points):
             chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
                 {"index": index, "function": {"arguments": raw[a:b]}}]}}]})
     if finish:
@@ -176,7 +177,7 @@ def _anthropic_events(calls: list[ToolCall], cuts: list[int]) -> list[dict[str, 
         points = sorted({0, len(raw), *(c % (len(raw) + 1) for c in cuts)})
         events += [{"type": "content_block_delta", "index": index,
                     "delta": {"type": "input_json_delta", "partial_json": raw[a:b]}}
-                   for a, b in zip(points, points[1:], strict=False)]
+                   for a, b in itertools.pairwise(points)]
         events.append({"type": "content_block_stop", "index": index})
     events += [{"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}},
                {"type": "message_stop"}]
@@ -192,7 +193,7 @@ def _responses_events(calls: list[ToolCall], cuts: list[int]) -> list[dict[str, 
                                 "name": call.name, "arguments": ""}})
         points = sorted({0, len(raw), *(c % (len(raw) + 1) for c in cuts)})
         events += [{"type": "response.function_call_arguments.delta", "item_id": f"fc{index}", "output_index": index,
-                    "delta": raw[a:b]} for a, b in zip(points, points[1:], strict=False)]
+                    "delta": raw[a:b]} for a, b in itertools.pairwise(points)]
     events.append({"type": "response.completed", "response": {"id": "r1", "usage": None}})
     return events
 

@@ -3,7 +3,7 @@
 * :func:`tap` (:mod:`forethought.integrations.tap`): wrap an ``openai`` / ``anthropic`` SDK stream.
 * OpenAI Agents SDK (``openai-agents``): :func:`agents_tools`, :class:`ForethoughtModel`.
 * LangGraph: :class:`ForethoughtToolNode`.
-* pydantic-ai: :class:`ForethoughtToolset`.
+* pydantic-ai: :class:`ForethoughtToolset`, :class:`TappedModel`.
 
 The adapters import their framework only when first used (``pip install 'forethought[integrations]'``).
 """
@@ -20,6 +20,7 @@ _LAZY = {
     "ForethoughtModel": "forethought.integrations.openai_agents",
     "ForethoughtToolNode": "forethought.integrations.langgraph",
     "ForethoughtToolset": "forethought.integrations.pydantic_ai",
+    "TappedModel": "forethought.integrations.pydantic_ai",
 }
 
 
@@ -30,5 +31,5 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["ForethoughtModel", "ForethoughtToolNode", "ForethoughtToolset", "StreamTap", "TappedCall", "agents_tools",
-           "tap"]
+__all__ = ["ForethoughtModel", "ForethoughtToolNode", "ForethoughtToolset", "StreamTap", "TappedCall", "TappedModel",
+           "agents_tools", "tap"]
