@@ -1,0 +1,145 @@
+"""``forethought mcp-proxy``: the proxy's command line (run, ``stats``, ``config``).
+
+``forethought mcp-proxy [OPTIONS] -- <upstream command ...>`` serves an MCP client on stdio in front of a
+stdio upstream (``--upstream-url`` for a streamable-HTTP one). ``stats --store PATH`` prints the totals
+saved in a store, ``config --client NAME -- <server command>`` prints a client's configuration snippet.
+Configuration enters here and flows inward as values; errors of the forethought family print one line and
+exit with status 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from forethought.errors import ForethoughtError
+from forethought.mcp.config import CLIENTS, WHERE, snippet
+from forethought.mcp.effects import load_mcp_policy
+from forethought.mcp.errors import McpProxyError
+
+UPSTREAM_KEY = "forethought_upstream"
+STORE_FILE = "mcp-patterns.sqlite"
+
+
+class _ProxyGroup(TyperGroup):
+    """Words after ``--`` are the upstream command, unless a subcommand (``config``) comes first."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            if not any(a in self.commands for a in args[:cut]):
+                ctx.meta[UPSTREAM_KEY] = args[cut + 1:]
+                args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_ProxyGroup, invoke_without_command=True, add_completion=False,
+                  help="Speculative tool execution in front of any MCP server.")
+
+
+def default_store() -> Path:
+    """The store under the user's cache directory (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "forethought" / STORE_FILE
+
+
+def _fail(exc: ForethoughtError) -> typer.Exit:
+    print(f"error: {exc}", file=sys.stderr)
+    return typer.Exit(2)
+
+
+@app.callback()
+def proxy(
+    ctx: typer.Context,
+    policy: Annotated[Path | None, typer.Option(help="TOML policy file (servers, tools, limits).")] = None,
+    store: Annotated[Path | None, typer.Option(help="SQLite file of learned patterns and stats "
+                                                    "(default: ~/.cache/forethought/mcp-patterns.sqlite).")] = None,
+    memory: Annotated[bool, typer.Option("--memory", help="Learn in memory only (no store).")] = False,
+    upstream_url: Annotated[str | None, typer.Option(help="A streamable-HTTP upstream instead of a command.")] =
+        None,
+    name: Annotated[str | None, typer.Option(help="The upstream's name in the policy (default: its own).")] = None,
+    trust: Annotated[bool, typer.Option("--trust", help="Believe the upstream's readOnlyHint annotations.")] =
+        False,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT.")] = None,
+) -> None:
+    """Run the proxy: forethought mcp-proxy [OPTIONS] -- <upstream command ...>."""
+    if ctx.invoked_subcommand is not None:
+        return
+    command: list[str] = ctx.meta.get(UPSTREAM_KEY, [])
+    if not command and not upstream_url:
+        print(ctx.get_help(), file=sys.stderr)
+        raise typer.Exit(2)
+    from forethought.mcp.metrics import serve_metrics
+    from forethought.mcp.proxy import Proxy, ProxyConfig, run_stdio
+
+    try:
+        mcp_policy = load_mcp_policy(policy)
+        config = ProxyConfig(command=tuple(command), url=upstream_url,
+                             policy=mcp_policy.trusting() if trust else mcp_policy,
+                             store=None if memory else (store or default_store()), name=name)
+        server = Proxy(config)
+    except ForethoughtError as exc:
+        raise _fail(exc) from None
+    stop = serve_metrics(server.current, metrics_port) if metrics_port is not None else None
+    try:
+        asyncio.run(run_stdio(server))
+    except ForethoughtError as exc:
+        raise _fail(exc) from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if stop is not None:
+            stop()
+        server.close()
+        print(server.finished.summary(), file=sys.stderr)
+
+
+@app.command()
+def stats(
+    store: Annotated[Path | None, typer.Option(help="The proxy's store [default: the cache one].")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Totals saved in a store: calls, hits, misses, seconds saved, extra upstream calls."""
+    from dataclasses import asdict
+
+    from forethought.mcp.stats import StatsStore
+
+    path = store or default_store()
+    if not path.exists():
+        raise _fail(McpProxyError(f"no store at {path}"))
+    stats_store = StatsStore(path)
+    try:
+        per = stats_store.by_fingerprint()
+        total = stats_store.total()
+    finally:
+        stats_store.close()
+    if as_json:
+        doc: dict[str, Any] = {"store": str(path), "total": asdict(total),
+                               "by_fingerprint": {k: asdict(v) for k, v in per.items()}}
+        print(json.dumps(doc, indent=2))
+        return
+    print(total.summary().replace("forethought mcp-proxy: ", f"{path}: {total.sessions} sessions, "))
+    for fingerprint, s in per.items():
+        print(f"  {fingerprint}: {s.summary().replace('forethought mcp-proxy: ', '')}")
+
+
+@app.command()
+def config(
+    client: Annotated[str, typer.Option(help=f"One of {', '.join(CLIENTS)}.")],
+    command: Annotated[list[str] | None, typer.Argument(help="The server's command, after --.")] = None,
+    name: Annotated[str | None, typer.Option(help="The server's entry name (default: from the command).")] = None,
+) -> None:
+    """Print the snippet that puts the proxy in front of a server in a client's configuration."""
+    try:
+        text = snippet(client, command or [], name)
+    except ForethoughtError as exc:
+        raise _fail(exc) from None
+    print(f"# paste into {WHERE[client]}", file=sys.stderr)
+    print(text, end="")

@@ -1,0 +1,152 @@
+"""The proxy assembled: an upstream connection, the runtime, the pattern store, a relay per client session.
+
+:class:`ProxyConfig` is everything the command line decides. :class:`Proxy` owns what outlives a client
+session (the runtime, the SQLite store of patterns and stats, the totals the metrics read) and
+:meth:`Proxy.serve_session` relays one client session over any pair of ``mcp`` SDK streams, opening the
+upstream for it (one runtime session, one upstream connection per client session). :func:`run_stdio`
+serves one client on the process's own stdin and stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from forethought._runtime import Runtime
+from forethought.mcp.effects import McpPolicy
+from forethought.mcp.errors import McpProxyError
+from forethought.mcp.relay import MessageSource, Relay
+from forethought.mcp.speculation import CallReport, SessionSpeculator
+from forethought.mcp.stats import ProxyStats, StatsStore
+from forethought.mcp.upstream import MessageSink, UpstreamLink
+from forethought.predictors.base import Predictor
+from forethought.predictors.patterns import PatternPredictor
+from forethought.predictors.patterns.store import MemoryPatternStore, PatternStore, SqlitePatternStore
+
+log = logging.getLogger(__name__)
+
+UNLISTED = "unlisted"
+"""Fingerprint the stats of a session are kept under when its client never listed the tools."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """What the proxy fronts and how: exactly one of ``command`` (stdio) and ``url`` (streamable HTTP)."""
+
+    command: Sequence[str] = ()
+    url: str | None = None
+    policy: McpPolicy = field(default_factory=McpPolicy)
+    store: Path | None = None
+    """SQLite file of learned patterns and stats (``None``: learn in memory only)."""
+    name: str | None = None
+    """The upstream's name in the policy (default: the name it gives itself)."""
+    env: Mapping[str, str] | None = None
+    """Environment of a stdio upstream (default: the proxy's own, as a client would start it)."""
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.command) == bool(self.url):
+            raise McpProxyError("give the upstream either as a command (after --) or with --upstream-url")
+
+    @property
+    def label(self) -> str:
+        return self.url or " ".join(self.command)
+
+
+@contextlib.asynccontextmanager
+async def open_upstream(config: ProxyConfig) -> AsyncIterator[tuple[MessageSource, MessageSink]]:
+    """The upstream's streams through the ``mcp`` SDK's client transports."""
+    if config.url:
+        async with streamable_http_client(config.url) as (read, write):
+            yield read, write
+        return
+    params = StdioServerParameters(command=config.command[0], args=list(config.command[1:]),
+                                   env=dict(config.env if config.env is not None else os.environ), cwd=config.cwd)
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            read, write = await stack.enter_async_context(stdio_client(params))
+        except OSError as exc:
+            raise McpProxyError(f"cannot start the upstream server {config.label!r}: {exc}") from None
+        yield read, write
+
+
+class Proxy:
+    """What all client sessions of one proxy process share."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.runtime = Runtime(policy=config.policy.runtime_for(config.name or ""))
+        self._patterns: PatternStore = MemoryPatternStore()
+        self._stats_store: StatsStore | None = None
+        if config.store is not None:
+            try:
+                self._patterns = SqlitePatternStore(config.store)
+                self._stats_store = StatsStore(config.store)
+            except (sqlite3.Error, OSError) as exc:
+                raise McpProxyError(f"cannot open the pattern store {config.store}: {exc}") from None
+        self.finished = ProxyStats()
+        self._live: list[SessionSpeculator] = []
+        self.links: list[UpstreamLink] = []
+        """The upstream link of every client session served (the tests count its requests)."""
+        self.on_call: Callable[[CallReport], None] | None = None
+
+    def current(self) -> ProxyStats:
+        """Totals so far, the sessions still open included (what the metrics show)."""
+        total = self.finished
+        for speculator in self._live:
+            total = total.plus(speculator.stats())
+        return total
+
+    def _predictor_for(self, schemas: Mapping[str, Mapping[str, Any]]) -> tuple[Predictor, str]:
+        predictor = PatternPredictor.for_tools(schemas, store=self._patterns)
+        return predictor, predictor.fingerprint
+
+    async def serve_session(self, down_read: MessageSource, down_write: MessageSink) -> ProxyStats:
+        """Relay one client session until the client disconnects; returns its stats."""
+        async with open_upstream(self.config) as (up_read, up_write):
+            link = UpstreamLink(up_write)
+            self.links.append(link)
+            speculator = SessionSpeculator(link, self.config.policy, self.config.name or "", self.runtime,
+                                           self._predictor_for, named=self.config.name is not None)
+            self._live.append(speculator)
+            relay = Relay(down_read, down_write, up_read, link, speculator, on_call=self.on_call,
+                          exit_detail=lambda: f"{self.config.label!r} exited or closed its connection")
+            try:
+                await relay.run()
+            finally:
+                self._live.remove(speculator)
+                stats = speculator.stats()
+                self.finished = self.finished.plus(stats)
+                self._save(speculator.fingerprint or UNLISTED, stats)
+        return stats
+
+    def _save(self, fingerprint: str, stats: ProxyStats) -> None:
+        if self._stats_store is None:
+            return
+        try:
+            self._stats_store.add(fingerprint, stats)
+        except sqlite3.Error as exc:
+            log.warning("could not save proxy stats to %s: %s", self.config.store, exc)
+
+    def close(self) -> None:
+        self.runtime.close()
+        self._patterns.close()
+        if self._stats_store is not None:
+            self._stats_store.close()
+
+
+async def run_stdio(proxy: Proxy) -> ProxyStats:
+    """Serve one client on this process's stdin/stdout (the way MCP clients start a server)."""
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        return await proxy.serve_session(read, write)

@@ -1,0 +1,175 @@
+"""The message pump between one MCP client and its upstream server.
+
+Every JSON-RPC message goes through unchanged, ids included, in both directions: requests (the client's
+and the server's own: sampling, elicitation, roots), responses, errors and notifications (progress,
+cancellation, logging, list changes). The one exception is a client's ``tools/call``, which the
+:class:`~forethought.mcp.speculation.SessionSpeculator` answers (from a speculation, or by sending the very
+same request upstream). The relay also watches ``tools/list`` answers (every page) so the speculator knows
+the tools, and ``notifications/tools/list_changed`` so nothing stale is served.
+
+When the upstream goes away the relay keeps serving the client: every request then gets one JSON-RPC error
+that says the upstream server is gone (requests in flight included), and the relay ends when the client
+disconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+from mcp.shared.message import SessionMessage
+from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, RequestId
+
+from forethought.mcp.errors import UpstreamClosedError, upstream_gone_error
+from forethought.mcp.speculation import CallReport, SessionSpeculator
+from forethought.mcp.upstream import Answer, MessageSink, UpstreamLink
+
+log = logging.getLogger(__name__)
+
+CANCELLED = "notifications/cancelled"
+TOOLS_CHANGED = "notifications/tools/list_changed"
+
+
+class MessageSource(Protocol):
+    """Where JSON-RPC messages come from: an ``mcp`` SDK transport's read stream."""
+
+    def __aiter__(self) -> AsyncIterator[SessionMessage | Exception]: ...
+
+
+CallObserver = Callable[[CallReport], None]
+
+
+class Relay:
+    """Relays one client session; :meth:`run` returns when the client disconnects."""
+
+    def __init__(self, down_read: MessageSource, down_write: MessageSink, up_read: MessageSource,
+                 link: UpstreamLink, speculator: SessionSpeculator,
+                 on_call: CallObserver | None = None, exit_detail: Callable[[], str] | None = None) -> None:
+        self._down_read, self._down_write, self._up_read = down_read, down_write, up_read
+        self.link = link
+        self.speculator = speculator
+        self._on_call = on_call
+        self._exit_detail = exit_detail or (lambda: "it closed its connection")
+        self._forwarded: dict[RequestId, tuple[str, dict[str, Any] | None]] = {}
+        self._calls: dict[RequestId, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        upstream = asyncio.create_task(self._pump_upstream())
+        try:
+            await self._pump_downstream()
+        finally:
+            upstream.cancel()
+            for task in [*self._calls.values(), *self._tasks]:
+                task.cancel()
+            await asyncio.gather(upstream, *self._calls.values(), *self._tasks, return_exceptions=True)
+            await self.speculator.close()
+
+    # --- client -> server -----------------------------------------------------------------------------
+
+    async def _pump_downstream(self) -> None:
+        async for item in self._down_read:
+            if isinstance(item, Exception):
+                log.warning("unparsable message from the client: %s", item)
+                continue
+            message = item.message
+            if isinstance(message, JSONRPCRequest):
+                await self._client_request(message)
+            elif isinstance(message, JSONRPCNotification):
+                await self._client_notification(message)
+            else:  # the client's answer to a server request
+                await self._send_up(message)
+
+    async def _client_request(self, message: JSONRPCRequest) -> None:
+        if self.link.gone is not None:
+            await self._send_down(Answer(error=upstream_gone_error(self.link.gone)).message(message.id))
+        elif message.method == "tools/call" and message.id not in self._calls:
+            task = asyncio.create_task(self._tool_call(message))
+            self._calls[message.id] = task
+            task.add_done_callback(self._forget_call(message.id))
+        else:
+            self._forwarded[message.id] = (message.method, message.params)
+            if not await self._send_up(message):
+                self._forwarded.pop(message.id, None)
+                await self._send_down(Answer(error=upstream_gone_error(self.link.gone or "")).message(message.id))
+
+    def _forget_call(self, request_id: RequestId) -> Callable[[asyncio.Task[None]], None]:
+        def forget(_: asyncio.Task[None]) -> None:
+            self._calls.pop(request_id, None)
+
+        return forget
+
+    async def _client_notification(self, message: JSONRPCNotification) -> None:
+        if message.method == CANCELLED and message.params is not None:
+            task = self._calls.get(message.params.get("requestId"))  # type: ignore[arg-type]
+            if task is not None:
+                task.cancel()  # a cancelled request gets no answer; upstream hears of it below
+        await self._send_up(message)
+
+    async def _tool_call(self, message: JSONRPCRequest) -> None:
+        report = await self.speculator.call(message)
+        await self._send_down(report.answer.message(message.id))
+        if self._on_call is not None:
+            self._on_call(report)
+        self._spawn(self.speculator.learn_and_guess(message, report))
+
+    def _spawn(self, job: Awaitable[None]) -> None:
+        async def guarded() -> None:
+            try:
+                await job
+            except Exception:  # a guess never hurts the session
+                log.warning("speculation step failed", exc_info=True)
+
+        task = asyncio.create_task(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_up(self, message: JSONRPCMessage) -> bool:
+        try:
+            await self.link.send(message)
+            return True
+        except UpstreamClosedError:
+            return False
+
+    # --- server -> client -----------------------------------------------------------------------------
+
+    async def _pump_upstream(self) -> None:
+        try:
+            async for item in self._up_read:
+                if isinstance(item, Exception):
+                    log.warning("unparsable message from the upstream server: %s", item)
+                    continue
+                await self._server_message(item.message)
+        except Exception as exc:  # the transport broke
+            log.warning("upstream connection failed: %s", exc)
+        await self._upstream_gone(self._exit_detail())
+
+    async def _server_message(self, message: JSONRPCMessage) -> None:
+        if isinstance(message, JSONRPCResponse | JSONRPCError):
+            if self.link.deliver(message):
+                return
+            sent = self._forwarded.pop(message.id, None) if message.id is not None else None
+            if sent is not None and sent[0] == "tools/list" and isinstance(message, JSONRPCResponse):
+                await self._send_down(message)
+                cursor = (sent[1] or {}).get("cursor")
+                await self.speculator.tools_page(cursor, message.result)
+                return
+            if sent is not None and sent[0] == "initialize" and isinstance(message, JSONRPCResponse):
+                self.speculator.upstream_named(message.result.get("serverInfo"))
+        elif isinstance(message, JSONRPCNotification) and message.method == TOOLS_CHANGED:
+            await self.speculator.tools_changed()
+        await self._send_down(message)
+
+    async def _upstream_gone(self, detail: str) -> None:
+        self.link.close(detail)
+        waiting, self._forwarded = self._forwarded, {}
+        for request_id in waiting:
+            await self._send_down(Answer(error=upstream_gone_error(detail)).message(request_id))
+
+    async def _send_down(self, message: JSONRPCMessage) -> None:
+        try:
+            await self._down_write.send(SessionMessage(message))
+        except Exception as exc:  # the client is gone; the downstream pump ends the relay
+            log.debug("could not answer the client: %s", exc)

@@ -1,0 +1,297 @@
+"""One client session's speculation: its runtime session, its predictor and the calls it sees.
+
+A :class:`SessionSpeculator` turns the upstream's tool list (as it passes through) into runtime
+:class:`~forethought.Tool` values, one per upstream tool, with the effect :mod:`effects` decides. Every
+``tools/call`` of a listed tool goes through the runtime session: a matching speculation is claimed, else the
+client's request is sent upstream verbatim (same id, same ``_meta``, so progress and cancellation pass
+through). After each answer the pattern predictor learns the call and its result, and the most likely next
+calls of early-allowed tools are speculated under the proxy's own request ids.
+
+A tool is keyed on its exact JSON arguments (one ``payload`` argument holding them, key-sorted), so two calls
+share a speculation only when the upstream cannot tell them apart, and the arguments sent upstream are the
+client's own bytes, never a canonicalised copy. Freshness is the runtime's: a speculation expires after its
+TTL, and any call of a tool that is not read-only (or unknown) makes every read speculated before it stale.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from mcp_types import JSONRPCRequest
+
+from forethought._calls import ToolCall
+from forethought._runtime import Runtime, Session
+from forethought._tools import Tool
+from forethought.errors import ForethoughtError
+from forethought.mcp.effects import McpPolicy, ToolEffect, decide
+from forethought.mcp.errors import McpProxyError, UpstreamClosedError, upstream_gone_error
+from forethought.mcp.stats import ProxyStats
+from forethought.mcp.upstream import Answer, UpstreamLink
+from forethought.predictors.base import ObservedCall, PredictionContext, Predictor
+
+log = logging.getLogger(__name__)
+
+SOURCE = "mcp-pattern"
+HISTORY = 32
+"""Calls of the session the predictor sees (the latest ones)."""
+OUTPUT_CHARS = 4000
+"""Characters of a result's text the predictor learns from."""
+_PAYLOAD = "payload"
+_PARAMETERS = {"type": "object", "properties": {_PAYLOAD: {"type": "string"}}, "required": [_PAYLOAD]}
+_CALL_KEYS = frozenset({"name", "arguments", "_meta"})
+_ENVELOPE_PREFIX = "io.modelcontextprotocol/"
+
+_client_request: contextvars.ContextVar[JSONRPCRequest | None] = contextvars.ContextVar(
+    "forethought_mcp_client_request", default=None)
+"""The client request an authoritative run serves; unset inside speculations (their tasks start without it)."""
+
+
+class UnservableAnswer(McpProxyError):
+    """A speculation got an error or a non-final result; it is dropped, never served."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallReport:
+    """How one client call was answered."""
+
+    answer: Answer
+    kind: str
+    """``hit``, ``miss`` or ``passthrough``."""
+
+
+def _integral(value: Any) -> Any:
+    """JSON numbers as written by a client: a predictor's 3.0 is the client's 3."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
+def payload_of(arguments: Mapping[str, Any]) -> str:
+    """The key text of a call's arguments: compact, key-sorted JSON."""
+    return json.dumps(_integral(dict(arguments)), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def output_text(answer: Answer) -> str:
+    """What a model would read of an answer: the text blocks (else the JSON), cut to a bounded size."""
+    if answer.result is None:
+        return json.dumps(answer.error, sort_keys=True)[:OUTPUT_CHARS]
+    content = answer.result.get("content")
+    texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"] \
+        if isinstance(content, list) else []
+    text = "\n".join(t for t in texts if isinstance(t, str))
+    if not text:
+        structured = answer.result.get("structuredContent")
+        text = json.dumps(structured if structured is not None else answer.result, sort_keys=True, default=str)
+    return text[:OUTPUT_CHARS]
+
+
+class SessionSpeculator:
+    """Speculation for one downstream client session in front of one upstream server."""
+
+    def __init__(self, link: UpstreamLink, policy: McpPolicy, server_name: str, runtime: Runtime,
+                 predictor_for: PredictorFactory, named: bool = False) -> None:
+        self._link = link
+        self._policy = policy
+        self.server_name = server_name
+        self._named = named
+        self._runtime = runtime
+        self._predictor_for = predictor_for
+        self._listing: dict[str, Mapping[str, Any]] = {}
+        self.tools: dict[str, Mapping[str, Any]] = {}
+        """The upstream's tools as last listed in full (name -> the ``tools/list`` entry)."""
+        self.effects: dict[str, ToolEffect] = {}
+        self.fingerprint = ""
+        self._session: Session | None = None
+        self._predictor: Predictor | None = None
+        self._history: deque[ObservedCall] = deque(maxlen=HISTORY)
+        self._envelope: dict[str, Any] = {}
+        self._in_flight = 0
+        self._calls = self._hits = self._misses = self._passthrough = 0
+        self._saved_s = 0.0
+
+    def upstream_named(self, info: object) -> None:
+        """The upstream introduced itself (``serverInfo`` of its ``initialize`` answer); a name given on the
+        command line wins."""
+        if not self._named and isinstance(info, Mapping) and isinstance(info.get("name"), str):
+            self.server_name = info["name"]
+
+    # --- the tool list --------------------------------------------------------------------------------
+
+    async def tools_page(self, cursor: object, result: Mapping[str, Any]) -> None:
+        """A ``tools/list`` answer passed through; a complete list (re)builds the session's tools."""
+        if cursor is None:
+            self._listing = {}
+        tools = result.get("tools")
+        if isinstance(tools, list):
+            for entry in tools:
+                if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+                    self._listing[entry["name"]] = entry
+        if result.get("nextCursor") is None:
+            await self._rebuild(dict(self._listing))
+
+    async def tools_changed(self) -> None:
+        """The upstream says its tool list changed: nothing speculated so far may be served."""
+        if self._session is not None:
+            self._session.end_turn()
+
+    async def _rebuild(self, listing: dict[str, Mapping[str, Any]]) -> None:
+        server = self._policy.server(self.server_name)
+        effects = {name: decide(entry, server, self._policy.settings) for name, entry in listing.items()}
+        schemas = {name: _schema(entry) for name, entry in listing.items()}
+        tools = [Tool(name=name, fn=self._tool_fn(name), parameters=_PARAMETERS,
+                      description=str(listing[name].get("description", "")), effect=e.effect, ttl_s=e.ttl_s)
+                 for name, e in effects.items()]
+        await self.close()
+        self.tools, self.effects = listing, effects
+        self._session = self._runtime.session(tools=tools)
+        self._predictor, self.fingerprint = self._predictor_for(schemas)
+        self._history.clear()
+
+    def _tool_fn(self, name: str) -> Any:
+        link = self._link
+
+        async def run(payload: str) -> Answer:
+            request = _client_request.get()
+            if request is not None:  # the client's own call: relayed exactly as it came
+                return await link.request(request)
+            params: dict[str, Any] = {"name": name, "arguments": json.loads(payload)}
+            if self._envelope:
+                params["_meta"] = dict(self._envelope)
+            answer = await link.request(
+                JSONRPCRequest(jsonrpc="2.0", id=link.new_id(), method="tools/call", params=params),
+                speculative=True)
+            if not answer.servable:
+                raise UnservableAnswer(f"{name}: the speculation got an error or a non-final result")
+            return answer
+
+        return run
+
+    # --- calls ----------------------------------------------------------------------------------------
+
+    async def call(self, request: JSONRPCRequest) -> CallReport:
+        """Answer one client ``tools/call``: from a speculation when one matches, else from upstream."""
+        params = request.params or {}
+        name, arguments = params.get("name"), params.get("arguments", {})
+        self._calls += 1
+        meta = params.get("_meta")
+        if isinstance(meta, Mapping):
+            self._envelope = {k: v for k, v in meta.items() if isinstance(k, str) and k.startswith(_ENVELOPE_PREFIX)}
+        session = self._session
+        if (session is None or not isinstance(name, str) or name not in self.effects
+                or not isinstance(arguments, dict) or not set(params) <= _CALL_KEYS):
+            if session is not None:
+                session.end_turn()  # a call the runtime cannot see may change anything
+            self._passthrough += 1
+            return CallReport(await self._relay(request), "passthrough")
+        self._in_flight += 1
+        token = _client_request.set(request)
+        try:
+            outcome = await session.execute_detailed(ToolCall(name, {_PAYLOAD: payload_of(arguments)}))
+        except ForethoughtError as exc:
+            cause = exc.__cause__ if isinstance(exc.__cause__, UpstreamClosedError) else exc
+            if not isinstance(cause, UpstreamClosedError):
+                raise
+            return CallReport(Answer(error=upstream_gone_error(cause.detail)), "miss")
+        finally:
+            _client_request.reset(token)
+            self._in_flight -= 1
+        answer = outcome.value
+        if not isinstance(answer, Answer):  # pragma: no cover - the tool function returns nothing else
+            raise McpProxyError(f"{name}: unexpected value {type(answer).__name__} from the runtime")
+        if outcome.kind == "miss":
+            self._misses += 1
+        else:
+            self._hits += 1
+            self._saved_s += outcome.saved_s
+        return CallReport(answer, "miss" if outcome.kind == "miss" else "hit")
+
+    async def _relay(self, request: JSONRPCRequest) -> Answer:
+        try:
+            return await self._link.request(request)
+        except UpstreamClosedError as exc:
+            return Answer(error=upstream_gone_error(exc.detail))
+
+    async def learn_and_guess(self, request: JSONRPCRequest, report: CallReport) -> None:
+        """After an answer went to the client: learn the call, then speculate the likely next ones."""
+        session, predictor = self._session, self._predictor
+        params = request.params or {}
+        name = params.get("name")
+        if session is None or predictor is None or report.kind == "passthrough" or not isinstance(name, str):
+            return
+        effect = self.effects.get(name)
+        if effect is not None and not effect.private:
+            observed = ObservedCall(ToolCall(name, dict(params.get("arguments") or {})), output_text(report.answer),
+                                    ok=report.answer.servable)
+            try:
+                predictor.observe(self._context(), observed)
+            except Exception:  # a failing predictor costs the guess, never the call
+                log.warning("pattern predictor failed to learn a call of %s", name, exc_info=True)
+            self._history.append(observed)
+        if self._in_flight:
+            return  # another call of this step is still running: its end starts the next step
+        session.end_turn()
+        if self._link.gone is not None or session.closed:
+            return
+        try:
+            predictions = await predictor.predict(self._context())
+        except Exception:
+            log.warning("pattern predictor failed to predict", exc_info=True)
+            return
+        settings = self._policy.settings
+        launched = 0
+        for p in predictions:
+            if launched >= settings.guesses:
+                break
+            effect = self.effects.get(p.call.name)
+            if not p.executable or effect is None or not effect.early or p.confidence < settings.min_confidence:
+                continue
+            ticket = session.speculate(ToolCall(p.call.name, {_PAYLOAD: payload_of(p.call.arguments)}),
+                                       source=SOURCE, confidence=float(p.confidence))
+            launched += ticket.status in ("launched", "deduplicated")
+
+    def _context(self) -> PredictionContext:
+        return PredictionContext(session_id="mcp", messages=(), user_message="", history=tuple(self._history),
+                                 tools={name: _schema(entry) for name, entry in self.tools.items()})
+
+    # --- the end --------------------------------------------------------------------------------------
+
+    def stats(self) -> ProxyStats:
+        speculative = self._link.speculative_calls
+        return ProxyStats(sessions=1, calls=self._calls, hits=self._hits, misses=self._misses,
+                          passthrough=self._passthrough, saved_s=self._saved_s, speculative_calls=speculative,
+                          extra_upstream_calls=max(0, speculative - self._hits))
+
+    async def close(self) -> None:
+        """Stop every speculation and save what the predictor learned."""
+        session, predictor = self._session, self._predictor
+        self._session = self._predictor = None
+        if session is not None:
+            await session.close()
+        if predictor is not None:
+            flush = getattr(predictor, "flush", None)
+            if callable(flush):
+                try:
+                    flush()
+                except Exception:
+                    log.warning("pattern predictor failed to save", exc_info=True)
+
+
+def _schema(entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    schema = entry.get("inputSchema")
+    return schema if isinstance(schema, Mapping) else {"type": "object", "properties": {}}
+
+
+class PredictorFactory(Protocol):
+    """Builds the predictor of a tool set (``schemas``: name -> input schema) and names its fingerprint."""
+
+    def __call__(self, schemas: Mapping[str, Mapping[str, Any]], /) -> tuple[Predictor, str]: ...
