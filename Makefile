@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test clean sptc-venv bench-code vllm-venv
+.PHONY: demo test clean sptc-venv bench-code vllm-venv mcp-servers
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -49,7 +49,35 @@ bench-code: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/forethought bench --json reports/bench.json
 
-test: $(STAMP)
+MCP_VENV := .venv-mcp
+MCP_NODE := .cache/mcp-servers
+MCP_SERVERS := mcp-server-git==2026.10.19 mcp-server-time==2026.10.19
+MCP_SQLITE_VENV := .venv-mcp-sqlite
+MCP_SQLITE := mcp-server-sqlite==2025.4.25 mcp[cli]==1.30.0
+MCP_NODE_SERVERS := @modelcontextprotocol/server-filesystem@2026.8.31
+
+# Third-party MCP servers the mcp-proxy tests start, each set in an environment of its own (their pins are
+# not ours); the npm server is skipped (the tests say why) where npm is missing.
+$(MCP_VENV)/.installed:
+	test -x $(MCP_VENV)/bin/python || $(PY) -m venv $(MCP_VENV)
+	$(MCP_VENV)/bin/python -m pip install -q $(MCP_SERVERS)
+	touch $@
+
+# mcp-server-sqlite's last release is written for the 1.x SDK: it gets a venv of its own.
+$(MCP_SQLITE_VENV)/.installed:
+	test -x $(MCP_SQLITE_VENV)/bin/python || $(PY) -m venv $(MCP_SQLITE_VENV)
+	$(MCP_SQLITE_VENV)/bin/python -m pip install -q $(MCP_SQLITE)
+	touch $@
+
+$(MCP_NODE)/.installed:
+	mkdir -p $(MCP_NODE)
+	npm install -s --prefix $(MCP_NODE) --no-audit --no-fund $(MCP_NODE_SERVERS)
+	touch $@
+
+mcp-servers: $(MCP_VENV)/.installed $(MCP_SQLITE_VENV)/.installed
+	-@command -v npm >/dev/null && $(MAKE) --no-print-directory $(MCP_NODE)/.installed || true
+
+test: $(STAMP) mcp-servers
 	-$(MAKE) --no-print-directory sptc-venv  # optional: the spec-ptc comparison test skips (with its reason) without it
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
@@ -57,4 +85,4 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) $(SPTC_VENV) $(VLLM_VENV) reports .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SPTC_VENV) $(VLLM_VENV) $(MCP_VENV) $(MCP_SQLITE_VENV) $(MCP_NODE) reports .pytest_cache .mypy_cache .ruff_cache
