@@ -255,3 +255,9 @@ def test_every_relative_link_of_the_docs_exists() -> None:
             elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
                 broken.append(f"{doc.relative_to(ROOT)} -> {target}#{anchor} (no such heading)")
     assert not broken, "broken relative links:\n" + "\n".join(broken)
+
+
+def test_the_docs_never_defer_to_a_design_file_outside_the_repo() -> None:
+    """The design lives in docs/design.md; no page points readers at a DESIGN.md the repository lacks."""
+    deferring = [str(doc.relative_to(ROOT)) for doc in MARKDOWN if "DESIGN.md" in doc.read_text(encoding="utf-8")]
+    assert not deferring, f"pages citing DESIGN.md instead of docs/design.md: {deferring}"
