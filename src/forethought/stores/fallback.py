@@ -1,0 +1,171 @@
+"""Degrade to local: a shared pattern store that keeps working (locally) while Redis is away.
+
+:class:`FallbackPatternStore` puts a shared store (normally :class:`RedisPatternStore`) in front of a local
+mirror. While the shared store answers, it is the truth and the mirror holds the last state loaded. When
+a call fails, the store emits a ``degraded`` :class:`StoreEvent`, answers from the mirror, applies merges
+to the mirror and queues them (each with its idempotency id), and does not try the shared store again
+before ``retry_after_s`` on its clock, so a dead or slow Redis costs at most one timeout per period. The
+first successful call afterwards replays the queue (a batch applied before a lost reply is not applied
+twice) and emits ``recovered``. Nothing here raises because of the shared store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from forethought._clock import SYSTEM_CLOCK, Clock
+from forethought.predictors.patterns.counts import CountsState
+from forethought.predictors.patterns.store import MemoryPatternStore
+from forethought.stores.errors import StoreUnavailableError
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 5.0
+MAX_QUEUED_MERGES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEvent:
+    """A change in a shared store's health: ``kind`` is ``degraded``, ``recovered`` or ``dropped``."""
+
+    kind: str
+    store: str
+    detail: str = ""
+
+
+EventSink = Callable[[StoreEvent], None]
+
+
+class IdempotentPatternStore(Protocol):
+    """A pattern store whose merges take an idempotency id (a repeat of the same id is a no-op)."""
+
+    def load(self, fingerprint: str) -> CountsState: ...
+
+    def merge(self, fingerprint: str, deltas: Mapping[str, float], ticks: float, epoch: float,
+              half_life: float | None, merge_id: str | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Merge:
+    fingerprint: str
+    deltas: Mapping[str, float]
+    ticks: float
+    epoch: float
+    half_life: float | None
+    merge_id: str
+
+
+class FallbackPatternStore:
+    """A :class:`~forethought.predictors.patterns.store.PatternStore`: shared when it can be, local when not."""
+
+    def __init__(self, shared: IdempotentPatternStore, on_event: EventSink | None = None, clock: Clock = SYSTEM_CLOCK,
+                 retry_after_s: float = RETRY_AFTER_S, max_queued: int = MAX_QUEUED_MERGES,
+                 name: str = "redis-patterns") -> None:
+        self._shared = shared
+        self._on_event = on_event
+        self._clock = clock
+        self._retry_after_s = retry_after_s
+        self._max_queued = max_queued
+        self._name = name
+        self._lock = threading.RLock()
+        self._mirror: dict[str, MemoryPatternStore] = {}
+        self._queue: list[_Merge] = []
+        self._down_until: float | None = None
+        self.degraded = False
+        self.dropped = 0
+
+    def _emit(self, kind: str, detail: str = "") -> None:
+        log.warning("pattern store %s: %s %s", self._name, kind, detail)
+        if self._on_event is not None:
+            try:
+                self._on_event(StoreEvent(kind, self._name, detail))
+            except Exception:
+                log.exception("store event subscriber failed")
+
+    def _fail(self, exc: StoreUnavailableError) -> None:
+        self._down_until = self._clock.monotonic() + self._retry_after_s
+        if not self.degraded:
+            self.degraded = True
+            self._emit("degraded", str(exc))
+
+    def _shared_usable(self) -> bool:
+        """Whether to try the shared store now; replays the queue first (False if that fails)."""
+        if self._down_until is not None and self._clock.monotonic() < self._down_until:
+            return False
+        try:
+            while self._queue:
+                m = self._queue[0]
+                self._shared.merge(m.fingerprint, m.deltas, m.ticks, m.epoch, m.half_life, merge_id=m.merge_id)
+                self._queue.pop(0)
+        except StoreUnavailableError as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    def _recovered(self) -> None:
+        self._down_until = None
+        if self.degraded:
+            self.degraded = False
+            self._emit("recovered")
+
+    def _mirror_of(self, fingerprint: str) -> MemoryPatternStore:
+        mirror = self._mirror.get(fingerprint)
+        if mirror is None:
+            mirror = self._mirror[fingerprint] = MemoryPatternStore()
+        return mirror
+
+    def _remember(self, fingerprint: str, state: CountsState) -> None:
+        mirror = self._mirror[fingerprint] = MemoryPatternStore()
+        if state.values or state.clock:
+            # Seeding an empty store with the whole state reproduces it (stored epoch = the state's epoch).
+            mirror.merge(fingerprint, state.values, state.clock, state.epoch, None)
+
+    def load(self, fingerprint: str) -> CountsState:
+        with self._lock:
+            if self._shared_usable():
+                try:
+                    state = self._shared.load(fingerprint)
+                except StoreUnavailableError as exc:
+                    self._fail(exc)
+                else:
+                    self._recovered()
+                    self._remember(fingerprint, state)
+                    return state
+            return self._mirror_of(fingerprint).load(fingerprint)
+
+    def merge(self, fingerprint: str, deltas: Mapping[str, float], ticks: float, epoch: float,
+              half_life: float | None) -> None:
+        merge = _Merge(fingerprint, dict(deltas), ticks, epoch, half_life, uuid.uuid4().hex)
+        with self._lock:
+            self._mirror_of(fingerprint).merge(fingerprint, merge.deltas, ticks, epoch, half_life)
+            if self._shared_usable():
+                try:
+                    self._shared.merge(fingerprint, merge.deltas, ticks, epoch, half_life, merge_id=merge.merge_id)
+                except StoreUnavailableError as exc:
+                    self._fail(exc)
+                else:
+                    self._recovered()
+                    return
+            if len(self._queue) >= self._max_queued:
+                self._queue.pop(0)
+                self.dropped += 1
+                self._emit("dropped", "queued merge dropped (queue full)")
+            self._queue.append(merge)
+
+    @property
+    def queued(self) -> int:
+        """Merges waiting for the shared store to come back."""
+        return len(self._queue)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._queue and self._shared_usable():
+                self._recovered()
+            self._shared.close()

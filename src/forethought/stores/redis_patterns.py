@@ -1,0 +1,139 @@
+"""Learned patterns in Redis: the PatternStore protocol, merged additively and idempotently by one Lua script.
+
+:class:`RedisPatternStore` implements :class:`~forethought.predictors.patterns.store.PatternStore` so every
+worker on every machine learns into one model. The protocol is synchronous (a predictor saves from its
+own synchronous ``flush``), so this uses redis-py's synchronous client; the calls are short and bounded
+by socket timeouts.
+
+Layout per fingerprint (one Cluster hash slot, through the hash tag ``{ft:pat:<fingerprint>}``):
+
+* ``{ft:pat:F}:meta``   hash ``clock``, ``epoch``, ``version``
+* ``{ft:pat:F}:counts`` hash counter -> stored (epoch-scaled) number
+* ``{ft:pat:F}:done:ID`` a marker per applied merge, kept ``DONE_TTL_S``
+
+A merge is one Lua script: it applies the batch only if its marker is new (so a retry after a lost reply
+never counts twice), rescales decaying deltas from the writer's epoch to the stored one, advances the
+clock, and rebases when the stored numbers have grown past ``REBASE_AFTER_HALF_LIVES`` half-lives; the same
+arithmetic as :class:`~forethought.predictors.patterns.store.SqlitePatternStore`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from forethought.predictors.patterns.counts import PLAIN_PREFIX, REBASE_AFTER_HALF_LIVES, CountsState
+from forethought.stores.errors import StoreTimeoutError, StoreUnavailableError, mapped_redis_errors
+
+DONE_TTL_S = 86_400
+"""How long a merge's marker is kept: a retry of the same batch within this time is a no-op."""
+SOCKET_TIMEOUT_S = 0.5
+RETRIES = 2
+"""Extra attempts of one merge (with the same marker) after a connection error (never after a timeout)."""
+
+_MERGE = """
+if redis.call('SET', KEYS[3], '1', 'NX', 'EX', tonumber(ARGV[6])) == false then return 0 end
+local ticks, epoch = tonumber(ARGV[1]), tonumber(ARGV[2])
+local hl = nil
+if ARGV[3] ~= '' then hl = tonumber(ARGV[3]) end
+local rebase_after, plain = tonumber(ARGV[4]), ARGV[5]
+local meta = redis.call('HMGET', KEYS[1], 'clock', 'epoch')
+local clock, stored = tonumber(meta[1]), tonumber(meta[2])
+if clock == nil then
+  clock, stored = 0, epoch
+  redis.call('HSET', KEYS[1], 'version', ARGV[7])
+end
+local factor = 1
+if hl ~= nil and epoch ~= stored then factor = 2 ^ ((epoch - stored) / hl) end
+for i = 8, #ARGV, 2 do
+  local key, delta = ARGV[i], tonumber(ARGV[i + 1])
+  if string.sub(key, 1, #plain) ~= plain then delta = delta * factor end
+  redis.call('HINCRBYFLOAT', KEYS[2], key, string.format('%.17g', delta))
+end
+clock = clock + ticks
+if hl ~= nil and (clock - stored) / hl > rebase_after then
+  local down = 2 ^ ((stored - clock) / hl)
+  local all = redis.call('HGETALL', KEYS[2])
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, #plain) ~= plain then
+      redis.call('HSET', KEYS[2], all[i], string.format('%.17g', tonumber(all[i + 1]) * down))
+    end
+  end
+  stored = clock
+end
+redis.call('HSET', KEYS[1], 'clock', string.format('%.17g', clock), 'epoch', string.format('%.17g', stored))
+return 1
+"""
+
+SCHEMA_VERSION = 1
+
+
+def pattern_keys(fingerprint: str, prefix: str = "ft:pat") -> tuple[str, str, str]:
+    """The meta key, the counts key and the prefix of merge markers of ``fingerprint`` (one hash slot)."""
+    tag = f"{{{prefix}:{fingerprint}}}"
+    return f"{tag}:meta", f"{tag}:counts", f"{tag}:done:"
+
+
+class RedisPatternStore:
+    """A :class:`~forethought.predictors.patterns.store.PatternStore` in Redis, shared by every worker.
+
+    ``client`` is a synchronous ``redis.Redis`` (``from_url`` builds one with short timeouts). Errors reaching
+    Redis raise :class:`~forethought.stores.errors.StoreUnavailableError`; wrap the store in
+    :class:`~forethought.stores.fallback.FallbackPatternStore` to keep learning locally meanwhile.
+    """
+
+    def __init__(self, client: Any, prefix: str = "ft:pat", retries: int = RETRIES) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._retries = retries
+        self._merge = client.register_script(_MERGE)
+        self.merges = 0
+        self.round_trips = 0
+
+    @classmethod
+    def from_url(cls, url: str, socket_timeout_s: float = SOCKET_TIMEOUT_S,
+                 prefix: str = "ft:pat") -> RedisPatternStore:
+        """A store on a new client for ``url`` whose every call gives up after ``socket_timeout_s``."""
+        import redis
+
+        client = redis.Redis.from_url(url, socket_timeout=socket_timeout_s, socket_connect_timeout=socket_timeout_s,
+                                      retry_on_timeout=False)
+        return cls(client, prefix)
+
+    def load(self, fingerprint: str) -> CountsState:
+        meta_key, counts_key, _ = pattern_keys(fingerprint, self._prefix)
+        with mapped_redis_errors("load patterns"):
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hmget(meta_key, "clock", "epoch")
+            pipe.hgetall(counts_key)
+            meta, counts = pipe.execute()
+            self.round_trips += 1
+        clock = float(meta[0]) if meta[0] is not None else 0.0
+        epoch = float(meta[1]) if meta[1] is not None else 0.0
+        return CountsState(clock, epoch, {k.decode(): float(v) for k, v in counts.items()})
+
+    def merge(self, fingerprint: str, deltas: Mapping[str, float], ticks: float, epoch: float,
+              half_life: float | None, merge_id: str | None = None) -> None:
+        """Add a batch atomically; ``merge_id`` (new by default) makes a repeat of the same batch a no-op."""
+        meta_key, counts_key, done_prefix = pattern_keys(fingerprint, self._prefix)
+        marker = done_prefix + (merge_id or uuid.uuid4().hex)
+        args: list[Any] = [repr(float(ticks)), repr(float(epoch)), "" if half_life is None else repr(float(half_life)),
+                           repr(REBASE_AFTER_HALF_LIVES), PLAIN_PREFIX, DONE_TTL_S, SCHEMA_VERSION]
+        for key, delta in deltas.items():
+            args += [key, repr(float(delta))]
+        for attempt in range(self._retries + 1):
+            try:
+                with mapped_redis_errors("merge patterns"):
+                    self._merge(keys=[meta_key, counts_key, marker], args=args)
+                    self.round_trips += 1
+                break
+            except StoreTimeoutError:
+                raise  # a slow store is not retried: the caller falls back at once
+            except StoreUnavailableError:
+                if attempt == self._retries:
+                    raise
+        self.merges += 1
+
+    def close(self) -> None:
+        self._client.close()
