@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test clean sptc-venv bench-code vllm-venv mcp-servers
+.PHONY: demo test clean sptc-venv bench-code vllm-venv mcp-servers redis-server
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -77,7 +77,15 @@ $(MCP_NODE)/.installed:
 mcp-servers: $(MCP_VENV)/.installed $(MCP_SQLITE_VENV)/.installed
 	-@command -v npm >/dev/null && $(MAKE) --no-print-directory $(MCP_NODE)/.installed || true
 
-test: $(STAMP) mcp-servers
+# The Redis tests start a real redis-server on 127.0.0.1 (Debian package redis-server: PyPI has no server
+# package here); installed as root (CI) or with passwordless sudo, otherwise those tests skip and say why.
+redis-server:
+	@command -v redis-server >/dev/null || { command -v apt-get >/dev/null && \
+	  S=$$( [ "$$(id -u)" = 0 ] && echo "" || echo "sudo -n" ) && $$S apt-get update -qq && \
+	  $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; } || \
+	  echo "redis-server could not be installed (needs apt-get and root): the Redis tests skip"
+
+test: $(STAMP) mcp-servers redis-server
 	-$(MAKE) --no-print-directory sptc-venv  # optional: the spec-ptc comparison test skips (with its reason) without it
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
