@@ -121,7 +121,8 @@ async def test_early_dispatch_happens_before_the_message_ends() -> None:
 
 
 async def test_bench_runs_every_arm_and_checks_equivalence(tmp_path: Path) -> None:
-    config = BenchConfig(trajectories=2, agents=2, time_scale=0.01, tool_latency_s=0.5, out_dir=str(tmp_path))
+    config = BenchConfig(trajectories=2, agents=2, time_scale=0.01, tool_latency_s=0.5, out_dir=str(tmp_path),
+                         repeats=2)
     doc = await run_bench(config, console=None, json_path=str(tmp_path / "bench.json"))
     results = doc["results"]
     assert results["equivalent"] is True
@@ -130,5 +131,12 @@ async def test_bench_runs_every_arm_and_checks_equivalence(tmp_path: Path) -> No
         assert {"wall_s", "time_saved", "speedup", "hits", "partial_hits", "misses", "wasted_tool_s", "alpha",
                 "efficiency"} <= fields.keys()
     assert results["arms"]["spec-model"]["hits"] > 0
+    for name, arm in results["arms"].items():  # added in wave 2: spread over repeats, lag, oracle share
+        low, high = arm["time_saved_spread"]
+        assert low <= arm["time_saved"] <= high and arm["repeats"] == 2 and arm["lag_p99_ms"] >= 0.0
+        assert (arm["oracle_share"] is None) == (name == "serial" or results["arms"]["oracle"]["time_saved"] <= 0)
+    oracle = results["arms"]["oracle"]
+    assert oracle["misses"] == 0 and oracle["hits"] == results["arms"]["serial"]["misses"]  # every call foreseen
+    assert results["repeats"] == 2 and results["machine"]["cores"] >= 1 and results["verdict"]
     assert json.loads((tmp_path / "bench.json").read_text())["command"] == "bench"
     assert (tmp_path / "report.html").exists() and (tmp_path / "outcomes.png").exists()

@@ -1,9 +1,12 @@
 """``forethought bench``: serial vs speculative arms on a workload, with equivalence check and report.
 
 One run: start the simulated engine on a free loopback port, train the pattern predictor on the other
-fold, run every arm over the same trajectories with the same injected latencies, compute metrics against
-the serial arm, check equivalence (tool outputs and final backend states), optionally repeat at further
-tool latencies for the time-saved-by-latency plot, and write JSON + HTML + PNG.
+fold, run every arm over the same trajectories with the same injected latencies — interleaved by batch of
+trajectories (the arms' order rotating from batch to batch) and repeated — compute metrics against the
+serial arm per repeat, report medians with their spread, check equivalence (tool outputs and final
+backend states) on every repeat, watch the event-loop lag and the load average, optionally run again
+beside ``--load N`` CPU burners and at further tool latencies, and write JSON + HTML + PNG with a verdict
+in words.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from forethought._policy import Policy
 from forethought._trajectory import Trajectory
 from forethought.bench.arms import Arm, parse_arms
-from forethought.bench.metrics import ArmMetrics, arm_metrics
+from forethought.bench.cpuload import CpuLoad
+from forethought.bench.lag import LagMonitor, machine_snapshot
+from forethought.bench.metrics import ArmMetrics, arm_metrics, median
+from forethought.bench.oracle import OraclePredictor
 from forethought.bench.predict_eval import record_trajectories
 from forethought.bench.report import (
     document,
@@ -31,7 +37,8 @@ from forethought.bench.report import (
     write_html,
     write_json,
 )
-from forethought.bench.runner import ArmRun, run_arm
+from forethought.bench.runner import ArmRun, open_arm, run_arm, run_batch
+from forethought.bench.verdict import verdict
 from forethought.errors import ForethoughtError
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.serve.model_server import SpeculatorConfig, TimingConfig, create_model_server
@@ -45,7 +52,9 @@ class BenchConfig:
     """Everything a bench run depends on; printed in the report."""
 
     workload: str = "bfcl"
-    arms: str = "serial,spec-model,spec-stream,spec-pattern,pattern+stream,all"
+    arms: str = "serial,spec-model,spec-stream,spec-pattern,pattern+stream,all,oracle"
+    repeats: int = 3
+    load: int = 0
     trajectories: int = 12
     agents: int = 4
     tool_latency_s: float = 1.0
@@ -121,8 +130,101 @@ async def run_arms(config: BenchConfig, workload: Workload, arms: Sequence[Arm],
 
                 results[arm.name] = await run_arm(
                     arm, trajectories, workload, base_url, agents=config.agents, latency=latency,
-                    policy=config.policy, samples=config.samples, pattern_factory=patterns, progress=advance)
+                    policy=config.policy, samples=config.samples, pattern_factory=patterns, progress=advance,
+                    oracle=lambda: OraclePredictor(trajectories))
     return results
+
+
+async def run_interleaved(config: BenchConfig, workload: Workload, arms: Sequence[Arm],
+                          trajectories: Sequence[Trajectory], latency: LatencyModel, console: Console | None,
+                          patterns: Callable[[], PatternPredictor] | None,
+                          monitor: LagMonitor) -> list[dict[str, ArmRun]]:
+    """Every arm on every batch of ``agents`` trajectories, the arms' order rotating; ``repeats`` times.
+
+    Returns one ``{arm: ArmRun}`` per repeat. Each arm keeps one runtime (and its predictors) for a whole
+    repeat, as in a plain run; the monitor's label names the arm whose batch is running.
+    """
+    main, spec = _timing(config)
+    speculator = SpeculatorConfig(alpha=config.alpha, timing=spec, seed=config.seed)
+    size = max(1, config.agents)
+    batches = [trajectories[i:i + size] for i in range(0, len(trajectories), size)]
+    repeats = max(1, config.repeats)
+    out: list[dict[str, ArmRun]] = []
+    async with serve_in_subprocess(create_model_server, list(trajectories), timing=main,
+                                   speculator=speculator) as base_url:
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=console, disable=console is None, transient=True)
+        with progress:
+            task = progress.add_task(f"{len(arms)} arms x {repeats} repeats",
+                                     total=repeats * len(arms) * len(trajectories))
+
+            def advance(_arm: str) -> None:
+                progress.advance(task)
+
+            for repeat in range(repeats):
+                contexts = {arm.name: open_arm(arm, base_url, policy=config.policy, samples=config.samples,
+                                               pattern_factory=patterns,
+                                               oracle=lambda: OraclePredictor(trajectories)) for arm in arms}
+                try:
+                    for number, batch in enumerate(batches):
+                        shift = (repeat + number) % len(arms)
+                        for arm in (*arms[shift:], *arms[:shift]):
+                            monitor.label = arm.name
+                            await run_batch(contexts[arm.name], batch, workload, agents=config.agents,
+                                            latency=latency, progress=advance, repeat=repeat)
+                        monitor.label = ""
+                    out.append({name: context.result() for name, context in contexts.items()})
+                finally:
+                    for context in contexts.values():
+                        await context.aclose()
+    return out
+
+
+def aggregate(per_repeat: Sequence[Mapping[str, ArmMetrics]]) -> dict[str, dict[str, Any]]:
+    """Medians over repeats of every numeric field, ``time_saved_spread`` [min, max], equivalence on all."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in per_repeat[0]:
+        rows = [asdict(metrics[name]) for metrics in per_repeat]
+        arm: dict[str, Any] = {}
+        for field_name, first in rows[0].items():
+            values = [row[field_name] for row in rows]
+            if isinstance(first, bool):
+                arm[field_name] = all(values)
+            elif isinstance(first, int):
+                arm[field_name] = round(median([float(v) for v in values]))
+            else:
+                arm[field_name] = median([float(v) for v in values])
+        saved = [row["time_saved"] for row in rows]
+        arm["time_saved_spread"] = [min(saved), max(saved)]
+        arm["repeats"] = len(rows)
+        out[name] = arm
+    oracle = out.get("oracle")
+    for name, arm in out.items():
+        share = None
+        if oracle is not None and name != "serial" and float(oracle["time_saved"]) > 0:
+            share = float(arm["time_saved"]) / float(oracle["time_saved"])
+        arm["oracle_share"] = share
+    return out
+
+
+async def measure_arms(config: BenchConfig, workload: Workload, arms: Sequence[Arm],
+                       trajectories: Sequence[Trajectory], latency: LatencyModel, console: Console | None,
+                       patterns: Callable[[], PatternPredictor] | None,
+                       state_changing: Mapping[str, frozenset[int]]) -> tuple[dict[str, dict[str, Any]],
+                                                                             dict[str, Any], list[dict[str, ArmRun]]]:
+    """One interleaved, repeated measurement: (arms JSON, machine JSON, the raw runs of every repeat)."""
+    before = machine_snapshot()
+    async with LagMonitor() as monitor:
+        runs = await run_interleaved(config, workload, arms, trajectories, latency, console, patterns, monitor)
+    after = machine_snapshot()
+    arms_out = aggregate([metrics_of(r, state_changing) for r in runs])
+    for name, arm in arms_out.items():
+        arm["lag_p99_ms"] = monitor.p99_ms(name)
+    machine = {"cores": before.cores, "load_1m_start": before.load_1m, "load_1m_end": after.load_1m,
+               "load_avg_start": [before.load_1m, before.load_5m, before.load_15m],
+               "load_avg_end": [after.load_1m, after.load_5m, after.load_15m],
+               "lag_p99_ms": monitor.p99_ms()}
+    return arms_out, machine, runs
 
 
 def metrics_of(runs: Mapping[str, ArmRun], state_changing: Mapping[str, frozenset[int]]) -> dict[str, ArmMetrics]:
@@ -145,33 +247,53 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
     if hasattr(workload, "state_changing_calls"):
         for t in trajectories:
             state_changing[t.id] = await workload.state_changing_calls(t)
-    runs = await run_arms(config, workload, arms, trajectories, latency, console, patterns)
-    metrics = metrics_of(runs, state_changing)
-    sweep: dict[str, dict[str, float]] = {a.name: {str(config.tool_latency_s): metrics[a.name].time_saved}
+    arms_out, machine, repeats = await measure_arms(config, workload, arms, trajectories, latency, console, patterns,
+                                                    state_changing)
+    sweep: dict[str, dict[str, float]] = {a.name: {str(config.tool_latency_s): arms_out[a.name]["time_saved"]}
                                           for a in arms if a.name != "serial"}
     for mean in config.latencies:
         if mean == config.tool_latency_s:
             continue
         if console is not None:
-            console.print(f"[dim]latency sweep: mean tool latency {mean:g} s[/dim]")
+            console.print(f"[dim]latency sweep (one run, not repeated): mean tool latency {mean:g} s[/dim]")
         extra = await run_arms(config, workload, arms, trajectories, replace(latency, mean_s=mean), None, patterns)
         for name, m in metrics_of(extra, state_changing).items():
             if name != "serial":
                 sweep[name][str(mean)] = m.time_saved
-    arms_out = {name: asdict(m) for name, m in metrics.items()}
-    equivalent = all(m.equivalent for m in metrics.values())
-    differing = sorted({r.trajectory_id for name, run in runs.items() for r in run.runs
-                        if not metrics[name].equivalent})
-    results = {
+    equivalent = all(bool(a["equivalent"]) for a in arms_out.values())
+    differing = sorted({r.trajectory_id for runs in repeats for name, run in runs.items() for r in run.runs
+                        if not arms_out[name]["equivalent"]})
+    words = verdict(arms_out, equivalent, machine, len(repeats))
+    results: dict[str, Any] = {
         "arms": arms_out,
         "equivalent": equivalent,
+        "repeats": len(repeats),
+        "machine": machine,
+        "verdict": words,
         "trajectories": [t.id for t in trajectories],
         "latency_sweep": sweep,
-        "measured": _measured(runs),
-        "elapsed_s": time.monotonic() - started,
+        "measured": _measured(repeats[0]),
     }
+    if config.load > 0:
+        if console is not None:
+            console.print(f"[dim]again beside {config.load} CPU-burning process(es) (--load)[/dim]")
+        with CpuLoad(config.load):
+            loaded, loaded_machine, loaded_runs = await measure_arms(config, workload, arms, trajectories, latency,
+                                                                     console, patterns, state_changing)
+        results["under_load"] = {
+            "processes": config.load,
+            "machine": loaded_machine,
+            "equivalent": all(bool(a["equivalent"]) for a in loaded.values()),
+            "arms": {name: {"time_saved": a["time_saved"], "time_saved_spread": a["time_saved_spread"],
+                            "lag_p99_ms": a["lag_p99_ms"], "wasted_tool_s": a["wasted_tool_s"],
+                            "equivalent": a["equivalent"]} for name, a in loaded.items()},
+        }
+        equivalent = equivalent and results["under_load"]["equivalent"]
+        results["equivalent"] = equivalent
+        del loaded_runs
+    results["elapsed_s"] = time.monotonic() - started
     if not equivalent:
-        results["not_equivalent_arms"] = [n for n, m in metrics.items() if not m.equivalent]
+        results["not_equivalent_arms"] = [n for n, a in arms_out.items() if not a["equivalent"]]
         results["trajectories_in_differing_arms"] = differing
     doc = document("bench", config.params(), results)
     out_dir = Path(config.out_dir)
@@ -180,7 +302,9 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
               plot_efficiency(out_dir / "efficiency.png", arms_out)]
     if len(config.latencies) > 1:
         images.insert(0, plot_latency_sweep(out_dir / "time_saved_by_latency.png", sweep))
-    notes = [f"time scale {config.time_scale:g}: every latency and generation time is multiplied by it",
+    notes = [*words,
+             f"medians over {len(repeats)} repeats, arms interleaved by batch of {config.agents} trajectories",
+             f"time scale {config.time_scale:g}: every latency and generation time is multiplied by it",
              "alpha = fraction of authoritative calls overlapped with generation (hits, partial hits, early dispatch)"]
     html_path = write_html(out_dir / "report.html", doc, images, notes)
     json_file = write_json(json_path or out_dir / "bench.json", doc)
@@ -189,6 +313,8 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
                    f"{config.agents} agents, mean tool latency {config.tool_latency_s:g} s "
                    f"(time scale {config.time_scale:g})", arms_out)
         console.print(f"equivalence with serial: {'[green]OK[/green]' if equivalent else '[red]DIFFERS[/red]'}")
+        for line in words:
+            console.print(("[bold red]" if line.startswith(("WARNING", "NOT")) else "") + line, markup=True)
         console.print(f"report: {html_path}   json: {json_file}")
     return doc
 

@@ -103,37 +103,81 @@ async def converse(arm: str, agent: Agent, trajectory: Trajectory,
                          fingerprint(), stats, error)
 
 
-async def run_arm(arm: Arm, trajectories: Sequence[Trajectory], workload: Workload, base_url: str, *,
-                  agents: int, latency: LatencyModel | None, policy: Policy, samples: int,
-                  pattern_factory: Callable[[], PatternPredictor] | None,
-                  progress: Callable[[str], None] | None = None, repeat: int = 0) -> ArmRun:
-    """Run ``trajectories`` with at most ``agents`` concurrent agents under one runtime."""
+@dataclass(slots=True)
+class ArmContext:
+    """One arm's long-lived parts for a run: its client, runtime and predictors (shared by its batches)."""
+
+    arm: Arm
+    client: OpenAIChatClient
+    runtime: Runtime
+    predictors: list[Predictor]
+    speculator: ModelSpeculator | None
+    runs: list[TrajectoryRun] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def result(self) -> ArmRun:
+        """The arm's runs so far (in trajectory order of their batches) as one :class:`ArmRun`."""
+        speculator = self.speculator
+        return ArmRun(self.arm, tuple(self.runs), self.elapsed_s,
+                      speculator_tokens=speculator.stats.tokens if speculator else 0,
+                      speculator_first_close_s=speculator.stats.mean_first_close_s if speculator else 0.0,
+                      runtime_stats=self.runtime.stats())
+
+    async def aclose(self) -> None:
+        self.runtime.close()
+        await self.client.aclose()
+
+
+def open_arm(arm: Arm, base_url: str, *, policy: Policy, samples: int,
+             pattern_factory: Callable[[], PatternPredictor] | None,
+             oracle: Callable[[], Predictor] | None = None) -> ArmContext:
+    """Build ``arm``'s client, runtime and predictors (its pattern predictor a fresh trained copy)."""
     client = OpenAIChatClient(base_url + "/v1")
     runtime = Runtime(policy=policy)
     predictors: list[Predictor] = []
     speculator: ModelSpeculator | None = None
+    if arm.oracle and oracle is not None:
+        predictors.append(oracle())
     if arm.patterns and pattern_factory is not None:
         predictors.append(pattern_factory())
     if arm.model:
         speculator = ModelSpeculator(client, SPECULATOR_MODEL, samples=samples)
         predictors.append(speculator)
+    return ArmContext(arm, client, runtime, predictors, speculator)
+
+
+async def run_batch(context: ArmContext, trajectories: Sequence[Trajectory], workload: Workload, *,
+                    agents: int, latency: LatencyModel | None,
+                    progress: Callable[[str], None] | None = None, repeat: int = 0) -> None:
+    """Run ``trajectories`` with at most ``agents`` concurrent agents under the arm's runtime."""
     gate = asyncio.Semaphore(max(1, agents))
+    arm = context.arm
 
     async def one(trajectory: Trajectory) -> TrajectoryRun:
         async with gate:
-            run = await run_trajectory(arm, trajectory, workload, client, runtime, predictors, latency, repeat)
+            run = await run_trajectory(arm, trajectory, workload, context.client, context.runtime,
+                                       context.predictors, latency, repeat)
             if progress is not None:
                 progress(arm.name)
             return run
 
     started = time.monotonic()
+    runs = await asyncio.gather(*(one(t) for t in trajectories))
+    context.elapsed_s += time.monotonic() - started
+    context.runs.extend(runs)
+
+
+async def run_arm(arm: Arm, trajectories: Sequence[Trajectory], workload: Workload, base_url: str, *,
+                  agents: int, latency: LatencyModel | None, policy: Policy, samples: int,
+                  pattern_factory: Callable[[], PatternPredictor] | None,
+                  progress: Callable[[str], None] | None = None, repeat: int = 0,
+                  oracle: Callable[[], Predictor] | None = None) -> ArmRun:
+    """Run ``trajectories`` with at most ``agents`` concurrent agents under one runtime."""
+    context = open_arm(arm, base_url, policy=policy, samples=samples, pattern_factory=pattern_factory,
+                       oracle=oracle)
     try:
-        runs = await asyncio.gather(*(one(t) for t in trajectories))
+        await run_batch(context, trajectories, workload, agents=agents, latency=latency, progress=progress,
+                        repeat=repeat)
     finally:
-        runtime.close()
-        await client.aclose()
-    elapsed = time.monotonic() - started
-    return ArmRun(arm, tuple(runs), elapsed,
-                  speculator_tokens=speculator.stats.tokens if speculator else 0,
-                  speculator_first_close_s=speculator.stats.mean_first_close_s if speculator else 0.0,
-                  runtime_stats=runtime.stats())
+        await context.aclose()
+    return context.result()

@@ -1,0 +1,146 @@
+"""A bench you can trust: medians with spread over repeats, the oracle arm, lag and load, the verdict."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from forethought import ToolCall
+from forethought._trajectory import Trajectory, Turn
+from forethought.bench.cpuload import CpuLoad
+from forethought.bench.lag import LagMonitor, percentile
+from forethought.bench.main import aggregate
+from forethought.bench.metrics import ArmMetrics
+from forethought.bench.oracle import OraclePredictor
+from forethought.bench.verdict import BUSY_LAG_P99_MS, machine_busy, verdict
+from forethought.predictors.base import PredictionContext
+
+A, B, C = ToolCall("a", {"x": 1}), ToolCall("b", {}), ToolCall("c", {"y": "z"})
+TRAJECTORY = Trajectory("t1", (Turn("first", ((A,), (B, C))), Turn("second", ((C,),))))
+
+
+def _context(messages: list[dict[str, object]], trajectory_id: str = "t1") -> PredictionContext:
+    return PredictionContext("s", messages, "", request_extra={"metadata": {"trajectory_id": trajectory_id}})
+
+
+async def test_oracle_predicts_exactly_the_calls_of_the_current_step() -> None:
+    oracle = OraclePredictor([TRAJECTORY])
+    user1, user2 = {"role": "user", "content": "first"}, {"role": "user", "content": "second"}
+    assistant, tool = {"role": "assistant", "content": None}, {"role": "tool", "content": "r"}
+    steps = [
+        ([user1], [A]),
+        ([user1, assistant, tool], [B, C]),
+        ([user1, assistant, tool, assistant, tool, tool], []),  # the final answer of turn 1
+        ([user1, assistant, tool, assistant, tool, tool, assistant, user2], [C]),
+        ([user1, assistant, tool, assistant, tool, tool, assistant, user2, assistant, tool], []),
+    ]
+    for messages, expected in steps:
+        predictions = await oracle.predict(_context(messages))
+        assert [p.call for p in predictions] == expected
+        assert all(p.confidence == 1.0 and p.executable for p in predictions)
+
+
+@pytest.mark.parametrize("extra", [{}, {"metadata": None}, {"metadata": {"trajectory_id": 7}},
+                                   {"metadata": {"trajectory_id": "unknown"}}])
+async def test_oracle_without_a_known_trajectory_predicts_nothing(extra: dict[str, object]) -> None:
+    context = PredictionContext("s", [{"role": "user", "content": "x"}], "x", request_extra=extra)
+    assert await OraclePredictor([TRAJECTORY]).predict(context) == ()
+
+
+def _metrics(time_saved: float, hits: int = 3, equivalent: bool = True) -> ArmMetrics:
+    return ArmMetrics(wall_s=10 * (1 - time_saved), time_saved=time_saved, speedup=1 / (1 - time_saved),
+                      hits=hits, partial_hits=0, misses=1, early_dispatched=0, wasted_tool_s=0.5,
+                      saved_tool_s=1.0, alpha=0.5, efficiency=0.9, speculator_tokens=0, errors=0,
+                      equivalent=equivalent)
+
+
+def test_aggregate_takes_medians_spread_and_equivalence_of_every_repeat() -> None:
+    repeats = [{"serial": _metrics(0.0), "x": _metrics(0.10, 2), "oracle": _metrics(0.40)},
+               {"serial": _metrics(0.0), "x": _metrics(0.30, 4, equivalent=False), "oracle": _metrics(0.20)},
+               {"serial": _metrics(0.0), "x": _metrics(0.20, 3), "oracle": _metrics(0.30)}]
+    out = aggregate(repeats)
+    assert out["x"]["time_saved"] == pytest.approx(0.20) and out["x"]["time_saved_spread"] == [0.10, 0.30]
+    assert out["x"]["hits"] == 3 and isinstance(out["x"]["hits"], int)
+    assert out["x"]["equivalent"] is False and out["serial"]["equivalent"] is True  # one bad repeat is enough
+    assert out["x"]["oracle_share"] == pytest.approx(0.20 / 0.30) and out["serial"]["oracle_share"] is None
+    assert set(out["x"]) >= {f.name for f in dataclasses.fields(ArmMetrics)} | {"repeats", "time_saved_spread"}
+
+
+@given(st.lists(st.floats(0, 1e3), min_size=1, max_size=200), st.floats(0, 1))
+def test_percentile_is_one_of_the_values_and_monotone(values: list[float], q: float) -> None:
+    p = percentile(values, q)
+    assert p in values and min(values) <= p <= max(values)
+    assert percentile(values, 0.0) == min(values) and percentile(values, 1.0) == max(values)
+    assert percentile(values, q) <= percentile(values, min(1.0, q + 0.1))
+
+
+async def test_lag_monitor_attributes_a_blocked_loop_to_the_running_arm() -> None:
+    async with LagMonitor(interval_s=0.001) as monitor:
+        monitor.label = "idle"
+        await asyncio.sleep(0.02)
+        monitor.label = "blocking"
+        await asyncio.sleep(0.002)
+        blocked = 0
+        for _ in range(3):  # hold the loop: the monitor wakes late, and the lateness is this arm's
+            deadline = asyncio.get_running_loop().time() + 0.03
+            while asyncio.get_running_loop().time() < deadline:
+                blocked += 1
+            await asyncio.sleep(0.002)
+        monitor.label = ""
+    assert monitor.samples["idle"] and monitor.samples["blocking"]
+    assert monitor.p99_ms("blocking") >= 20.0 > 0 <= monitor.p99_ms("idle")
+    assert monitor.p99_ms("blocking") > monitor.p99_ms("idle") and monitor.p99_ms() >= monitor.p99_ms("idle")
+
+
+def test_cpu_load_starts_and_always_stops_its_processes() -> None:
+    with pytest.raises(ValueError):
+        CpuLoad(-1)
+    load = CpuLoad(1, max_s=60.0)
+    with pytest.raises(RuntimeError), load:
+        assert load.running == 1
+        raise RuntimeError("the bench failed")
+    assert load.running == 0
+
+
+def test_burners_stop_by_themselves_at_their_deadline() -> None:
+    with CpuLoad(1, max_s=0.0) as load:
+        for child in load._children:
+            child.join(timeout=30)
+        assert load.running == 0
+
+
+def _arm(saved: float, spread: tuple[float, float], share: float | None = None) -> dict[str, object]:
+    return {"time_saved": saved, "time_saved_spread": list(spread), "speedup": 1 / (1 - saved),
+            "oracle_share": share}
+
+
+IDLE = {"cores": 2, "load_1m_start": 0.2, "load_1m_end": 0.4, "lag_p99_ms": 2.0}
+
+
+def test_verdict_states_the_result_in_words_with_its_spread() -> None:
+    arms = {"serial": _arm(0.0, (0.0, 0.0)), "pattern+stream": _arm(0.25, (0.22, 0.27), 0.8),
+            "spec-model": _arm(-0.05, (-0.08, 0.01), -0.2), "oracle": _arm(0.31, (0.30, 0.33), 1.0)}
+    words = verdict(arms, True, IDLE, 3)
+    assert not machine_busy(IDLE) and not any(line.startswith("WARNING") for line in words)
+    assert words[0].startswith("Fastest arm: pattern+stream, +25.0%") and "+22.0% to +27.0%" in words[0]
+    assert "over 3 repeats" in words[0]
+    assert any(line.startswith("Oracle") and "+31.0%" in line for line in words)
+    assert any("pattern+stream 80%" in line for line in words)
+    assert any(line.startswith("Slower than serial: spec-model -5.0%") for line in words)
+    assert words[-1].startswith("Every arm")
+    assert verdict(arms, False, IDLE, 3)[-1].startswith("NOT EQUIVALENT")
+
+
+@pytest.mark.parametrize("machine", [
+    {"cores": 2, "load_1m_start": 2.2, "load_1m_end": 0.1, "lag_p99_ms": 1.0},
+    {"cores": 2, "load_1m_start": 0.1, "load_1m_end": 1.6, "lag_p99_ms": 1.0},
+    {"cores": 8, "load_1m_start": 0.1, "load_1m_end": 0.1, "lag_p99_ms": BUSY_LAG_P99_MS + 1},
+])
+def test_a_busy_machine_is_said_first_and_plainly(machine: dict[str, float]) -> None:
+    words = verdict({"serial": _arm(0.0, (0.0, 0.0)), "x": _arm(-0.4, (-0.8, 0.18))}, True, machine, 3)
+    assert machine_busy(machine) and words[0].startswith("WARNING: the machine was busy")
+    assert "unreliable" in words[0]
