@@ -64,8 +64,8 @@ def _floats(text: str) -> tuple[float, ...]:
 @app.command()
 def bench(
     workload: Annotated[str, typer.Option(help="bfcl, synthetic, sweep, paper-table or code.")] = "bfcl",
-    arms: Annotated[str, typer.Option(help="Comma-separated arms (serial is always run).")] =
-        "serial,spec-model,spec-stream,spec-pattern,pattern+stream,all",
+    arms: Annotated[str, typer.Option(help="Comma-separated arms (serial is always run; oracle is the limit).")] =
+        "serial,spec-model,spec-stream,spec-pattern,pattern+stream,all,oracle",
     trajectories: Annotated[int, typer.Option(help="Trajectories to run (spread over domains).")] = 12,
     full: Annotated[bool, typer.Option("--full", help="Run the whole test fold (100 BFCL trajectories).")] = False,
     agents: Annotated[str, typer.Option(help="Concurrent agents; a list such as 1,8,32 runs the multi-agent "
@@ -84,7 +84,10 @@ def bench(
     out: Annotated[str, typer.Option(help="Report directory.")] = "reports",
     code_latency: Annotated[float, typer.Option(help="code workload: tool latency (s).")] = 0.4,
     code_rate: Annotated[float, typer.Option(help="code workload: stream rate (tokens/s).")] = 60.0,
-    repeats: Annotated[int, typer.Option(help="code workload: repeats per program (medians).")] = 3,
+    repeats: Annotated[int, typer.Option(help="Repeats (medians with spread): of the interleaved arms, or per "
+                                              "program for the code workload.")] = 3,
+    load: Annotated[int, typer.Option(help="Also run beside N bounded CPU-burning processes (results.under_load)."
+                                      )] = 0,
     program: Annotated[list[str] | None, typer.Option(help="code workload: only these programs.")] = None,
     spec_ptc: Annotated[bool, typer.Option("--spec-ptc/--no-spec-ptc", help="code workload: spec-ptc arm.")] = True,
     sptc_python: Annotated[str | None, typer.Option(help="code workload: Python 3.12 with spec-ptc.")] = None,
@@ -100,7 +103,7 @@ def bench(
     config = BenchConfig(workload=workload, arms=arms, trajectories=0 if full else trajectories,
                          agents=agent_counts[0], tool_latency_s=tool_latency, latencies=_floats(latencies),
                          time_scale=time_scale if time_scale is not None else 0.1, alpha=alpha, samples=samples,
-                         grouping=grouping, seed=seed,
+                         grouping=grouping, seed=seed, repeats=repeats, load=load,
                          out_dir=out, policy=_policy(policy))
     doc: dict[str, Any]
     if len(agent_counts) > 1:
