@@ -66,13 +66,13 @@ def bench(
     workload: Annotated[str, typer.Option(help="bfcl, synthetic, sweep, paper-table or code.")] = "bfcl",
     arms: Annotated[str, typer.Option(help="Comma-separated arms (serial is always run; oracle is the limit).")] =
         "serial,spec-model,spec-stream,spec-pattern,pattern+stream,all,oracle",
-    trajectories: Annotated[int, typer.Option(help="Trajectories to run (spread over domains).")] = 12,
+    trajectories: Annotated[int, typer.Option(help="Trajectories to run (spread over domains).")] = 8,
     full: Annotated[bool, typer.Option("--full", help="Run the whole test fold (100 BFCL trajectories).")] = False,
     agents: Annotated[str, typer.Option(help="Concurrent agents; a list such as 1,8,32 runs the multi-agent "
                                              "benchmark.")] = "4",
     tool_latency: Annotated[float, typer.Option(help="Mean tool latency in seconds (before scaling).")] = 1.0,
-    latencies: Annotated[str, typer.Option(help="Extra mean latencies for the time-saved plot, e.g. 0.5,1,2.")] =
-        "0.5,1,2",
+    latencies: Annotated[str, typer.Option(help="Extra mean latencies for the time-saved plot, e.g. 0.5,1,2 "
+                                                "(one run each, not repeated).")] = "",
     time_scale: Annotated[float | None, typer.Option(help="Multiplies every latency and generation time "
                                                            "(default 0.1; 0.4 for the multi-agent run).")] = None,
     tasks_per_agent: Annotated[int, typer.Option(help="Multi-agent run: tasks (trajectories) per agent.")] = 2,
