@@ -77,7 +77,7 @@ def proxy(
         print(ctx.get_help(), file=sys.stderr)
         raise typer.Exit(2)
     from forethought.mcp.metrics import serve_metrics
-    from forethought.mcp.proxy import Proxy, ProxyConfig, run_stdio
+    from forethought.mcp.proxy import Proxy, ProxyConfig, run_stdio_until_stopped
 
     try:
         mcp_policy = load_mcp_policy(policy)
@@ -89,7 +89,7 @@ def proxy(
         raise _fail(exc) from None
     stop = serve_metrics(server.current, metrics_port) if metrics_port is not None else None
     try:
-        asyncio.run(run_stdio(server))
+        asyncio.run(run_stdio_until_stopped(server))
     except ForethoughtError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:

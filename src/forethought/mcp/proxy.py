@@ -9,9 +9,11 @@ serves one client on the process's own stdin and stdout.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from forethought._runtime import Runtime
+from forethought.errors import ForethoughtError
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError
 from forethought.mcp.relay import MessageSource, Relay
@@ -149,4 +152,36 @@ async def run_stdio(proxy: Proxy) -> ProxyStats:
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):
-        return await proxy.serve_session(read, write)
+        try:
+            return await proxy.serve_session(read, write)
+        finally:
+            write.close()  # lets the transport's writer finish
+
+
+async def run_stdio_until_stopped(proxy: Proxy) -> ProxyStats | None:
+    """:func:`run_stdio`, ending cleanly (stats saved) on SIGTERM as on the client's disconnect."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await run_stdio(proxy)
+    except asyncio.CancelledError:
+        return None
+    except BaseExceptionGroup as group:  # the SDK's task groups wrap what failed
+        first = _first_error(group)
+        if first is not None:
+            raise first from None
+        raise
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> ForethoughtError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, ForethoughtError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_error(exc)
+            if found is not None:
+                return found
+    return None

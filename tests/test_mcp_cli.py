@@ -1,0 +1,80 @@
+"""`forethought mcp-proxy` as a client starts it: a subprocess on stdio, its metrics, summary, stats, config."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import tomllib
+from pathlib import Path
+
+import httpx2
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from forethought.cli import app
+from forethought.mcp.config import server_name, snippet
+
+PROBE = Path(__file__).with_name("mcp_servers") / "probe_server.py"
+FORETHOUGHT = Path(sys.executable).with_name("forethought")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_proxy_subprocess_serves_metrics_summary_and_stats(tmp_path: Path) -> None:
+    store, port, errlog = tmp_path / "store.sqlite", _free_port(), tmp_path / "stderr.txt"
+    params = StdioServerParameters(command=str(FORETHOUGHT), args=[
+        "mcp-proxy", "--store", str(store), "--trust", "--metrics-port", str(port), "--",
+        sys.executable, str(PROBE), str(tmp_path / "log")])
+    with errlog.open("w") as err:
+        async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            await session.list_tools()
+            texts = []
+            for key in ("a", "b", "a", "b"):
+                result = await session.call_tool("lookup", {"key": key})
+                texts.append(result.content[0].text)  # type: ignore[union-attr]
+            async with httpx2.AsyncClient() as http:
+                metrics = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert texts == ["value-of-a", "value-of-b", "value-of-a", "value-of-b"]
+    calls = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+             if line.startswith("forethought_mcp_calls_total")}
+    assert sum(calls.values()) == 4
+    summary = errlog.read_text().strip().splitlines()[-1]
+    assert summary.startswith("forethought mcp-proxy: 4 calls")
+    result = CliRunner().invoke(app, ["mcp-proxy", "stats", "--store", str(store), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["total"]["calls"] == 4 and doc["total"]["sessions"] == 1
+
+
+def test_config_snippets_parse_and_name_the_proxy() -> None:
+    command = ["uvx", "mcp-server-git", "--repository", "/r"]
+    for client in ("claude-code", "cursor"):
+        result = CliRunner().invoke(app, ["mcp-proxy", "config", "--client", client, "--", *command])
+        assert result.exit_code == 0, result.output
+        entry = json.loads(result.stdout)["mcpServers"]["git"]
+        assert entry == {"command": "forethought", "args": ["mcp-proxy", "--", *command]}
+    codex = tomllib.loads(snippet("codex", command))
+    assert codex["mcp_servers"]["git"]["args"] == ["mcp-proxy", "--", *command]
+    assert server_name(["npx", "-y", "@modelcontextprotocol/server-filesystem", "/tmp"]) == "filesystem"
+
+
+def test_config_and_run_errors_are_one_line() -> None:
+    result = CliRunner().invoke(app, ["mcp-proxy", "config", "--client", "vim", "--", "x"])
+    assert result.exit_code == 2 and "unknown client" in result.output
+    result = CliRunner().invoke(app, ["mcp-proxy", "--memory", "--", "/nonexistent/server"])
+    assert result.exit_code == 2 and "cannot start the upstream server" in result.output
+
+
+def test_stats_without_a_store(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["mcp-proxy", "stats", "--store", str(tmp_path / "none.sqlite")])
+    assert result.exit_code == 2 and "no store" in result.output
