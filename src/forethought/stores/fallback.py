@@ -11,10 +11,9 @@ twice) and emits ``recovered``. Nothing here raises because of the shared store.
 
 from __future__ import annotations
 
-import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,23 +21,12 @@ from forethought._clock import SYSTEM_CLOCK, Clock
 from forethought.predictors.patterns.counts import CountsState
 from forethought.predictors.patterns.store import MemoryPatternStore
 from forethought.stores.errors import StoreUnavailableError
+from forethought.stores.events import EventSink, StoreEvent, emit
 
-log = logging.getLogger(__name__)
+__all__ = ["FallbackPatternStore", "IdempotentPatternStore", "StoreEvent"]
 
 RETRY_AFTER_S = 5.0
 MAX_QUEUED_MERGES = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class StoreEvent:
-    """A change in a shared store's health: ``kind`` is ``degraded``, ``recovered`` or ``dropped``."""
-
-    kind: str
-    store: str
-    detail: str = ""
-
-
-EventSink = Callable[[StoreEvent], None]
 
 
 class IdempotentPatternStore(Protocol):
@@ -82,12 +70,7 @@ class FallbackPatternStore:
         self.dropped = 0
 
     def _emit(self, kind: str, detail: str = "") -> None:
-        log.warning("pattern store %s: %s %s", self._name, kind, detail)
-        if self._on_event is not None:
-            try:
-                self._on_event(StoreEvent(kind, self._name, detail))
-            except Exception:
-                log.exception("store event subscriber failed")
+        emit(self._on_event, StoreEvent(kind, self._name, detail))
 
     def _fail(self, exc: StoreUnavailableError) -> None:
         self._down_until = self._clock.monotonic() + self._retry_after_s
