@@ -43,8 +43,8 @@ from typing import Any
 from forethought._calls import ToolCall
 from forethought._clock import SYSTEM_CLOCK, Clock
 from forethought._runtime import Session
-from forethought._store import SpeculationTicket
 from forethought._scheduler import maybe_await
+from forethought._store import SpeculationTicket
 from forethought._tools import Effect, Tool
 from forethought.errors import ToolDefinitionError
 from forethought.stores.errors import StoreIntegrityError, StoreUnavailableError
