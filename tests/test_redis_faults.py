@@ -6,13 +6,15 @@ import time
 
 import redis
 
+import redis_fixture
 from forethought._clock import FakeClock
 from forethought.predictors.patterns.counts import CountsState
 from forethought.predictors.patterns.store import MemoryPatternStore
 from forethought.stores.fallback import FallbackPatternStore, StoreEvent
 from forethought.stores.redis_patterns import RedisPatternStore
-from redis_fixture import RedisServer, free_port, redis_server, redis_url  # noqa: F401  (fixtures)
+from redis_fixture import RedisServer, free_port
 
+redis_server, redis_url = redis_fixture.redis_server, redis_fixture.redis_url  # the fixtures
 RETRY_S = 5.0
 
 

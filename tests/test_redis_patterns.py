@@ -11,12 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import redis_fixture
 from forethought.predictors.patterns.counts import CountsState, rescale
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.predictors.patterns.store import MemoryPatternStore, PatternStore, SqlitePatternStore
 from forethought.stores.redis_patterns import RedisPatternStore, pattern_keys
-from redis_fixture import redis_server, redis_url  # noqa: F401  (fixtures)
 
+redis_server, redis_url = redis_fixture.redis_server, redis_fixture.redis_url  # the fixtures
 WRITERS = 8
 BATCHES = 40
 KEYS = ("a", "b", "~w", "flow:x>y", "arg:q")
