@@ -63,7 +63,7 @@ def _floats(text: str) -> tuple[float, ...]:
 
 @app.command()
 def bench(
-    workload: Annotated[str, typer.Option(help="bfcl, synthetic, sweep, paper-table or code.")] = "bfcl",
+    workload: Annotated[str, typer.Option(help="bfcl, synthetic, sweep, paper-table, code or mcp.")] = "bfcl",
     arms: Annotated[str, typer.Option(help="Comma-separated arms (serial is always run; oracle is the limit).")] =
         "serial,spec-model,spec-stream,spec-pattern,pattern+stream,all,oracle",
     trajectories: Annotated[int, typer.Option(help="Trajectories to run (spread over domains).")] = 8,
@@ -91,6 +91,8 @@ def bench(
     program: Annotated[list[str] | None, typer.Option(help="code workload: only these programs.")] = None,
     spec_ptc: Annotated[bool, typer.Option("--spec-ptc/--no-spec-ptc", help="code workload: spec-ptc arm.")] = True,
     sptc_python: Annotated[str | None, typer.Option(help="code workload: Python 3.12 with spec-ptc.")] = None,
+    engine: Annotated[str, typer.Option(help="simulated, or vllm: the multi-agent arms on a real vLLM (CPU, "
+                                             "tiny random model; `make vllm-venv`; time scale 0.3).")] = "simulated",
     policy: PolicyOption = None,
     json_path: JsonOption = None,
 ) -> None:
@@ -106,7 +108,14 @@ def bench(
                          grouping=grouping, seed=seed, repeats=repeats, load=load,
                          out_dir=out, policy=_policy(policy))
     doc: dict[str, Any]
-    if len(agent_counts) > 1:
+    if engine == "vllm":
+        from dataclasses import replace
+
+        from forethought.bench.vllm_bench import run_vllm_bench
+
+        config = replace(config, time_scale=time_scale if time_scale is not None else 0.3)
+        doc = _run(lambda: run_vllm_bench(config, agent_counts, tasks_per_agent, console=console, json_path=json_path))
+    elif len(agent_counts) > 1:
         from forethought.bench.multi_agent import MultiAgentParams, run_multi_agent
 
         params = MultiAgentParams() if time_scale is None else MultiAgentParams(time_scale=time_scale)
@@ -119,6 +128,10 @@ def bench(
         from forethought.bench.paper_table import run_paper_table
 
         doc = _run(lambda: run_paper_table(config, console, json_path))
+    elif workload == "mcp":
+        from forethought.bench.mcp.runner import run_mcp_bench
+
+        doc = _run(lambda: run_mcp_bench(trajectories, tool_latency * (time_scale or 0.25), seed, console, json_path))
     elif workload == "code":
         from forethought.bench.code.runner import code_bench, format_code_bench, save_document
 

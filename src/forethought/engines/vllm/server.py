@@ -54,6 +54,8 @@ class VllmConfig:
     kv_cache_gib: int = 1
     max_num_seqs: int = 16
     startup_timeout_s: float = 420.0
+    enforce_eager: bool = False
+    """Skip vLLM's torch.compile warm-up: a faster start (tests), slower decoding."""
     plugins: tuple[str, ...] = ()
     """Endpoint plugins to load (``VLLM_PLUGINS``), by entry-point name."""
     extra_args: tuple[str, ...] = ()
@@ -117,7 +119,7 @@ def serve_command(config: VllmConfig, port: int) -> list[str]:
             "--dtype", "bfloat16", "--max-model-len", str(config.max_model_len),
             "--max-num-seqs", str(config.max_num_seqs), "--enable-prefix-caching",
             "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--seed", str(config.seed),
-            *config.extra_args]
+            *(["--enforce-eager"] if config.enforce_eager else []), *config.extra_args]
 
 
 class VllmServer:

@@ -1,0 +1,276 @@
+"""``forethought bench --engine vllm``: the multi-agent arms against a real vLLM serving a tiny random model.
+
+The engine is real (vLLM's CPU build, :mod:`forethought.engines.vllm`): tokenization, chat template,
+prefill, continuous batching, the prefix cache and grammar-constrained decoding. The model is a 1.5M-parameter
+random Llama on CPU, made to replay BFCL trajectories by the replay proxy (:mod:`forethought.engines.vllm.replay`:
+every call pinned and checked; parallel steps split into one call per step; turns cut to ``max_turns``). So
+the mechanisms are real and the ratios are not a GPU's serving a large model.
+
+Per agent count M the arms run over the same tasks (:func:`~forethought.bench.multi_agent.tasks_for`), in an
+order rotated per repeat, each through the multi-agent runner of :mod:`forethought.bench.multi_agent`:
+
+* ``serial`` — no speculation; main model through the gateway (a transparent proxy for it);
+* ``client-side`` — the speculator stand-in (the simulated engine's speculator model, its own process) and
+  streaming early dispatch; the main model through the gateway;
+* ``engine-side`` — the same speculations posted to forethought's gateway (its own process) in front of
+  the replay proxy and vLLM: a matching call continues inside the response;
+* ``engine-plugin`` — the same, through the endpoint plugin (:mod:`forethought.engines.vllm.plugin`) inside
+  vLLM's own API server: no gateway process, the cache route on vLLM's port.
+
+Figures per (M, arm): wall time, mean agent time and time saved against serial, generated tokens per second
+of wall time, and vLLM's own counters (``/metrics``, differences around the arm): prompt tokens, prompt tokens
+computed (after the prefix cache) and cached, generated tokens, requests. Equivalence is checked task by task
+against serial (tool outputs and final backend states), and every arm must finish with no conversation error
+and no replay mismatch, else the run fails loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx2
+from rich.console import Console
+from rich.table import Table
+
+from forethought._trajectory import Trajectory
+from forethought.bench.metrics import equivalent
+from forethought.bench.multi_agent import ArmOutcome, MultiAgentParams, _Servers, run_arm_agents, tasks_for
+from forethought.bench.report import document, write_json
+from forethought.engines.vllm import metrics
+from forethought.engines.vllm.pin import single_call_steps
+from forethought.engines.vllm.plugin import PLUGIN_NAME, POST_WAIT_ENV, PREFIX, UPSTREAM_ENV
+from forethought.engines.vllm.replay import create_replay_proxy
+from forethought.engines.vllm.server import VllmConfig, VllmServer, build_model, free_port, locate
+from forethought.errors import ForethoughtError
+from forethought.serve.engine import TimingConfig
+from forethought.serve.gateway import GatewayConfig, create_gateway
+from forethought.serve.model_server import SpeculatorConfig, create_model_server
+from forethought.serve.subprocess_server import serve_in_subprocess
+from forethought.workloads.bfcl_workload import BfclWorkload
+
+if TYPE_CHECKING:
+    from forethought.bench.main import BenchConfig
+
+ARMS = ("serial", "client-side", "engine-side", "engine-plugin")
+CPU_CAVEAT = ("real vLLM 0.32 (CPU build) on 2 shared cores serving a 1.5M-parameter random-weight model: the "
+              "mechanisms are real, the ratios are not a GPU serving gpt-oss-120b")
+
+
+@dataclass(frozen=True, slots=True)
+class VllmBenchParams:
+    """Shape of the run (wall seconds: nothing is scaled on a real engine except the tools' latency)."""
+
+    max_turns: int = 2
+    repeats: int = 1
+    api_overhead_s: float = 0.05
+    post_wait_s: float = 0.05
+    samples: int = 1
+    speculator_ttft_s: float = 0.08
+    speculator_decode_tokens_per_s: float = 250.0
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1 or self.repeats < 1 or self.samples < 1:
+            raise ValueError("max_turns, repeats and samples must be >= 1")
+        if min(self.api_overhead_s, self.post_wait_s) < 0:
+            raise ValueError("api_overhead_s and post_wait_s must be >= 0")
+
+
+def replay_trajectories(workload: BfclWorkload, max_turns: int) -> list[Trajectory]:
+    """The workload's trajectories, one call per step, cut to their first ``max_turns`` turns."""
+    return [replace(single_call_steps(t), turns=t.turns[:max_turns]) for t in workload.trajectories()]
+
+
+@dataclass(frozen=True, slots=True)
+class _Stack:
+    speculator_url: str
+    gateway_url: str
+    plugin_url: str
+    vllm_url: str
+    proxy_url: str
+    ready_s: float
+
+
+@contextlib.asynccontextmanager
+async def _stack(trajectories: Sequence[Trajectory], config: BenchConfig, params: VllmBenchParams,
+                 vllm: VllmConfig) -> AsyncIterator[_Stack]:
+    """vLLM (with the plugin), the replay proxy, the gateway and the speculator stand-in, each a process."""
+    meta = await asyncio.to_thread(build_model, vllm)
+    port = vllm.port or free_port()
+    spec_timing = TimingConfig(ttft_s=params.speculator_ttft_s,
+                               decode_tokens_per_s=params.speculator_decode_tokens_per_s, reasoning_tokens=0,
+                               time_scale=config.time_scale)
+    speculator = SpeculatorConfig(alpha=config.alpha, timing=spec_timing, seed=config.seed)
+    vllm_url = f"http://127.0.0.1:{port}"
+    async with serve_in_subprocess(create_replay_proxy, vllm_url, list(trajectories),
+                                   meta["whitespace_token_ids"]) as proxy_url, \
+            serve_in_subprocess(create_model_server, list(trajectories), TimingConfig(time_scale=config.time_scale),
+                                speculator) as speculator_url, \
+            serve_in_subprocess(create_gateway, proxy_url + "/v1",
+                                GatewayConfig(post_wait_s=params.post_wait_s)) as gateway_url:
+        env = {**vllm.extra_env, UPSTREAM_ENV: proxy_url + "/v1", POST_WAIT_ENV: str(params.post_wait_s)}
+        server = VllmServer(replace(vllm, port=port, plugins=(*vllm.plugins, PLUGIN_NAME), extra_env=env))
+        await asyncio.to_thread(server.start)
+        try:
+            await require_plugin(server.url)
+            yield _Stack(speculator_url, gateway_url, server.url + PREFIX, server.url, proxy_url, server.ready_s)
+        finally:
+            await asyncio.to_thread(server.stop)
+
+
+async def require_plugin(vllm_url: str) -> None:
+    """Fail loudly when vLLM started without the endpoint plugin (vLLM logs a plugin that fails and goes on)."""
+    async with httpx2.AsyncClient(timeout=10.0) as http:
+        response = await http.get(vllm_url + PREFIX + "/health")
+    if response.status_code != 200:
+        raise ForethoughtError(f"vLLM at {vllm_url} did not load the {PLUGIN_NAME!r} endpoint plugin "
+                               f"(GET {PREFIX}/health answered {response.status_code}; see the server log)")
+
+
+async def _replay_stats(control: httpx2.AsyncClient, proxy_url: str) -> dict[str, Any]:
+    response = await control.get(proxy_url + "/replay/stats")
+    response.raise_for_status()
+    stats: dict[str, Any] = response.json()
+    return stats
+
+
+async def _run_arm(arm: str, m: int, tasks: Sequence[tuple[int, Trajectory]], per_agent: int, workload: BfclWorkload,
+                   stack: _Stack, control: httpx2.AsyncClient, config: BenchConfig,
+                   multi: MultiAgentParams) -> tuple[ArmOutcome, metrics.EngineCounters, dict[str, Any]]:
+    url = stack.plugin_url if arm == "engine-plugin" else stack.gateway_url
+    servers = _Servers(stack.speculator_url, url, control)
+    (await control.post(stack.proxy_url + "/replay/reset")).raise_for_status()
+    before = await metrics.read(stack.vllm_url, control)
+    outcome = await run_arm_agents("engine-side" if arm == "engine-plugin" else arm, m, tasks, per_agent, workload,
+                                   servers, config, multi)
+    after = await metrics.read(stack.vllm_url, control)
+    return replace(outcome, arm=arm), after - before, await _replay_stats(control, stack.proxy_url)
+
+
+def _summary(outcome: ArmOutcome, serial: ArmOutcome, counters: metrics.EngineCounters,
+             replay: Mapping[str, Any]) -> dict[str, Any]:
+    mean_agent = statistics.fmean(outcome.agent_s)
+    serial_agent = statistics.fmean(serial.agent_s)
+    by_task = {(rep, run.trajectory_id): run for rep, run in serial.runs}
+    errors = [run.error for _, run in outcome.runs if run.error]
+    return {
+        "wall_s": outcome.makespan_s,
+        "mean_agent_s": mean_agent,
+        "time_saved": 1.0 - mean_agent / serial_agent if serial_agent > 0 else 0.0,
+        "tokens_per_s": counters.generation_tokens / outcome.makespan_s if outcome.makespan_s > 0 else 0.0,
+        "vllm": counters.as_dict(),
+        "served_calls": outcome.served_calls,
+        "posts": outcome.posts,
+        "hits": sum(run.stats.hits for _, run in outcome.runs),
+        "misses": sum(run.stats.misses for _, run in outcome.runs),
+        "replay_verified": int(replay.get("verified", 0)),
+        "replay_mismatches": list(replay.get("mismatches", [])),
+        "errors": errors,
+        "equivalent": not errors and all(equivalent(by_task[(rep, run.trajectory_id)], run)
+                                         for rep, run in outcome.runs),
+    }
+
+
+def _median(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _aggregate(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Repeats of one (M, arm): medians with spread of the timed figures, sums of the counts."""
+    out: dict[str, Any] = {key: _median([s[key] for s in samples])
+                           for key in ("wall_s", "mean_agent_s", "time_saved", "tokens_per_s")}
+    out["vllm"] = {key: _median([s["vllm"][key] for s in samples]) for key in samples[0]["vllm"]}
+    for key in ("served_calls", "posts", "hits", "misses", "replay_verified"):
+        out[key] = sum(int(s[key]) for s in samples)
+    out["replay_mismatches"] = [m for s in samples for m in s["replay_mismatches"]]
+    out["errors"] = [e for s in samples for e in s["errors"]]
+    out["equivalent"] = all(s["equivalent"] for s in samples)
+    out["repeats"] = len(samples)
+    return out
+
+
+def _table(agents: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Table:
+    table = Table(title="vLLM (CPU, tiny random model): multi-agent arms")
+    for header in ("agents", "arm", "wall s", "saved/agent", "gen tok/s", "prompt tok", "computed", "cached",
+                   "served", "equiv"):
+        table.add_column(header, justify="right")
+    for m, arms in agents.items():
+        for arm, v in arms.items():
+            vl = v["vllm"]
+            table.add_row(m, arm, f"{v['wall_s']['median']:.1f}", f"{v['time_saved']['median']:.1%}",
+                          f"{v['tokens_per_s']['median']:.1f}", f"{vl['prompt_tokens']['median']:,.0f}",
+                          f"{vl['prompt_tokens_computed']['median']:,.0f}",
+                          f"{vl['prompt_tokens_cached']['median']:,.0f}", str(v["served_calls"]),
+                          "yes" if v["equivalent"] else "NO")
+    return table
+
+
+async def run_vllm_bench(config: BenchConfig, agent_counts: Sequence[int] = (1, 8), tasks_per_agent: int = 1,
+                         params: VllmBenchParams | None = None, vllm: VllmConfig | None = None,
+                         console: Console | None = None, json_path: str | Path | None = None) -> dict[str, Any]:
+    """Every arm at every agent count on a real vLLM; returns the JSON document (``results.agents[M][ARM]``).
+
+    Raises :class:`~forethought.errors.ForethoughtError` when vLLM is unavailable here, and after the run when
+    any arm had a conversation error or a replay mismatch (the document is written first).
+    """
+    params = params or VllmBenchParams()
+    vllm = locate(vllm)
+    if not agent_counts or min(agent_counts) < 1 or tasks_per_agent < 1:
+        raise ForethoughtError("agent counts and tasks per agent must be >= 1")
+    started = time.monotonic()
+    load_before = os.getloadavg()
+    workload = BfclWorkload(count=0, grouping="step")
+    trajectories = replay_trajectories(workload, params.max_turns)
+    multi = MultiAgentParams(api_overhead_s=params.api_overhead_s, post_wait_s=params.post_wait_s,
+                             samples=params.samples, time_scale=None)
+    agents_out: dict[str, dict[str, Any]] = {}
+    async with httpx2.AsyncClient(timeout=60.0) as control, _stack(trajectories, config, params, vllm) as stack:
+        if console is not None:
+            console.print(f"[dim]vLLM ready in {stack.ready_s:.0f} s at {stack.vllm_url}[/dim]")
+        for m in agent_counts:
+            tasks = tasks_for(trajectories, m, tasks_per_agent)
+            samples: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+            for repeat in range(params.repeats):
+                order = ARMS[repeat % len(ARMS):] + ARMS[:repeat % len(ARMS)]
+                ran: dict[str, tuple[ArmOutcome, metrics.EngineCounters, dict[str, Any]]] = {}
+                for arm in order:
+                    if console is not None:
+                        console.print(f"[dim]{m} agents x {tasks_per_agent} tasks, repeat {repeat + 1}: {arm}[/dim]")
+                    ran[arm] = await _run_arm(arm, m, tasks, tasks_per_agent, workload, stack, control, config, multi)
+                serial = ran["serial"][0]
+                for arm, (outcome, counters, replay) in ran.items():
+                    samples[arm].append(_summary(outcome, serial, counters, replay))
+            agents_out[str(m)] = {arm: _aggregate(samples[arm]) for arm in ARMS}
+    failures = [f"{m}/{arm}: {text}" for m, arms in agents_out.items() for arm, v in arms.items()
+                for text in (*v["errors"], *v["replay_mismatches"])]
+    results = {
+        "engine": "vllm", "caveat": CPU_CAVEAT, "agents": agents_out,
+        "equivalent": all(v["equivalent"] for arms in agents_out.values() for v in arms.values()),
+        "failures": failures, "tasks_per_agent": tasks_per_agent, "params": asdict(params),
+        "vllm": {"ready_s": stack.ready_s, "max_num_seqs": vllm.max_num_seqs, "max_model_len": vllm.max_model_len,
+                 "seed": vllm.seed},
+        "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
+        "elapsed_s": time.monotonic() - started,
+    }
+    doc = document("bench", {**config.params(), "engine": "vllm", "agent_counts": list(agent_counts),
+                             "tasks_per_agent": tasks_per_agent, **asdict(params)}, results)
+    if json_path is not None:
+        write_json(json_path, doc)
+    if console is not None:
+        console.print(_table(agents_out))
+        console.print(f"[yellow]{CPU_CAVEAT}[/yellow]")
+        console.print(f"load average before/after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}   "
+                      f"elapsed {results['elapsed_s']:.0f} s")
+    if failures:
+        raise ForethoughtError("the vLLM bench had failures: " + "; ".join(failures[:5]))
+    return doc
+
+
+__all__ = ["ARMS", "CPU_CAVEAT", "VllmBenchParams", "replay_trajectories", "require_plugin", "run_vllm_bench"]

@@ -1,0 +1,213 @@
+"""A real vLLM (CPU build, tiny random model built here) against forethought's client, agent, replay and plugin.
+
+One server for the whole module (started by :class:`~forethought.engines.vllm.server.VllmServer` with the
+endpoint plugin, stopped by its PID at the end). Skips, with the reason, where ``make vllm-venv`` could not
+build the venv. What is checked against vLLM's real streams: tool-call fragments reassembled and closed
+mid-stream, parallel calls by index, finish reasons, the usage chunk; BFCL trajectories replayed through the
+replay proxy by the unchanged agent, call for call, with vLLM's own prefix-cache counters; and the plugin's
+cache route inside vLLM (404/401/403, a posted result served and the response continued).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+
+from forethought._calls import ToolCall
+from forethought._runtime import Runtime
+from forethought._trajectory import Trajectory, Turn
+from forethought.agent import Agent
+from forethought.bench.runner import converse
+from forethought.engines.vllm import metrics
+from forethought.engines.vllm.pin import PinnedStep, Position, canonical, pin_body, pinned_schema
+from forethought.engines.vllm.plugin import PREFIX
+from forethought.engines.vllm.replay import ReplayProxy
+from forethought.engines.vllm.server import MODEL_NAME, EngineUnavailable, VllmConfig, VllmServer, locate
+from forethought.llm.chat import OpenAIChatClient
+from forethought.llm.events import (
+    MessageDone,
+    ResponseStarted,
+    ToolCallArgumentsDelta,
+    ToolCallClosed,
+    ToolCallStarted,
+    ToolResultServed,
+)
+from forethought.llm.tool_cache import TOKEN_HEADER, CacheTarget
+from forethought.serve.http import serve_in_process
+from forethought.workloads.bfcl_workload import BfclWorkload
+
+POST_WAIT_S = 3.0
+"""The plugin's wait for posts: long enough for this test to post after the response started."""
+
+try:
+    CONFIG: VllmConfig | None = locate(VllmConfig(plugins=("forethought",), enforce_eager=True,
+                                                  extra_env={"FORETHOUGHT_POST_WAIT_S": str(POST_WAIT_S)}))
+    REASON = ""
+except EngineUnavailable as exc:
+    CONFIG, REASON = None, str(exc)
+
+pytestmark = pytest.mark.skipif(CONFIG is None, reason=REASON)
+
+ORDER = {"type": "function", "function": {"name": "place_order", "description": "Place a stock order.",
+                                          "parameters": {"type": "object", "properties": {
+                                              "symbol": {"type": "string"}, "amount": {"type": "integer"},
+                                              "price": {"type": "number"}}, "required": ["symbol"]}}}
+ARGUMENTS = {"symbol": "NVDA", "amount": 100, "price": 220.5}
+
+
+@pytest.fixture(scope="module")
+def vllm() -> Iterator[VllmServer]:
+    assert CONFIG is not None
+    server = VllmServer(CONFIG).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _extra(body: dict[str, Any]) -> dict[str, Any]:
+    """What OpenAIChatClient.stream sends besides model, messages, tools and the stream flags."""
+    return {k: v for k, v in body.items() if k not in ("model", "messages", "tools", "stream", "stream_options")}
+
+
+def _pinned(name: str, arguments: dict[str, Any], whitespace: list[int]) -> dict[str, Any]:
+    body = {"messages": [{"role": "user", "content": "Buy 100 NVDA at 220.5"}], "tools": [ORDER], "stream": True}
+    return pin_body(body, PinnedStep(Position(0, 0), name, arguments, ""), MODEL_NAME, whitespace)
+
+
+async def test_client_reassembles_a_pinned_call_from_vllm_fragments(vllm: VllmServer) -> None:
+    body = _pinned("place_order", ARGUMENTS, vllm.meta["whitespace_token_ids"])
+    async with OpenAIChatClient(vllm.base_url) as client:
+        events = [e async for e in client.stream(MODEL_NAME, body["messages"], body["tools"], **_extra(body))]
+    kinds = [type(e) for e in events]
+    started = [e for e in events if isinstance(e, ToolCallStarted)]
+    closed = [e for e in events if isinstance(e, ToolCallClosed)]
+    fragments = [e for e in events if isinstance(e, ToolCallArgumentsDelta)]
+    done = events[-1]
+    assert [(s.index, s.name) for s in started] == [(0, "place_order")]
+    assert len(fragments) >= 3, "vLLM streams the arguments in several fragments"
+    assert len(closed) == 1 and closed[0].error is None
+    assert canonical(dict(closed[0].arguments or {})) == canonical(ARGUMENTS)
+    assert "".join(f.text for f in fragments) == closed[0].raw
+    assert kinds.index(ToolCallClosed) < kinds.index(MessageDone), "closed mid-stream, before the message ends"
+    assert isinstance(done, MessageDone) and done.finish_reason == "stop"  # a named tool choice ends with stop
+    assert done.usage is not None and done.usage.prompt_tokens > 0 and done.usage.completion_tokens > 0
+
+
+async def test_client_reads_parallel_calls_and_a_length_finish(vllm: VllmServer) -> None:
+    """``tool_choice: required`` with parallel calls keeps calling until ``max_tokens`` (a random model)."""
+    tools = [{"type": "function", "function": {"name": name, "parameters": pinned_schema(args), "strict": True}}
+             for name, args in (("cd", {"folder": "docs"}), ("ls", {"a": True}))]
+    allowed = {"cd": canonical({"folder": "docs"}), "ls": canonical({"a": True})}
+    extra = {"tool_choice": "required", "parallel_tool_calls": True, "temperature": 0.0, "max_tokens": 60,
+             "logit_bias": {str(i): -100 for i in vllm.meta["whitespace_token_ids"]}}
+    async with OpenAIChatClient(vllm.base_url) as client:
+        events = [e async for e in client.stream(MODEL_NAME, [{"role": "user", "content": "go"}], tools, **extra)]
+    started = [e for e in events if isinstance(e, ToolCallStarted)]
+    closed = [e for e in events if isinstance(e, ToolCallClosed)]
+    assert [s.index for s in started] == list(range(len(started))) and len(started) >= 2
+    assert len({s.id for s in started}) == len(started)
+    for call in closed:
+        if call.error is None:
+            assert canonical(dict(call.arguments or {})) == allowed[call.name]
+    assert sum(1 for c in closed if c.error is None) >= 2
+    done = events[-1]
+    assert isinstance(done, MessageDone) and done.finish_reason == "length"
+
+
+def _trajectories(count: int) -> tuple[BfclWorkload, list[Trajectory]]:
+    workload = BfclWorkload(count=count)
+    return workload, [Trajectory(t.id, t.turns[:2], t.tools, t.domain, t.system, t.metadata)
+                      for t in workload.trajectories()]
+
+
+async def test_agent_replays_bfcl_trajectories_call_for_call_on_vllm(vllm: VllmServer) -> None:
+    workload, trajectories = _trajectories(3)
+    proxy = ReplayProxy(vllm.url, trajectories, vllm.meta["whitespace_token_ids"])
+    runtime = Runtime()
+    async with serve_in_process(proxy.app) as url, OpenAIChatClient(url + "/v1") as client:
+        for trajectory in trajectories:
+            session = workload.session_tools(trajectory, None)
+            agent = Agent(client, "main", session.tools, runtime, speculate=False, session_id=trajectory.id,
+                          request_extra={"metadata": {"trajectory_id": trajectory.id}})
+            before = await metrics.read(vllm.url)
+            run = await converse("serial", agent, trajectory, session.fingerprint)
+            used = await metrics.read(vllm.url) - before
+            assert run.error is None
+            assert [(r.call.name, canonical(dict(r.call.arguments))) for r in run.records] == [
+                (c.name, canonical(dict(c.arguments))) for c in proxy.trajectories[trajectory.id].calls]
+            requests = sum(len(t.steps) + 1 for t in proxy.trajectories[trajectory.id].turns)
+            assert used.requests == requests
+            assert 0 < used.prompt_tokens_computed < used.prompt_tokens
+            assert used.prompt_tokens_cached > used.prompt_tokens / 2, "later requests reuse the conversation prefix"
+    runtime.close()
+    await proxy.aclose()
+    assert proxy.stats.mismatches == [] and proxy.stats.verified == sum(
+        len(proxy.trajectories[t.id].calls) for t in trajectories)
+
+
+async def test_plugin_cache_route_answers_like_the_gateway(vllm: VllmServer) -> None:
+    async with httpx2.AsyncClient(timeout=30.0) as http:
+        assert (await http.get(vllm.url + PREFIX + "/health")).status_code == 200
+        unknown = await http.post(vllm.url + "/cache-tool-output/nope", json=[])
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "http_404"
+
+
+async def test_plugin_serves_a_posted_result_and_continues_inside_vllm(vllm: VllmServer) -> None:
+    """``tool_choice: required`` with one call: vLLM ends it with ``tool_calls``, which the relay continues.
+
+    (A named tool choice ends with ``stop``, which the gateway does not continue; the replay proxy says
+    ``tool_calls`` for it, see test_agent_replays_bfcl_trajectories_call_for_call_on_vllm.)
+    """
+    body = {**_pinned("place_order", ARGUMENTS, vllm.meta["whitespace_token_ids"]), "tool_choice": "required"}
+    events: list[Any] = []
+    async with OpenAIChatClient.for_gateway(vllm.url + PREFIX + "/v1") as client, \
+            httpx2.AsyncClient(timeout=30.0) as http:
+        stream = client.stream(MODEL_NAME, body["messages"], body["tools"], **{**_extra(body), "max_tokens": 120})
+        async with contextlib.aclosing(stream) as events_in:
+            async for event in events_in:
+                events.append(event)
+                if isinstance(event, ResponseStarted):
+                    target = CacheTarget.from_response(event)
+                    assert target is not None
+                    missing = await http.post(target.url, json=[])
+                    wrong = await http.post(target.url, json=[], headers={TOKEN_HEADER: "x" * 32})
+                    assert (missing.status_code, wrong.status_code) == (401, 403)
+                    entry = [{"name": "place_order", "params": ARGUMENTS, "output": "order 12446 placed"}]
+                    posted = await http.post(target.url, json=entry, headers={TOKEN_HEADER: target.token})
+                    assert posted.json() == {"cached": 1}
+                if isinstance(event, ToolResultServed):
+                    break
+    served = [e for e in events if isinstance(e, ToolResultServed)]
+    assert [(s.name, s.output) for s in served] == [("place_order", "order 12446 placed")]
+    closed = [e for e in events if isinstance(e, ToolCallClosed)]
+    assert canonical(dict(closed[0].arguments or {})) == canonical(ARGUMENTS)
+    await asyncio.sleep(0)
+
+
+def test_trajectory_with_no_argument_call_replays(vllm: VllmServer) -> None:
+    """A call without arguments (``{}``) is pinned too: the grammar closes the object at once."""
+    trajectory = Trajectory("noargs", (Turn("check", ((ToolCall("ls", {}),),), "ok"),), (
+        {"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}},))
+    body = {"messages": [{"role": "user", "content": "check"}], "tools": list(trajectory.tools), "stream": True,
+            "metadata": {"trajectory_id": "noargs"}}
+
+    async def run() -> ReplayProxy:
+        proxy = ReplayProxy(vllm.url, [trajectory], vllm.meta["whitespace_token_ids"])
+        async with serve_in_process(proxy.app) as url, httpx2.AsyncClient(timeout=60.0) as http, \
+                http.stream("POST", url + "/v1/chat/completions", json=body) as response:
+            lines = [line async for line in response.aiter_lines() if line.startswith("data: {")]
+        finish = [c["finish_reason"] for line in lines for c in json.loads(line[6:]).get("choices") or ()
+                  if c.get("finish_reason")]
+        assert finish == ["tool_calls"]
+        await proxy.aclose()
+        return proxy
+
+    proxy = asyncio.run(run())
+    assert proxy.stats.verified == 1 and proxy.stats.mismatches == []
