@@ -1,0 +1,251 @@
+"""``forethought bench --workload mcp``: recorded BFCL traces replayed by an MCP client, direct vs proxy.
+
+Each test trajectory (the ground truth of a BFCL multi-turn entry, one call per step) is replayed by an
+``mcp`` SDK client with model think time before every call, against the entry's backends served as an MCP
+server (:mod:`forethought.workloads.mcp_bfcl`, tool latency about equal to think time). Three arms, run one
+after another on every trajectory (their order rotated): ``direct`` (client -> server), ``proxy-cold`` (the
+proxy with a store that starts empty and learns online across the fold), ``proxy-warm`` (the proxy with a
+store trained by replaying the other fold through it first). The server is trusted and annotates as
+read-only exactly the functions that never changed state in BFCL's ground truth.
+
+Per arm: wall time of the replays (from the first call to the last answer; server start-up excluded), time
+saved against direct, upstream ``tools/call`` requests, early runs of non-read tools, and whether every
+answer and the final backend state equal the direct arm's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+
+from forethought._trajectory import Trajectory
+from forethought.mcp.effects import McpPolicy
+from forethought.mcp.proxy import Proxy, ProxyConfig
+from forethought.workloads.bfcl import BfclEntry, load_bfcl, split_interleaved, to_trajectory
+from forethought.workloads.bfcl_workload import spread
+from forethought.workloads.mcp_bfcl import STATE_URI, measured_read_only, server_command
+
+ARMS = ("direct", "proxy-cold", "proxy-warm")
+
+
+@dataclass(frozen=True, slots=True)
+class McpBenchConfig:
+    trajectories: int = 12
+    training: int = 24
+    think_s: float = 0.25
+    latency_s: float = 0.25
+    seed: int = 0
+    python: str = sys.executable
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """One trajectory replayed in one arm."""
+
+    seconds: float
+    answers: tuple[str, ...]
+    state: str
+    upstream_calls: int
+    early_non_read: int
+    hits: int
+
+
+@dataclass(slots=True)
+class ArmTotals:
+    seconds: float = 0.0
+    upstream_calls: int = 0
+    early_non_read: int = 0
+    hits: int = 0
+    calls: int = 0
+    identical: bool = True
+    per_trajectory_saved: list[float] = field(default_factory=list)
+
+
+def _dump(result: Any) -> str:
+    return json.dumps(result.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
+
+
+async def _replay(session: Any, trajectory: Trajectory, think_s: float) -> tuple[float, list[str], str]:
+    await session.list_tools()
+    answers: list[str] = []
+    start = time.monotonic()
+    for turn in trajectory.turns:
+        for step in turn.steps:
+            await asyncio.sleep(think_s)  # the model thinking before it emits the call
+            for call in step:
+                answers.append(_dump(await session.call_tool(call.name, dict(call.arguments))))
+    seconds = time.monotonic() - start
+    state = await session.read_resource(STATE_URI)
+    return seconds, answers, _dump(state)
+
+
+def _null_log() -> TextIO:
+    """Where a directly started server's stderr goes (the bench's output stays readable)."""
+    return open(os.devnull, "w")
+
+
+@contextlib.asynccontextmanager
+async def _direct_session(command: Sequence[str]) -> AsyncIterator[Any]:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=command[0], args=list(command[1:]))
+    with _null_log() as quiet:
+        async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+async def _proxied(proxy: Proxy, job: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """Run ``job(session)`` through ``proxy``; returns its value and the session's upstream link."""
+    from mcp import ClientSession
+    from mcp.shared.message import SessionMessage
+
+    to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))
+    try:
+        async with ClientSession(from_proxy, to_proxy) as session:
+            await session.initialize()
+            value = await job(session)
+    finally:
+        to_proxy.close()
+        await serving
+    return value, proxy.links[-1]
+
+
+async def _run_arm(arm: str, trajectory: Trajectory, command: Sequence[str], proxy: Proxy | None,
+                   read_only: frozenset[str], think_s: float) -> Replay:
+    if proxy is None:
+        async with _direct_session(command) as session:
+            seconds, answers, state = await _replay(session, trajectory, think_s)
+        calls = len(answers)
+        return Replay(seconds, tuple(answers), state, calls, 0, 0)
+    (seconds, answers, state), link = await _proxied(proxy, lambda s: _replay(s, trajectory, think_s))
+    early_non_read = sum(1 for t in link.speculative_tools if t not in read_only)
+    hits = proxy.finished.hits
+    return Replay(seconds, tuple(answers), state, link.client_calls + link.speculative_calls, early_non_read, hits)
+
+
+def _proxy(store: Path, command: Sequence[str]) -> Proxy:
+    return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(trust_all=True), store=store))
+
+
+async def _train(entries: Sequence[BfclEntry], store: Path, config: McpBenchConfig, read_only: frozenset[str],
+                 progress: Callable[[str], None]) -> None:
+    """Warm ``store``: replay the training fold through the proxy (no think time, no latency)."""
+    for i, entry in enumerate(entries):
+        command = server_command(config.python, entry, 0.0, config.seed, sorted(read_only))
+        proxy = _proxy(store, command)
+        trajectory = to_trajectory(entry)
+
+        async def replay(session: Any, trajectory: Trajectory = trajectory) -> Any:
+            return await _replay(session, trajectory, 0.0)
+
+        try:
+            await _proxied(proxy, replay)
+        finally:
+            proxy.close()
+        if (i + 1) % 8 == 0:
+            progress(f"trained on {i + 1}/{len(entries)} trajectories")
+
+
+async def mcp_bench(config: McpBenchConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Run the three arms on the test fold; returns the ``bench``-style results."""
+    entries = load_bfcl()
+    read_only = measured_read_only(entries)
+    train, test = split_interleaved(entries)
+    test = spread(test, config.trajectories)
+    train = spread(train, config.training)
+    totals = {arm: ArmTotals() for arm in ARMS}
+    with tempfile.TemporaryDirectory(prefix="forethought-mcp-bench-") as tmp:
+        cold, warm = Path(tmp) / "cold.sqlite", Path(tmp) / "warm.sqlite"
+        await _train(train, warm, config, read_only, progress)
+        for i, entry in enumerate(test):
+            trajectory = to_trajectory(entry)
+            command = server_command(config.python, entry, config.latency_s, config.seed, sorted(read_only))
+            order = ARMS[i % 3:] + ARMS[:i % 3]
+            runs: dict[str, Replay] = {}
+            for arm in order:
+                proxy = None if arm == "direct" else _proxy(cold if arm == "proxy-cold" else warm, command)
+                try:
+                    runs[arm] = await _run_arm(arm, trajectory, command, proxy, read_only, config.think_s)
+                finally:
+                    if proxy is not None:
+                        proxy.close()
+            base = runs["direct"]
+            for arm, run in runs.items():
+                t = totals[arm]
+                t.seconds += run.seconds
+                t.upstream_calls += run.upstream_calls
+                t.early_non_read += run.early_non_read
+                t.hits += run.hits
+                t.calls += len(run.answers)
+                t.identical &= run.answers == base.answers and run.state == base.state
+                t.per_trajectory_saved.append(1 - run.seconds / base.seconds if base.seconds else 0.0)
+            progress(f"{entry.id}: " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in ARMS))
+    return _results(config, totals, read_only)
+
+
+def _results(config: McpBenchConfig, totals: dict[str, ArmTotals], read_only: frozenset[str]) -> dict[str, Any]:
+    direct = totals["direct"]
+    arms: dict[str, Any] = {}
+    for arm, t in totals.items():
+        saved = t.per_trajectory_saved
+        arms[arm] = {
+            "seconds": round(t.seconds, 3),
+            "time_saved": round(1 - t.seconds / direct.seconds, 4) if direct.seconds else 0.0,
+            "time_saved_median": round(statistics.median(saved), 4) if saved else 0.0,
+            "time_saved_iqr": [round(q, 4) for q in _quartiles(saved)],
+            "calls": t.calls,
+            "hits": t.hits,
+            "upstream_calls": t.upstream_calls,
+            "upstream_ratio": round(t.upstream_calls / direct.upstream_calls, 3) if direct.upstream_calls else 0.0,
+            "early_non_read_runs": t.early_non_read,
+            "identical_to_direct": t.identical,
+        }
+    return {"params": asdict(config) | {"read_only_tools": sorted(read_only)}, "arms": arms,
+            "equivalent": all(t.identical for t in totals.values())}
+
+
+def _quartiles(values: Sequence[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (0.0, 0.0)
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
+def format_results(results: dict[str, Any]) -> str:
+    lines = [f"{'arm':<12} {'seconds':>8} {'saved':>7} {'median':>7} {'hits':>5} {'upstream':>9} {'ratio':>6} "
+             f"{'early-writes':>12} identical"]
+    for arm, r in results["arms"].items():
+        lines.append(f"{arm:<12} {r['seconds']:>8.2f} {r['time_saved']:>7.1%} {r['time_saved_median']:>7.1%} "
+                     f"{r['hits']:>5} {r['upstream_calls']:>9} {r['upstream_ratio']:>6.2f} "
+                     f"{r['early_non_read_runs']:>12} {r['identical_to_direct']}")
+    return "\n".join(lines)
+
+
+async def run_mcp_bench(trajectories: int, latency_s: float, seed: int, console: Any,
+                        json_path: str | None) -> dict[str, Any]:
+    """The ``bench --workload mcp`` command: think time equal to the mean tool latency."""
+    from forethought.bench.report import document, write_json
+
+    config = McpBenchConfig(trajectories=trajectories, training=2 * trajectories, think_s=latency_s,
+                            latency_s=latency_s, seed=seed)
+    results = await mcp_bench(config, progress=lambda line: console.print(line, style="dim"))
+    console.print(format_results(results))
+    doc = document("bench", {"workload": "mcp", **results["params"]}, results)
+    if json_path:
+        write_json(json_path, doc)
+    return doc
