@@ -11,7 +11,7 @@ from forethought._runtime import Runtime, Session
 from forethought._store import CallOutcome, SpeculationTicket
 from forethought._tools import Effect, PartialRule, StateCell, Tool, tool
 from forethought._version import __version__
-from forethought.agent import Agent, AgentResult, StepTiming, ToolRecord
+from forethought.agent import Agent, AgentResult, AgentStream, StepTiming, ToolRecord
 from forethought.code import CodeExecutor, CodePredictor, ExecResult, PlainExecutor
 from forethought.errors import (
     CallError,
@@ -28,15 +28,34 @@ from forethought.errors import (
     UpstreamError,
     WorkloadError,
 )
-from forethought.llm import FakeLLMClient, LLMClient, OpenAIChatClient, scripted_message
+from forethought.llm import (
+    AnthropicMessagesClient,
+    FakeLLMClient,
+    LLMClient,
+    OpenAIChatClient,
+    OpenAIResponsesClient,
+    scripted_message,
+)
 from forethought.predictors import ModelSpeculator, ObservedCall, Prediction, PredictionContext, Predictor
 from forethought.predictors.patterns import PatternConfig, PatternPredictor
 from forethought.sandbox import FileWorkspace, ObjectState
 from forethought.telemetry import EventKind, SessionStats, Telemetry
 
+
+def __getattr__(name: str) -> object:
+    # Names whose modules need an extra (``forethought[serve]``): imported on first use, not by ``import forethought``.
+    if name == "serve_scripted":
+        from forethought.serve.scripted import serve_scripted
+
+        return serve_scripted
+    raise AttributeError(f"module 'forethought' has no attribute {name!r}")
+
+
 __all__ = [
     "Agent",
     "AgentResult",
+    "AgentStream",
+    "AnthropicMessagesClient",
     "CallError",
     "CallOutcome",
     "CodeExecutor",
@@ -55,6 +74,7 @@ __all__ = [
     "ObjectState",
     "ObservedCall",
     "OpenAIChatClient",
+    "OpenAIResponsesClient",
     "PartialRule",
     "PatternConfig",
     "PatternPredictor",
@@ -85,5 +105,6 @@ __all__ = [
     "__version__",
     "load_policy",
     "scripted_message",
+    "serve_scripted",
     "tool",
 ]

@@ -1,5 +1,6 @@
-"""LLM clients: OpenAI-compatible streaming turned into a small event stream (text, call started/closed, done)."""
+"""LLM clients: Chat Completions, Responses and Anthropic Messages streams as one small event stream."""
 
+from forethought.llm.anthropic import AnthropicMessagesClient
 from forethought.llm.chat import LLMClient, OpenAIChatClient, ToolCallAssembler
 from forethought.llm.closing import ArgumentStream, ObjectCloseScanner
 from forethought.llm.events import (
@@ -14,8 +15,10 @@ from forethought.llm.events import (
     Usage,
 )
 from forethought.llm.fake import FakeLLMClient, FakeRequest, scripted_message
+from forethought.llm.responses import OpenAIResponsesClient
 
 __all__ = [
+    "AnthropicMessagesClient",
     "ArgumentStream",
     "FakeLLMClient",
     "FakeRequest",
@@ -24,6 +27,7 @@ __all__ = [
     "MessageDone",
     "ObjectCloseScanner",
     "OpenAIChatClient",
+    "OpenAIResponsesClient",
     "ResponseStarted",
     "TextDelta",
     "ToolCallArgumentsDelta",

@@ -28,6 +28,7 @@ token) and documented as such.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -41,7 +42,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from forethought.errors import WorkloadError
-from forethought.serve.http import EventStream, StreamChunks
+from forethought.serve.http import EventStream, StreamChunks, serve_in_process
 
 DEFAULT_TTFT_S = 0.05
 DEFAULT_CHUNK_S = 0.01
@@ -406,6 +407,24 @@ class ScriptedModelServer:
 def create_scripted_server(script: Script, time_scale: float = 1.0) -> Starlette:
     """The ASGI app of a :class:`ScriptedModelServer` for ``script``."""
     return ScriptedModelServer(script, time_scale).app()
+
+
+@contextlib.asynccontextmanager
+async def serve_scripted(script: Script | Mapping[str, Any] | Sequence[Any] | str | Path,
+                         time_scale: float = 1.0) -> AsyncIterator[str]:
+    """Serve a scripted model on 127.0.0.1 (a free port) while the block runs; yield its base URL.
+
+    ``script`` is a :class:`Script`, its JSON form (an object with ``responses``, or that list), or the
+    path of a script file. The OpenAI SDKs take ``base_url=url + "/v1"``, the Anthropic SDK ``base_url=url``.
+    """
+    if isinstance(script, str | Path):
+        loaded = load_script(script)
+    elif isinstance(script, Script):
+        loaded = script
+    else:
+        loaded = parse_script(script)
+    async with serve_in_process(create_scripted_server(loaded, time_scale)) as url:
+        yield url
 
 
 async def _bytes(chunks: AsyncIterator[bytes]) -> StreamChunks:
