@@ -44,7 +44,7 @@ from forethought._calls import ToolCall
 from forethought._clock import SYSTEM_CLOCK, Clock
 from forethought._runtime import Session
 from forethought._scheduler import maybe_await
-from forethought._store import SpeculationTicket
+from forethought._store import CallOutcome, SpeculationTicket
 from forethought._tools import Effect, Tool
 from forethought.errors import ToolDefinitionError
 from forethought.stores.errors import StoreIntegrityError, StoreUnavailableError
@@ -181,9 +181,13 @@ class SharedSpeculation:
 
     async def execute(self, session: Session, call: ToolCall) -> Any:
         """``session.execute``; when a shared tool really runs, its result is published in the background."""
+        return (await self.execute_detailed(session, call)).value
+
+    async def execute_detailed(self, session: Session, call: ToolCall) -> CallOutcome:
+        """``session.execute_detailed``, publishing as :meth:`execute` does."""
         token = _MODE.set((self, _PUBLISH))
         try:
-            return await session.execute(call)
+            return await session.execute_detailed(call)
         finally:
             _MODE.reset(token)
 
