@@ -56,6 +56,8 @@ AGREEMENT_WEIGHT = 0.5
 """How much a second piece of evidence for the same value counts (1: as if independent)."""
 MIN_CUE_TRIALS = 2.0
 """A cue word must have been seen this often with the parameter before it can select a constant."""
+MAX_TABLE_RULES = 48
+"""Rules replayed per parameter (the best scored): outputs full of common values breed many rules."""
 BOUND_SLACK = 1e-9
 """Margin on the upper bounds of scores used to skip values that cannot win (far above rounding errors)."""
 
@@ -233,15 +235,26 @@ class ArgumentModel:
         record = self._record(tool, param, rule_key)
         return self._score(record, self.counts.get(record.here[0]), self.counts.stored(), self.counts.scale)
 
+    def _best_rules(self, tool: str, param: str, keys: set[str]) -> set[str]:
+        """``keys``, or when there are more than :data:`MAX_TABLE_RULES` of them, the best scored ones (and
+        the pseudo rules): a rule found by coincidence in a large output is then not replayed forever."""
+        if len(keys) <= MAX_TABLE_RULES:
+            return keys
+        real = sorted(keys - {ENUM_RULE, VOCAB_RULE})
+        scores = {key: self.rule_score(tool, param, key) for key in real}
+        real.sort(key=lambda key: -scores[key])  # stable: equal scores stay in key order
+        return {*real[:MAX_TABLE_RULES], *(keys & {ENUM_RULE, VOCAB_RULE})}
+
     def _table(self, tool: str, param: str) -> _Table:
         """The rules to try for the parameter, sorted, with the enum pseudo rule: those known here, else
-        those known for the parameter name on any tool (kept until a rule is added)."""
+        those known for the parameter name on any tool, the best :data:`MAX_TABLE_RULES` of them (kept
+        until a rule is added)."""
         level = (tool, param)
         rules_at = level if self._rules.get(level) else (ANY, param)
         version = (rules_at, len(self._rules.get(rules_at, ())))
         cached = self._tables.get(level)
         if cached is None or cached[0] != version:
-            keys = tuple(sorted({*self._rules.get(rules_at, ()), ENUM_RULE}))
+            keys = tuple(sorted({*self._best_rules(tool, param, self._rules.get(rules_at, set())), ENUM_RULE}))
             rules = tuple(self._rule(key) for key in keys)
             table = _Table(keys, rules, tuple(self._record(tool, param, key) for key in keys),
                            tuple(i for i, rule in enumerate(rules) if rule is None))
@@ -305,8 +318,10 @@ class ArgumentModel:
             schema = properties.get(param) or {}
             known = self._rules.setdefault((tool, param), set())
             recent = self._recent.setdefault((tool, param), deque(maxlen=RECENT_OBSERVATIONS))
+            found_now: set[str] = set()
             if not absent:
                 for rule in sources.explain(value, param):
+                    found_now.add(rule.key)
                     if rule.key in known:
                         continue
                     known.add(rule.key)
@@ -315,7 +330,8 @@ class ArgumentModel:
                         self._rules.setdefault(level, set()).add(rule.key)
                     for past, past_truth in recent:
                         self._trial(tool, param, rule.key, past.apply_keyed(rule), past_truth)
-            keys = sorted({*known, ENUM_RULE, VOCAB_RULE})
+            tried = known if len(known) <= MAX_TABLE_RULES else {*self._table(tool, param).keys, *found_now}
+            keys = sorted({*tried, ENUM_RULE, VOCAB_RULE})
             rules = [self._rule(key) for key in keys]
             for key, parsed, produced in zip(keys, rules, sources.apply_all(rules), strict=True):
                 if parsed is None:

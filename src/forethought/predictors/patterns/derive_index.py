@@ -63,7 +63,7 @@ def message_memo(text: str) -> dict[str, tuple[Any, str] | None]:
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def atom_value(text: str, date: dt.date | None, transform: str, wrap: bool) -> tuple[Any, str] | None:
+def atom_value(text: str, date: dt.date | dt.time | None, transform: str, wrap: bool) -> tuple[Any, str] | None:
     """An atom's value under ``transform`` (in a list if ``wrap``) with its value key, or None."""
     value = apply_transform(transform, text, date)
     if value is None:

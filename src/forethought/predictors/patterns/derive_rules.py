@@ -9,7 +9,8 @@ far with their outputs). :meth:`Sources.explain` lists every rule that reproduce
 
 Sources and their locators:
 
-* ``user`` / ``prev`` (latest / previous user message): an atom kind (:mod:`pattern_text`) and a
+* ``user`` / ``prev`` / ``sys`` (latest / previous user message, system and developer messages): an
+  atom kind (:mod:`pattern_text`) and a
   selector: ``i`` n-th, ``r`` n-th from the end, ``u`` n-th not yet used by a call of this turn, ``b`` /
   ``a`` the one just after / before a cue word.
 * ``all``: every atom of a kind in the latest user message, as a list.
@@ -47,6 +48,7 @@ from forethought.predictors.patterns.derive_outputs import (
     target_keys,
     walk_key,
 )
+from forethought.predictors.patterns.derive_time import WHEN, Reference, when_atoms
 from forethought.predictors.patterns.derive_values import (
     apply_transform,
     date_variants,
@@ -85,7 +87,8 @@ class Rule:
         key = json.dumps([self.source, list(self.locator), self.transform, self.wrap], separators=(",", ":"))
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "message_only",
-                           self.source in ("user", "prev", "all") and self.locator[1:2] != ("u",))
+                           self.source in ("user", "prev", "sys", "all") and self.locator[1:2] != ("u",)
+                           and self.locator[:1] != (WHEN,))
 
     @classmethod
     def from_key(cls, key: str) -> Rule:
@@ -198,6 +201,12 @@ class Sources:
     history: Sequence[ObservedCall] = ()
     turn_start: int = 0
     previous_message: str = ""
+    system_message: str = ""
+    """The text of the system and developer messages (context: today's date, the user's name...)."""
+    reference: Reference = field(default_factory=Reference)
+    """What relative and year-less dates are resolved against (:func:`derive_time.reference_now`)."""
+    _merged: dict[str, Mapping[str, tuple[Atom, ...]]] = field(default_factory=dict, init=False, repr=False,
+                                                               compare=False)
     _used: set[str] | None = field(default=None, init=False, repr=False, compare=False)
     _last_of_tool: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     _last_with_param: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -217,10 +226,17 @@ class Sources:
     # --- atoms of the user's messages -------------------------------------------------------------
 
     def _text(self, source: str) -> str:
+        if source == "sys":
+            return self.system_message
         return self.user_message if source in ("user", "all") else self.previous_message
 
     def _atoms(self, source: str) -> Mapping[str, tuple[Atom, ...]]:
-        return atoms_by_kind(self._text(source))
+        """The atoms of a message by kind, its times and dates (:data:`WHEN`) included."""
+        merged = self._merged.get(source)
+        if merged is None:
+            text = self._text(source)
+            merged = self._merged[source] = {**atoms_by_kind(text), WHEN: when_atoms(text, self.reference)}
+        return merged
 
     def _used_keys(self) -> set[str]:
         """Value keys of every argument used by a call of this turn (worked out on first need)."""
@@ -242,7 +258,7 @@ class Sources:
     def _atom_locators(self, source: str, kind: str, atoms: Sequence[Atom], index: int
                        ) -> Iterator[tuple[str, ...]]:
         atom = atoms[index]
-        if kind in ORDINAL_KINDS:
+        if kind in ORDINAL_KINDS or kind == WHEN:
             if index < MAX_ORDINAL:
                 yield (kind, "i", str(index))
             if len(atoms) - 1 - index < MAX_FROM_END:
@@ -302,7 +318,7 @@ class Sources:
                     found.setdefault(rule.key, rule)
                 return
 
-        for source in ("user", "prev"):
+        for source in ("user", "prev", "sys"):
             for kind, atoms in self._atoms(source).items():
                 for i, atom in enumerate(atoms):
                     if target.may_come_from(atom.text, atom.date is not None):
@@ -387,7 +403,7 @@ class Sources:
             if key in applied:
                 found = applied[key]
             elif rule.message_only:
-                text = self.previous_message if rule.source == "prev" else self.user_message
+                text = self._text(rule.source)
                 memo = memos[text] if text in memos else memos.setdefault(text, message_memo(text))
                 if key in memo:
                     found = memo[key]
@@ -410,7 +426,7 @@ class Sources:
 
     def _apply_new(self, rule: Rule) -> tuple[Any, str] | None:
         """The value ``rule`` gives here and its value key, worked out (nothing remembered)."""
-        if rule.source in ("user", "prev", "tok"):
+        if rule.source in ("user", "prev", "sys", "tok"):
             atom = self._token_atom(rule) if rule.source == "tok" else self._locate_atom(rule.source, rule.locator)
             return None if atom is None else atom_value(atom.text, atom.date, rule.transform, rule.wrap)
         if rule.source == "out":

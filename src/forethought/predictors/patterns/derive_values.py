@@ -21,6 +21,15 @@ from typing import Any
 
 from forethought.predictors.patterns.text import parse_number
 
+TIME_FORMATS = ("%H:%M", "%H:%M:%S", "%I:%M %p", "%I %p", "%H%M")
+"""Spellings of a time of day."""
+DATETIME_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S",
+                    "%Y-%m-%dT%H:%M:%SZ", "%m/%d/%Y %H:%M")
+"""Spellings of a date with its time."""
+EPOCH = "epoch"
+"""The transform giving a datetime's Unix timestamp (seconds, as UTC)."""
+_TIME_DIRECTIVES = frozenset("HIMSpf")
+_DATE_DIRECTIVES = frozenset("YmdBbyaAjU")
 DATE_FORMATS = ("%Y-%m-%d", "%m/%d/%Y", "%d/%m/%Y", "%Y/%m/%d", "%d-%m-%Y", "%m-%d-%Y", "%Y%m%d",
                 "%B %d, %Y", "%d %B %Y", "%b %d, %Y")
 """Date spellings a date found in text may be rewritten to."""
@@ -121,10 +130,30 @@ def number_variants(number: float, prefix: str = "") -> Iterator[tuple[str, Any]
     yield prefix + "str", str(int(number)) if number.is_integer() else str(number)
 
 
-def date_variants(date: dt.date) -> Iterator[tuple[str, Any]]:
-    """Every (transform name, value) a date offers: one per spelling in :data:`DATE_FORMATS`."""
-    for fmt in DATE_FORMATS:
+def date_variants(date: dt.date | dt.time) -> Iterator[tuple[str, Any]]:
+    """Every (transform name, value) a date, datetime or time of day offers: one per spelling in
+    :data:`DATE_FORMATS`, :data:`DATETIME_FORMATS` or :data:`TIME_FORMATS` (and a datetime's Unix
+    timestamp, read as UTC)."""
+    if isinstance(date, dt.datetime):
+        for fmt in DATETIME_FORMATS:
+            yield "date:" + fmt, date.strftime(fmt)
+        yield "date:" + EPOCH, int(date.replace(tzinfo=dt.UTC).timestamp())
+    formats = TIME_FORMATS if isinstance(date, dt.time) else DATE_FORMATS
+    for fmt in formats:
         yield "date:" + fmt, date.strftime(fmt)
+
+
+def _spell(date: dt.date | dt.time, fmt: str) -> Any:
+    """``date`` in the spelling ``fmt`` (a strftime format or :data:`EPOCH`); None when the format needs
+    what the value lacks (a time of a plain date, a date of a time of day)."""
+    if fmt == EPOCH:
+        return int(date.replace(tzinfo=dt.UTC).timestamp()) if isinstance(date, dt.datetime) else None
+    directives = set(fmt[i + 1] for i in range(len(fmt) - 1) if fmt[i] == "%")
+    if isinstance(date, dt.time):
+        return None if directives & _DATE_DIRECTIVES else date.strftime(fmt)
+    if not isinstance(date, dt.datetime) and directives & _TIME_DIRECTIVES:
+        return None
+    return date.strftime(fmt)
 
 
 def json_variants(value: Any) -> Iterator[tuple[str, Any]]:
@@ -139,10 +168,10 @@ def json_variants(value: Any) -> Iterator[tuple[str, Any]]:
         yield "id", value
 
 
-def apply_transform(name: str, value: Any, date: dt.date | None = None) -> Any:
+def apply_transform(name: str, value: Any, date: dt.date | dt.time | None = None) -> Any:
     """Recompute transform ``name`` on ``value``; None when it does not apply."""
     if name.startswith("date:"):
-        return date.strftime(name[5:]) if date is not None else None
+        return None if date is None else _spell(date, name[5:])
     if isinstance(value, bool) or value is None or isinstance(value, list | dict):
         return value if name == "id" else None
     if isinstance(value, int | float):

@@ -32,6 +32,7 @@ from forethought.predictors.patterns.args import ArgCandidate, ArgumentModel
 from forethought.predictors.patterns.counts import Counts, CountsState
 from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_rules import Sources
+from forethought.predictors.patterns.derive_time import first_output_date, reference_now
 from forethought.predictors.patterns.flow import TURN_MARK, FlowModel, FlowView, call_token
 from forethought.predictors.patterns.replay import RecordedSession, from_trajectory, train
 from forethought.predictors.patterns.store import PatternStore, tool_set_fingerprint
@@ -85,6 +86,25 @@ _Mark = tuple[int, int, str]
 """What identifies a context of a session: calls so far, messages so far, latest user message."""
 _OptionKey = tuple[str, tuple[tuple[str, str], ...]]
 """A predicted call as a key: the tool and its (parameter, value key) pairs in parameter order."""
+
+
+SYSTEM_ROLES = ("system", "developer")
+MAX_SYSTEM_CHARS = 8192
+"""System text read for values (its start: where dates, names and places are usually stated)."""
+
+
+def system_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of the system and developer messages, in order (text parts of structured content)."""
+    parts: list[str] = []
+    for message in messages:
+        if not isinstance(message, Mapping) or message.get("role") not in SYSTEM_ROLES:
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return "\n".join(parts)[:MAX_SYSTEM_CHARS]
 
 
 def _mark(context: PredictionContext) -> _Mark:
@@ -203,7 +223,13 @@ class PatternPredictor:
         turn_calls = tuple(o.call.name for o in context.history[turn_start:])
         words = message_words(context.user_message)
         view = FlowView(tuple(tokens[-(self.config.order + 1):]), words, turn_calls)
-        sources = Sources(context.user_message, context.history, turn_start, turns.previous_message)
+        system = system_text(context.messages)
+        user_texts = [str(m.get("content") or "") for m in context.messages
+                      if isinstance(m, Mapping) and m.get("role") == "user"] or [context.user_message]
+        reference = reference_now(system, context.request_extra, user_texts,
+                                  (o.output for o in reversed(context.history)))
+        sources = Sources(context.user_message, context.history, turn_start, turns.previous_message, system,
+                          reference)
         return _Step(view, sources, words)
 
     def _candidates(self, context: PredictionContext) -> tuple[str, ...]:
@@ -352,6 +378,7 @@ class PatternPredictor:
         self.args.learn(call.name, properties, arguments, step.sources, step.words)
         self.counts.tick()
         output_index(observed.output)  # indexed now, while learning, rather than in the next prediction
+        first_output_date(observed.output)
         self._since_flush += 1
         if self.store is not None and self._since_flush >= self.config.flush_every:
             try:

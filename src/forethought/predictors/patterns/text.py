@@ -99,7 +99,8 @@ class Atom:
     before: str = ""
     after: str = ""
     number: float | None = None
-    date: dt.date | None = None
+    date: dt.date | dt.time | None = None
+    """The date (a datetime too) or time of day the atom stands for, if it is one."""
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -182,6 +183,14 @@ def _date_spans(text: str) -> Iterator[tuple[int, int, dt.date]]:
                 yield match.start(), match.end(), dt.date(int(parts["y"]), month, int(parts["d"]))
             except (KeyError, ValueError):
                 continue
+
+
+@functools.lru_cache(maxsize=4096)
+def first_date(text: str) -> dt.date | None:
+    """The first date written with its year in ``text`` (the earliest-listed spelling that has one)."""
+    for _, _, date in _date_spans(text):
+        return date
+    return None
 
 
 def text_atoms(text: str, words_too: bool = True) -> list[Atom]:
