@@ -78,3 +78,45 @@ def test_config_and_run_errors_are_one_line() -> None:
 def test_stats_without_a_store(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["mcp-proxy", "stats", "--store", str(tmp_path / "none.sqlite")])
     assert result.exit_code == 2 and "no store" in result.output
+
+
+async def test_http_listener_serves_mcp_progress_and_metrics(tmp_path: Path) -> None:
+    import asyncio
+
+    from mcp.client.streamable_http import streamable_http_client
+
+    from forethought.mcp.effects import McpPolicy
+    from forethought.mcp.http import serve_http
+    from forethought.mcp.proxy import Proxy, ProxyConfig
+
+    port = _free_port()
+    proxy = Proxy(ProxyConfig(command=(sys.executable, str(PROBE), str(tmp_path / "log")),
+                              policy=McpPolicy(trust_all=True)))
+    server = asyncio.create_task(serve_http(proxy, "127.0.0.1", port))
+    try:
+        async with httpx2.AsyncClient() as http:
+            for _ in range(200):  # until uvicorn listens
+                try:
+                    await http.get(f"http://127.0.0.1:{port}/metrics/")
+                    break
+                except httpx2.TransportError:
+                    await asyncio.sleep(0.05)
+            seen: list[float] = []
+
+            async def progress(p: float, total: float | None, message: str | None) -> None:
+                seen.append(p)
+
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                await session.list_tools()
+                done = await session.call_tool("counted", {"steps": 2}, progress_callback=progress)
+                looked = [await session.call_tool("lookup", {"key": k}) for k in ("a", "a")]
+            metrics = (await http.get(f"http://127.0.0.1:{port}/metrics/")).text
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+        proxy.close()
+    assert done.content[0].text == "done 2" and seen == [1.0, 2.0]  # type: ignore[union-attr]
+    assert [r.content[0].text for r in looked] == ["value-of-a"] * 2  # type: ignore[union-attr]
+    assert "forethought_mcp_calls_total" in metrics

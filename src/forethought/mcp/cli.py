@@ -68,6 +68,8 @@ def proxy(
     trust: Annotated[bool, typer.Option("--trust", help="Believe the upstream's readOnlyHint annotations.")] =
         False,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT.")] = None,
+    listen: Annotated[str | None, typer.Option(help="Serve clients over streamable HTTP on 127.0.0.1:PORT "
+                                                    "(/mcp, and /metrics) instead of stdio.")] = None,
 ) -> None:
     """Run the proxy: forethought mcp-proxy [OPTIONS] -- <upstream command ...>."""
     if ctx.invoked_subcommand is not None:
@@ -89,7 +91,13 @@ def proxy(
         raise _fail(exc) from None
     stop = serve_metrics(server.current, metrics_port) if metrics_port is not None else None
     try:
-        asyncio.run(run_stdio_until_stopped(server))
+        if listen is not None:
+            from forethought.mcp.http import parse_listen, serve_http
+
+            host, port = parse_listen(listen)
+            asyncio.run(serve_http(server, host, port))
+        else:
+            asyncio.run(run_stdio_until_stopped(server))
     except ForethoughtError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
-from mcp.shared.message import SessionMessage
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, RequestId
 
 from forethought.mcp.errors import UpstreamClosedError, upstream_gone_error
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 CANCELLED = "notifications/cancelled"
 TOOLS_CHANGED = "notifications/tools/list_changed"
+PROGRESS = "notifications/progress"
 
 
 class MessageSource(Protocol):
@@ -54,6 +55,8 @@ class Relay:
         self._exit_detail = exit_detail or (lambda: "it closed its connection")
         self._forwarded: dict[RequestId, tuple[str, dict[str, Any] | None]] = {}
         self._calls: dict[RequestId, asyncio.Task[None]] = {}
+        self._progress: dict[object, RequestId] = {}
+        """Progress token -> the client request it belongs to (an HTTP transport streams it with that request)."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
@@ -83,6 +86,9 @@ class Relay:
                 await self._send_up(message)
 
     async def _client_request(self, message: JSONRPCRequest) -> None:
+        meta = (message.params or {}).get("_meta")
+        if isinstance(meta, dict) and isinstance(meta.get("progressToken"), str | int):
+            self._progress[meta["progressToken"]] = message.id
         if self.link.gone is not None:
             await self._send_down(Answer(error=upstream_gone_error(self.link.gone)).message(message.id))
         elif message.method == "tools/call" and message.id not in self._calls:
@@ -160,6 +166,11 @@ class Relay:
                 self.speculator.upstream_named(message.result.get("serverInfo"))
         elif isinstance(message, JSONRPCNotification) and message.method == TOOLS_CHANGED:
             await self.speculator.tools_changed()
+        elif isinstance(message, JSONRPCNotification) and message.method == PROGRESS and message.params:
+            related = self._progress.get(message.params.get("progressToken"))
+            if related is not None:
+                await self._send_down(message, ServerMessageMetadata(related_request_id=related))
+                return
         await self._send_down(message)
 
     async def _upstream_gone(self, detail: str) -> None:
@@ -168,8 +179,10 @@ class Relay:
         for request_id in waiting:
             await self._send_down(Answer(error=upstream_gone_error(detail)).message(request_id))
 
-    async def _send_down(self, message: JSONRPCMessage) -> None:
+    async def _send_down(self, message: JSONRPCMessage, metadata: ServerMessageMetadata | None = None) -> None:
+        if isinstance(message, JSONRPCResponse | JSONRPCError) and self._progress:
+            self._progress = {t: i for t, i in self._progress.items() if i != message.id}
         try:
-            await self._down_write.send(SessionMessage(message))
+            await self._down_write.send(SessionMessage(message, metadata))
         except Exception as exc:  # the client is gone; the downstream pump ends the relay
             log.debug("could not answer the client: %s", exc)
