@@ -2,8 +2,9 @@
 
 Keys (built by :class:`~forethought.stores.shared_tools.SharedSpeculation`) are
 ``<prefix>:{<tenant digest>:<call digest>}:v`` for the value and ``...:lease`` for the lease; the hash tag
-keeps both in one Cluster slot and spreads calls over the cluster. ``lead`` is one ``SET NX PX`` on the
-lease after an ``EXISTS`` of the value, in a single script so a value published in between is seen;
+keeps both in one Cluster slot and spreads calls over the cluster. ``get_or_lead`` (the one round trip of a
+speculation) returns the value, or else takes the lease with ``SET NX PX``, in a single script so a value
+published in between is seen; ``lead`` is the same without the value;
 ``publish`` is ``SET PX`` plus a compare-and-delete of the lease (one script); ``release`` is the
 compare-and-delete alone. Values are opaque sealed bytes: Redis never sees arguments or unsealed outputs.
 """
@@ -20,6 +21,12 @@ _LEAD = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
+"""
+_GET_OR_LEAD = """
+local value = redis.call('GET', KEYS[1])
+if value then return {value, 0} end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {false, 1} end
+return {false, 0}
 """
 _PUBLISH = """
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -47,6 +54,7 @@ class RedisSharedResults:
     def __init__(self, client: Any) -> None:
         self._client = client
         self._lead = client.register_script(_LEAD)
+        self._get_or_lead = client.register_script(_GET_OR_LEAD)
         self._publish = client.register_script(_PUBLISH)
         self._release = client.register_script(_RELEASE)
         self.operations = 0
@@ -69,6 +77,12 @@ class RedisSharedResults:
         self.operations += 1
         with mapped_redis_errors("lead shared result"):
             return bool(await self._lead(keys=[key, lease_key(key)], args=[token, _ms(lease_s)]))
+
+    async def get_or_lead(self, key: str, token: str, lease_s: float) -> tuple[bytes | None, bool]:
+        self.operations += 1
+        with mapped_redis_errors("get or lead shared result"):
+            value, leading = await self._get_or_lead(keys=[key, lease_key(key)], args=[token, _ms(lease_s)])
+        return value, bool(leading)
 
     async def publish(self, key: str, sealed: bytes, ttl_s: float, token: str) -> None:
         self.operations += 1

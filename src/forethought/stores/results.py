@@ -25,6 +25,9 @@ class SharedResults(Protocol):
     async def lead(self, key: str, token: str, lease_s: float) -> bool:
         """Take the lease of ``key`` for ``lease_s`` unless another holder has it (or a value is there)."""
 
+    async def get_or_lead(self, key: str, token: str, lease_s: float) -> tuple[bytes | None, bool]:
+        """In one round trip: the value under ``key`` if there is one, else whether the lease was taken."""
+
     async def publish(self, key: str, sealed: bytes, ttl_s: float, token: str) -> None:
         """Store ``sealed`` under ``key`` for ``ttl_s`` and end ``token``'s lease."""
 
@@ -63,6 +66,12 @@ class MemorySharedResults:
             return False
         self._leases[key] = (token, self._clock.monotonic() + lease_s)
         return True
+
+    async def get_or_lead(self, key: str, token: str, lease_s: float) -> tuple[bytes | None, bool]:
+        value = await self.get(key)
+        if value is not None:
+            return value, False
+        return None, await self.lead(key, token, lease_s)
 
     async def publish(self, key: str, sealed: bytes, ttl_s: float, token: str) -> None:
         self.operations += 1

@@ -240,13 +240,13 @@ class SharedSpeculation:
             return await maybe_await(run())
         lead_token = uuid.uuid4().hex
         try:
-            sealed = await self._op(self._backend.get(key))
+            sealed, leading = await self._op(self._backend.get_or_lead(key, lead_token, spec.lease_s))
             self._ok()
             value = _MISSING if sealed is None else self._open(key, sealed)
             if value is not _MISSING:
                 self.stats.served += 1
                 return value
-            leading = sealed is not None or await self._op(self._backend.lead(key, lead_token, spec.lease_s))
+            leading = leading or sealed is not None  # a forged value: run it and publish over it
             if not leading:
                 value = await self._wait(key, spec.wait_s)
                 if value is not _MISSING:
