@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import inspect
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from forethought._calls import ToolCall
+from forethought._policy import Policy
 from forethought._runtime import Runtime, Session, SettledSpeculation
 from forethought._store import SpeculationTicket
 from forethought._tools import Effect, Tool
@@ -137,6 +139,22 @@ class EngineSideStats:
     entries_cached: int = 0
     post_errors: int = 0
     served_calls: int = 0
+
+
+def unknown_policy_tools(policy: Policy, tools: Iterable[str]) -> dict[str, str | None]:
+    """Tool names the policy configures that none of ``tools`` has, each with the closest known name (or None).
+
+    A misspelt name in a policy file configures nothing; the CLI and the Agent report these.
+    """
+    known = sorted(set(tools))
+    return {name: next(iter(difflib.get_close_matches(name, known, n=1)), None)
+            for name in sorted(policy.tools) if name not in known}
+
+
+def describe_unknown(unknown: Mapping[str, str | None]) -> str:
+    """One line naming the unknown policy tools (with suggestions)."""
+    parts = [f"{name!r}" + (f" (did you mean {hint!r}?)" if hint else "") for name, hint in unknown.items()]
+    return "the policy configures tools that are not registered: " + ", ".join(parts)
 
 
 TextCallback = Callable[[str], object]

@@ -12,16 +12,40 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import typer
-from rich.console import Console
+try:
+    import typer
+    from rich.console import Console
+    from typer.core import TyperGroup
+except ImportError as missing:  # the library installed without its command line
+    import sys
+
+    print(f"error: the forethought command needs {missing.name}: pip install 'forethought[cli]'", file=sys.stderr)
+    raise SystemExit(2) from None
 
 from forethought._policy import Policy, load_policy
 from forethought._version import __version__
 from forethought.errors import ForethoughtError
 from forethought.mcp.cli import app as mcp_proxy_app
 
+_DEBUG = False
+"""``--debug``: let errors propagate with their traceback instead of one line."""
+
+
+class _Commands(TyperGroup):
+    """The command group: an error of the forethought family (or an unreadable file) is one line, exit status 2."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (ForethoughtError, OSError) as exc:
+            if _DEBUG:
+                raise
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+
 app = typer.Typer(help="forethought: speculative tool execution for tool-using LLM agents.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, cls=_Commands, pretty_exceptions_enable=False)
 app.add_typer(mcp_proxy_app, name="mcp-proxy")
 console = Console(width=None if Console().is_terminal else 140)
 T = TypeVar("T")
@@ -38,8 +62,11 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                               help="Print the version and exit.")] = False) -> None:
+                                               help="Print the version and exit.")] = False,
+         debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an error.")] = False) -> None:
     """forethought command line."""
+    global _DEBUG
+    _DEBUG = debug
 
 
 def _policy(path: Path | None) -> Policy:
@@ -47,11 +74,22 @@ def _policy(path: Path | None) -> Policy:
 
 
 def _run(job: Callable[[], Awaitable[T]]) -> T:
-    try:
-        return asyncio.run(job())  # type: ignore[arg-type]
-    except ForethoughtError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+    return asyncio.run(job())  # type: ignore[arg-type]  # errors: one line via _Commands
+
+
+def _check_policy_tools(config: Any) -> None:
+    """Warn (one line on stderr) about policy tool names that no tool of the workload has."""
+    if not config.policy.tools:
+        return
+    from forethought.agent import describe_unknown, unknown_policy_tools
+    from forethought.bench.main import make_workload
+
+    loaded = make_workload(config)
+    names = {t.name for tr in [*loaded.trajectories(), *loaded.training()]
+             for t in loaded.session_tools(tr, None).tools}
+    unknown = unknown_policy_tools(config.policy, names)
+    if unknown:
+        typer.echo(f"warning: {describe_unknown(unknown)}", err=True)
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -111,10 +149,11 @@ def bench(
     if engine == "vllm":
         from dataclasses import replace
 
-        from forethought.bench.vllm_bench import run_vllm_bench
+        from forethought.bench.vllm_bench import VllmBenchParams, run_vllm_bench
 
         config = replace(config, time_scale=time_scale if time_scale is not None else 0.3)
-        doc = _run(lambda: run_vllm_bench(config, agent_counts, tasks_per_agent, console=console, json_path=json_path))
+        doc = _run(lambda: run_vllm_bench(config, agent_counts, tasks_per_agent, VllmBenchParams(repeats=repeats),
+                                          console=console, json_path=json_path))
     elif len(agent_counts) > 1:
         from forethought.bench.multi_agent import MultiAgentParams, run_multi_agent
 
@@ -142,6 +181,7 @@ def bench(
         if json_path:
             save_document(doc, json_path)
     else:
+        _check_policy_tools(config)
         doc = _run(lambda: run_bench(config, console, json_path))
     if not doc["results"].get("equivalent", True):
         console.print("[red]speculative arms differ from serial[/red]")
@@ -157,14 +197,26 @@ def serve_model(
     alpha: float = 0.7,
     time_scale: float = 1.0,
     seed: int = 0,
+    script: Annotated[Path | None, typer.Option(help="Serve this script of model responses (JSON: text, tool "
+                                                     "calls, timing) instead of a workload, on the Chat "
+                                                     "Completions, Responses and Anthropic Messages endpoints.")]
+        = None,
 ) -> None:
-    """Run the simulated OpenAI-compatible engine (replays workload trajectories) until interrupted."""
+    """Run the simulated engine until interrupted: workload trajectories, or a script of your own responses."""
     from forethought.bench.main import BenchConfig, _timing, make_workload
     from forethought.serve.http import serve_forever
     from forethought.serve.model_server import SpeculatorConfig, create_model_server
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise typer.BadParameter("the simulated engine binds loopback only")
+    if script is not None:
+        from forethought.serve.scripted import create_scripted_server, load_script
+
+        scripted = load_script(script)
+        console.print(f"serving a script of {len(scripted.responses)} responses on http://{host}:{port}/v1 "
+                      "(chat/completions, responses, messages)")
+        serve_forever(create_scripted_server(scripted, time_scale), host, port)
+        return
     config = BenchConfig(workload=workload, trajectories=0, grouping=grouping, alpha=alpha, time_scale=time_scale,
                          seed=seed)
     try:
