@@ -17,7 +17,8 @@ order rotated per repeat, each through the multi-agent runner of :mod:`forethoug
 * ``engine-plugin`` — the same, through the endpoint plugin (:mod:`forethought.engines.vllm.plugin`) inside
   vLLM's own API server: no gateway process, the cache route on vLLM's port.
 
-Figures per (M, arm): wall time, mean agent time and time saved against serial, generated tokens per second
+Before each arm vLLM's prefix cache is emptied (``POST /reset_prefix_cache``, vLLM's dev mode), so every arm
+starts cold. Figures per (M, arm): wall time, mean agent time and time saved against serial, generated tokens per second
 of wall time, and vLLM's own counters (``/metrics``, differences around the arm): prompt tokens, prompt tokens
 computed (after the prefix cache) and cached, generated tokens, requests. Equivalence is checked task by task
 against serial (tool outputs and final backend states), and every arm must finish with no conversation error
@@ -60,6 +61,9 @@ if TYPE_CHECKING:
     from forethought.bench.main import BenchConfig
 
 ARMS = ("serial", "client-side", "engine-side", "engine-plugin")
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+"""Enables vLLM's ``POST /reset_prefix_cache``: each arm starts with an empty prefix cache (else the first arm
+pays the prefill of every shared prompt prefix and the others find it cached)."""
 CPU_CAVEAT = ("real vLLM 0.32 (CPU build) on 2 shared cores serving a 1.5M-parameter random-weight model: the "
               "mechanisms are real, the ratios are not a GPU serving gpt-oss-120b")
 
@@ -115,7 +119,8 @@ async def _stack(trajectories: Sequence[Trajectory], config: BenchConfig, params
                                 speculator) as speculator_url, \
             serve_in_subprocess(create_gateway, proxy_url + "/v1",
                                 GatewayConfig(post_wait_s=params.post_wait_s)) as gateway_url:
-        env = {**vllm.extra_env, UPSTREAM_ENV: proxy_url + "/v1", POST_WAIT_ENV: str(params.post_wait_s)}
+        env = {**vllm.extra_env, UPSTREAM_ENV: proxy_url + "/v1", POST_WAIT_ENV: str(params.post_wait_s),
+               DEV_MODE_ENV: "1"}
         server = VllmServer(replace(vllm, port=port, plugins=(*vllm.plugins, PLUGIN_NAME), extra_env=env))
         await asyncio.to_thread(server.start)
         try:
@@ -147,6 +152,7 @@ async def _run_arm(arm: str, m: int, tasks: Sequence[tuple[int, Trajectory]], pe
     url = stack.plugin_url if arm == "engine-plugin" else stack.gateway_url
     servers = _Servers(stack.speculator_url, url, control)
     (await control.post(stack.proxy_url + "/replay/reset")).raise_for_status()
+    (await control.post(stack.vllm_url + "/reset_prefix_cache")).raise_for_status()  # every arm starts cold
     before = await metrics.read(stack.vllm_url, control)
     outcome = await run_arm_agents("engine-side" if arm == "engine-plugin" else arm, m, tasks, per_agent, workload,
                                    servers, config, multi)
