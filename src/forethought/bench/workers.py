@@ -302,6 +302,48 @@ def summarize(runs: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
     return {"arms": arms, "equivalent": all(a["equivalent"] for a in arms.values())}
 
 
+async def probe(redis_url: str, rounds: int = 300) -> dict[str, Any]:
+    """Quiet, sequential figures on loopback: a speculation's Redis round trip (``get_or_lead``), and the claim
+    of a finished speculation whose value came from Redis against one computed locally (same claim code)."""
+    backend = RedisSharedResults.from_url(redis_url)
+    rtts = []
+    for i in range(rounds):
+        started = time.perf_counter()
+        await backend.get_or_lead(f"ft:probe:{{{i}}}:v", "probe", 1.0)
+        rtts.append(time.perf_counter() - started)
+    await backend.close()
+    shared = SharedSpeculation(RedisSharedResults.from_url(redis_url), BENCH_SECRET, "probe",
+                               SharedPolicy({"search": SharedTool()}, op_timeout_s=1.0), prefix="ft:probe:res")
+    plain_tools = [_with_latency(t, 0.0) for t in _tools() if t.name == "search"]
+    arms = {"redis": Runtime([shared.wrap(plain_tools[0])]), "local": Runtime(plain_tools)}
+    claims: dict[str, list[float]] = {"redis": [], "local": []}
+    for i in range(rounds):
+        call = ToolCall("search", {"q": f"probe{i}"})
+        await shared.execute(arms["redis"].session(), call)  # publish it first
+        await shared.drain()
+        for arm, runtime in arms.items():
+            session = runtime.session()
+            if arm == "redis":
+                shared.speculate(session, call)
+            else:
+                session.speculate(call)
+            await session.wait_speculations(1.0)
+            started = time.perf_counter()
+            outcome = await session.execute_detailed(call)
+            claims[arm].append(time.perf_counter() - started)
+            assert outcome.kind == "hit"
+            await session.close()
+    served = shared.stats.served
+    await shared.close()
+    for runtime in arms.values():
+        runtime.close()
+    return {"rounds": rounds, "rtt_p50_ms": _ms(_pct(rtts, 0.5)), "rtt_p99_ms": _ms(_pct(rtts, 0.99)),
+            "claim_served_from_redis_p50_ms": _ms(_pct(claims["redis"], 0.5)),
+            "claim_served_from_redis_p99_ms": _ms(_pct(claims["redis"], 0.99)),
+            "claim_local_p50_ms": _ms(_pct(claims["local"], 0.5)),
+            "claim_local_p99_ms": _ms(_pct(claims["local"], 0.99)), "served_from_redis": served}
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
@@ -323,12 +365,14 @@ def run_workers_bench(config: WorkersConfig, redis_url: str | None = None,
         for _ in range(config.repeats):
             for arm in arms:
                 runs[arm].append(run_arm(arm, config, redis_url, server))
+        quiet = asyncio.run(probe(redis_url))
     finally:
         if server is not None:
             server.stop()
         if workdir is not None:
             workdir.cleanup()
     results = summarize(runs)
+    results["probe"] = quiet
     results["machine"] = {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()}
     doc = document("bench-workers", asdict(config) | {"store": "redis", "redis_url_given": server is None}, results)
     if json_path is not None:
@@ -347,6 +391,12 @@ def format_table(doc: Mapping[str, Any]) -> str:
         lines.append(f"{arm:14} {a['wall_s']['median']:7.2f} {a['time_saved']['median']:6.1%} "
                      f"{a['hits']['median']:5.0f} {a['misses']['median']:5.0f} {a['shared_served']['median']:6.0f} "
                      f"{a['equivalent']!s:>5} {claim:>12} {rtt:>15} {a['redis_ops_per_call']:8.2f}")
+    p = doc["results"]["probe"]
+    lines.append(f"probe ({p['rounds']} sequential rounds): get_or_lead p50/p99 {p['rtt_p50_ms']}/"
+                 f"{p['rtt_p99_ms']} ms; "
+                 f"claim of a hit served from Redis p50/p99 {p['claim_served_from_redis_p50_ms']}/"
+                 f"{p['claim_served_from_redis_p99_ms']} ms vs local {p['claim_local_p50_ms']}/"
+                 f"{p['claim_local_p99_ms']} ms")
     machine = doc["results"]["machine"]
     lines.append(f"load average before {machine['load_before'][0]:.2f}, after {machine['load_after'][0]:.2f} "
                  f"on {machine['cpus']} CPUs")
