@@ -131,6 +131,9 @@ def bench(
     sptc_python: Annotated[str | None, typer.Option(help="code workload: Python 3.12 with spec-ptc.")] = None,
     engine: Annotated[str, typer.Option(help="simulated, or vllm: the multi-agent arms on a real vLLM (CPU, "
                                              "tiny random model; `make vllm-venv`; time scale 0.3).")] = "simulated",
+    workers: Annotated[int, typer.Option(help="Worker processes sharing a store (with --store redis).")] = 0,
+    store: Annotated[str, typer.Option(help="redis: --workers processes share Redis vs each alone.")] = "local",
+    redis_url: Annotated[str | None, typer.Option(help="--store redis: use this server (default: start one).")] = None,
     policy: PolicyOption = None,
     json_path: JsonOption = None,
 ) -> None:
@@ -146,7 +149,11 @@ def bench(
                          grouping=grouping, seed=seed, repeats=repeats, load=load,
                          out_dir=out, policy=_policy(policy))
     doc: dict[str, Any]
-    if engine == "vllm":
+    if workers > 0:
+        from forethought.bench.workers import run_cli
+
+        doc = run_cli(workers, agent_counts[0], tasks_per_agent, repeats, seed, store, redis_url, json_path)
+    elif engine == "vllm":
         from dataclasses import replace
 
         from forethought.bench.vllm_bench import VllmBenchParams, run_vllm_bench

@@ -401,3 +401,17 @@ def format_table(doc: Mapping[str, Any]) -> str:
     lines.append(f"load average before {machine['load_before'][0]:.2f}, after {machine['load_after'][0]:.2f} "
                  f"on {machine['cpus']} CPUs")
     return "\n".join(lines)
+
+
+def run_cli(workers: int, agents: int, tasks_per_agent: int, repeats: int, seed: int, store: str,
+            redis_url: str | None, json_path: str | Path | None, outage: bool = True) -> dict[str, Any]:
+    """``forethought bench --workers W --store redis``: run, print the table, return the document."""
+    from forethought.errors import PolicyError
+
+    if store != "redis":
+        raise PolicyError(f"--workers needs --store redis (got {store!r})")
+    config = WorkersConfig(workers=workers, agents=max(agents, workers), tasks_per_agent=max(tasks_per_agent, 2),
+                           repeats=repeats, seed=seed, outage=outage)
+    doc = run_workers_bench(config, redis_url, json_path)
+    print(format_table(doc))
+    return doc
