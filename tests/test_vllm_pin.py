@@ -1,4 +1,4 @@
-"""The replay pinning and vLLM's counters without an engine: what each request asks, what a check accepts.
+"""The replay pinning, the replay proxy and vLLM's counters without an engine (a fake one streams the calls).
 
 Every pinned schema must admit exactly the recorded arguments (checked with a small JSON-schema evaluator of
 the keywords the pinning uses), a check must reject any other call, answer steps must ask for their exact
@@ -13,6 +13,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from forethought._calls import ToolCall
 from forethought._trajectory import Trajectory, Turn
@@ -28,8 +32,12 @@ from forethought.engines.vllm.pin import (
     single_call_steps,
 )
 from forethought.engines.vllm.plugin import PREFIX, ToolCachePlugin
-from forethought.errors import WorkloadError
+from forethought.engines.vllm.replay import ReplayProxy
+from forethought.errors import UpstreamError, WorkloadError
+from forethought.llm.chat import OpenAIChatClient
+from forethought.llm.events import MessageDone, ToolCallClosed
 from forethought.serve.gateway import CACHE_ROUTE
+from forethought.serve.http import serve_in_process
 
 TOOLS = ({"type": "function", "function": {"name": "cd", "parameters": {
     "type": "object", "properties": {"folder": {"type": "string"}}, "required": ["folder"]}}},
@@ -209,3 +217,73 @@ async def test_plugin_mounts_the_gateway_and_points_it_at_its_server() -> None:
     assert pinned.gateway.upstream == "http://127.0.0.1:9/v1" and pinned.gateway.config.post_wait_s == 0.2
     await plugin.gateway.aclose()
     await pinned.gateway.aclose()
+
+
+def _fake_vllm(call: tuple[str, str] | None, seen: list[dict[str, Any]]) -> Starlette:
+    """A stand-in for vLLM's chat endpoint: streams ``call`` (name, arguments) in 3-character fragments."""
+    async def completions(request: Request) -> Response:
+        seen.append(await request.json())
+
+        async def body() -> Any:
+            def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+                data = {"id": "c1", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                return b"data: " + json.dumps(data).encode() + b"\n\n"
+            yield chunk({"role": "assistant", "content": ""})
+            if call is not None:
+                name, text = call
+                yield chunk({"tool_calls": [{"index": 0, "id": "t0", "type": "function", "function": {"name": name}}]})
+                for i in range(0, len(text), 3):
+                    yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": text[i:i + 3]}}]})
+            else:
+                yield chunk({"content": "fine"})
+            yield chunk({}, "stop")
+            yield b"data: [DONE]\n\n"
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    async def tokenize(request: Request) -> Response:
+        return JSONResponse({"count": len((await request.json())["prompt"].split())})
+
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]),
+                             Route("/tokenize", tokenize, methods=["POST"])])
+
+
+async def _through_proxy(call: tuple[str, str] | None, messages: list[dict[str, Any]]
+                         ) -> tuple[list[Any], Exception | None, Any, list[dict[str, Any]]]:
+    seen: list[dict[str, Any]] = []
+    async with serve_in_process(_fake_vllm(call, seen)) as engine_url:
+        proxy = ReplayProxy(engine_url, [TRAJECTORY], [5])
+        events: list[Any] = []
+        error: Exception | None = None
+        async with serve_in_process(proxy.app) as url, OpenAIChatClient(url + "/v1") as client:
+            try:
+                async for event in client.stream("main", messages, list(TOOLS), metadata={"trajectory_id": "t1"}):
+                    events.append(event)
+            except Exception as exc:
+                error = exc
+        await proxy.aclose()
+    return events, error, proxy.stats, seen
+
+
+async def test_proxy_fails_loudly_when_the_engine_emits_another_call() -> None:
+    events, error, stats, _ = await _through_proxy(("cd", '{"folder": "tmp"}'), [{"role": "user", "content": "go"}])
+    assert isinstance(error, UpstreamError) and "replay mismatch" in str(error) and '"docs"' in str(error)
+    assert len(stats.mismatches) == 1 and stats.verified == 0
+    assert not any(isinstance(e, MessageDone) for e in events), "a wrong call never ends as a normal message"
+
+
+async def test_proxy_passes_the_recorded_call_as_a_tool_call_finish() -> None:
+    events, error, stats, seen = await _through_proxy(("cd", '{"folder": "docs"}'),
+                                                      [{"role": "user", "content": "go"}])
+    assert error is None and stats.verified == 1
+    assert [e.arguments for e in events if isinstance(e, ToolCallClosed)] == [{"folder": "docs"}]
+    assert isinstance(events[-1], MessageDone) and events[-1].finish_reason == "tool_calls"
+    assert seen[0]["tool_choice"] == {"type": "function", "function": {"name": "cd"}} and "metadata" not in seen[0]
+
+
+async def test_proxy_asks_for_the_answer_length_in_engine_tokens() -> None:
+    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": []},
+                {"role": "tool", "content": "x"}, {"role": "assistant", "tool_calls": []},
+                {"role": "tool", "content": "y"}]
+    _, error, stats, seen = await _through_proxy(None, messages)
+    assert error is None and stats.answer_steps == 1
+    assert seen[0]["max_tokens"] == seen[0]["min_tokens"] == 3  # "Here it is." in the fake engine's words
