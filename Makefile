@@ -87,6 +87,7 @@ redis-server:
 
 test: $(STAMP) mcp-servers redis-server
 	-$(MAKE) --no-print-directory sptc-venv  # optional: the spec-ptc comparison test skips (with its reason) without it
+	-$(MAKE) --no-print-directory vllm-venv  # optional: the real-engine tests (tests/test_vllm_engine.py) skip without it
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports
