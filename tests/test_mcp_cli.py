@@ -97,7 +97,7 @@ async def test_http_listener_serves_mcp_progress_and_metrics(tmp_path: Path) -> 
         async with httpx2.AsyncClient() as http:
             for _ in range(200):  # until uvicorn listens
                 try:
-                    await http.get(f"http://127.0.0.1:{port}/metrics/")
+                    await http.get(f"http://127.0.0.1:{port}/metrics")
                     break
                 except httpx2.TransportError:
                     await asyncio.sleep(0.05)
@@ -112,7 +112,7 @@ async def test_http_listener_serves_mcp_progress_and_metrics(tmp_path: Path) -> 
                 await session.list_tools()
                 done = await session.call_tool("counted", {"steps": 2}, progress_callback=progress)
                 looked = [await session.call_tool("lookup", {"key": k}) for k in ("a", "a")]
-            metrics = (await http.get(f"http://127.0.0.1:{port}/metrics/")).text
+            metrics = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
     finally:
         server.cancel()
         await asyncio.gather(server, return_exceptions=True)

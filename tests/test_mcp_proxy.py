@@ -52,10 +52,10 @@ def _dump(result: Any) -> str:
 
 
 @contextlib.asynccontextmanager
-async def direct(command: Sequence[str]) -> AsyncIterator[ClientSession]:
+async def direct(command: Sequence[str], modern: bool = False) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(command=command[0], args=list(command[1:]))
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+        await (session.discover() if modern else session.initialize())
         yield session
 
 
@@ -69,8 +69,8 @@ class Proxied:
 
 
 @contextlib.asynccontextmanager
-async def proxied(command: Sequence[str], policy: McpPolicy | None = None,
-                  store: Path | None = None) -> AsyncIterator[tuple[ClientSession, Proxied]]:
+async def proxied(command: Sequence[str], policy: McpPolicy | None = None, store: Path | None = None,
+                  modern: bool = False) -> AsyncIterator[tuple[ClientSession, Proxied]]:
     proxy = Proxy(ProxyConfig(command=tuple(command), policy=policy or McpPolicy(), store=store))
     handle = Proxied(proxy)
     to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
@@ -79,7 +79,7 @@ async def proxied(command: Sequence[str], policy: McpPolicy | None = None,
 
     try:
         async with ClientSession(from_proxy, to_proxy) as session:
-            await session.initialize()
+            await (session.discover() if modern else session.initialize())
             yield session, handle
     finally:
         to_proxy.close()
@@ -326,3 +326,22 @@ async def test_store_persists_learning_between_sessions(tmp_path: Path) -> None:
                 await session.call_tool("counted", {"steps": 1})
     with contextlib.closing(sqlite3.connect(store)) as conn:
         assert conn.execute("SELECT SUM(sessions), SUM(calls) FROM mcp_proxy_stats").fetchone() == (2, 12)
+
+
+async def test_newest_stateless_revision_passes_through_and_speculates(tmp_path: Path) -> None:
+    """2026-07-28: no handshake, every request carries its envelope; guesses carry the client's."""
+
+    async def run(session: ClientSession) -> list[str]:
+        out = [_dump(await session.list_tools())]
+        for key in ("a", "b", "a", "b", "a", "b"):
+            out.append(_dump(await session.call_tool("lookup", {"key": key})))
+            await asyncio.sleep(0.05)
+        return out
+
+    async with direct(_probe(tmp_path / "direct.log"), modern=True) as session:
+        assert session.discover_result is not None
+        expected = await run(session)
+    async with proxied(_probe(tmp_path / "proxy.log"), McpPolicy(trust_all=True), modern=True) as (session, handle):
+        got = await run(session)
+    assert got == expected
+    assert handle.stats.hits > 0

@@ -21,7 +21,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from forethought.mcp.errors import McpProxyError
@@ -105,6 +105,16 @@ class SessionRouter:
         await transport.handle_request(scope, receive, send)
 
 
+class _AsgiEndpoint:
+    """A plain ASGI app as a Starlette route endpoint (a function endpoint would be called with a Request)."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
+
+
 def app_for(proxy: Proxy) -> Starlette:
     """The ASGI app: ``/mcp`` (streamable HTTP) and ``/metrics``."""
     router = SessionRouter(proxy)
@@ -115,7 +125,7 @@ def app_for(proxy: Proxy) -> Starlette:
             yield
 
     return Starlette(routes=[Route(MCP_PATH, endpoint=router, methods=["GET", "POST", "DELETE"]),
-                             Mount("/metrics", app=metrics_app(proxy.current))],
+                             Route("/metrics", endpoint=_AsgiEndpoint(metrics_app(proxy.current)), methods=["GET"])],
                      lifespan=lifespan)
 
 
