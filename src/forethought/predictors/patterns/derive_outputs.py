@@ -37,8 +37,8 @@ MAX_LIST_INDEX = 12
 """List items are addressed by rules as [0] .. [11] ..."""
 MAX_FROM_END = 2
 """... and as [-1], [-2]."""
-MAX_KEYED_CHILDREN = 64
-"""A list or object with more children is not filed under its whole value."""
+MAX_KEYED_BYTES = 2048
+"""A list or object larger than this (roughly, in bytes) is not filed under its whole value."""
 MAX_WALK_ITEMS = 2000
 """Items of one list whose values are noted for walking it."""
 OUTPUT_INDEXES = 1024
@@ -56,8 +56,9 @@ _NOT_ALNUM = re.compile(r"[\W_]+")
 
 
 def alnum(text: str) -> str:
-    """``text`` lower-cased, only its word characters but ``_`` (what case and spelling changes keep)."""
-    return _NOT_ALNUM.sub("", text.lower())
+    """``text`` case-folded (upper-cased first: every case change maps to one form), only its word
+    characters but ``_`` (what case and spelling changes keep)."""
+    return _NOT_ALNUM.sub("", text.upper().casefold())
 
 
 def _number_keys(number: float) -> tuple[str, ...]:
@@ -123,10 +124,7 @@ def _leaf_keys(leaf: Any) -> tuple[str, ...]:
         return _string_keys(leaf)
     if isinstance(leaf, int | float) and not isinstance(leaf, bool):
         return (f"n:{math.floor(leaf)}",) if math.isfinite(leaf) and abs(leaf) <= 1e15 else ()
-    if leaf is None or isinstance(leaf, bool) or (len(leaf) <= MAX_KEYED_CHILDREN and all(
-            not isinstance(x, list | dict) for x in (leaf.values() if isinstance(leaf, dict) else leaf))):
-        return ("v:" + value_key(leaf),)
-    return ()
+    return ("v:" + value_key(leaf),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +186,11 @@ def _walk(index: OutputIndex, value: Any) -> None:
     first_by_name, first_path_by_name = index.first_by_name, index.first_path_by_name
     budget = MAX_INDEX_BYTES
 
-    def visit(path: str, node: Any, addressable: bool, name: str) -> None:
+    def visit(path: str, node: Any, addressable: bool, name: str) -> int:
+        """File ``node`` and what it holds; its size in bytes, roughly (containers: their contents')."""
         nonlocal budget
         if budget <= 0:
-            return
+            return MAX_KEYED_BYTES + 1  # not walked in full: too big to file whole
         position = len(leaves)
         leaves.append((path, node))
         addressable_flags.append(addressable)
@@ -202,25 +201,30 @@ def _walk(index: OutputIndex, value: Any) -> None:
             first_by_name[name] = node
             first_path_by_name[name] = path
         kind = node.__class__
+        size = 2
         if kind is dict:
             prefix = path + "." if path != "$" else ""
             for k, v in node.items():
-                visit(prefix + str(k), v, addressable, str(k))
+                size += len(k) + visit(prefix + str(k), v, addressable, str(k))
         elif kind is list:
             _file_list(index, path, node)
             base = path if path != "$" else ""
-            for i, v in enumerate(node[:MAX_LIST_INDEX] if addressable else ()):
+            shown = node[:MAX_LIST_INDEX] if addressable else ()
+            for i, v in enumerate(shown):
                 item = f"{base}[{i}]"
-                visit(item, v, True, leaf_name(item))
+                size += visit(item, v, True, leaf_name(item))
+            if len(node) > len(shown):
+                size += MAX_KEYED_BYTES  # not every item walked: too big to file whole
             for back in range(1, min(len(node), MAX_FROM_END) + 1):
                 item = f"{base}[-{back}]"
                 visit(item, node[-back], addressable, leaf_name(item))
-            return
         else:
-            budget -= len(node) if kind is str else 8
-        if addressable:
+            size = len(node) if kind is str else 8
+            budget -= size
+        if addressable and (size <= MAX_KEYED_BYTES or (kind is not dict and kind is not list)):
             for key in _leaf_keys(node):
                 by_key.setdefault(key, []).append(position)
+        return size
 
     visit("$", value, True, "$")
 

@@ -59,7 +59,7 @@ from forethought.predictors.patterns.derive_values import (
 from forethought.predictors.patterns.text import ORDINAL_KINDS, Atom, parse_number
 
 MAX_UNUSED = 2
-MAX_WALK_OUTPUTS = 4
+MAX_WALK_OUTPUTS = 16
 """A list being walked is looked for in this many of the latest outputs."""
 MAX_EXPLAINED_LEAVES = 6
 """A value found in more leaves of one output is credited to the first ones only (a value found all

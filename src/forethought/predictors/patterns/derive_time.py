@@ -53,7 +53,7 @@ _WEEKDAY = re.compile(r"\b(?:(next|this|coming|on)\s+)?(monday|tuesday|wednesday
                       re.I)
 _NEXT_DAY = re.compile(r"\b(?:the\s+)?(next|following|previous)\s+day\b", re.I)
 _SMALL = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
-_JOIN = re.compile(r"^\s*(?:,|at|@|,\s*at|on|by|from)?\s*$", re.I)
+_JOIN = re.compile(r"^\s*(?:,|at|@|t|,\s*at|on|by|from)?\s*$", re.I)
 """What may stand between a date and a time that belong together ("tomorrow at 8")."""
 
 When = dt.date | dt.time

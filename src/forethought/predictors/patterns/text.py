@@ -58,7 +58,7 @@ _MONTHS["sept"] = 9
 _MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
 _DATES: list[tuple[re.Pattern[str], tuple[str, str, str]]] = [
-    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), ("y", "m", "d")),
+    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})(?:\b|(?=T\d))"), ("y", "m", "d")),
     (re.compile(r"\b(\d{4})/(\d{1,2})/(\d{1,2})\b"), ("y", "m", "d")),
     (re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b"), ("m", "d", "y")),
     (re.compile(rf"\b({_MONTH_RE})\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), ("M", "d", "y")),
