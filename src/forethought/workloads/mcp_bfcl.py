@@ -64,7 +64,7 @@ def measured_read_only(entries: Iterable[BfclEntry]) -> frozenset[str]:
     return frozenset(called - writers)
 
 
-def _tool_entries(entry: BfclEntry, read_only: frozenset[str]) -> list[dict[str, Any]]:
+def tool_entries(entry: BfclEntry, read_only: frozenset[str]) -> list[dict[str, Any]]:
     tools = []
     for schema in entry.tools:
         function = schema["function"]
@@ -83,7 +83,7 @@ def serve(entry: BfclEntry, latency: LatencyModel, read_only: frozenset[str]) ->
     from mcp.server.stdio import stdio_server
 
     state = fresh_state(entry)
-    tools = [types.Tool.model_validate(t) for t in _tool_entries(entry, read_only)]
+    tools = [types.Tool.model_validate(t) for t in tool_entries(entry, read_only)]
     names = {t.name for t in tools}
     occurrences: dict[str, int] = {}
 
