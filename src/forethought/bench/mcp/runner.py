@@ -10,7 +10,8 @@ read-only exactly the functions that never changed state in BFCL's ground truth.
 
 Per arm: wall time of the replays (from the first call to the last answer; server start-up excluded), time
 saved against direct, upstream ``tools/call`` requests, early runs of non-read tools, and whether every
-answer and the final backend state equal the direct arm's.
+answer and the final backend state equal the direct arm's. ``time_saved_bound`` is what a proxy that
+guessed every read-only call could save: the share of read-only calls times latency / (latency + think).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from forethought.workloads.bfcl_workload import spread
 from forethought.workloads.mcp_bfcl import STATE_URI, measured_read_only, server_command
 
 ARMS = ("direct", "proxy-cold", "proxy-warm")
+TRAIN_FOLD = 100
+"""Entries in one fold of the interleaved BFCL split (the most the warm store can be trained on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +198,10 @@ async def mcp_bench(config: McpBenchConfig, progress: Callable[[str], None] = la
                 t.identical &= run.answers == base.answers and run.state == base.state
                 t.per_trajectory_saved.append(1 - run.seconds / base.seconds if base.seconds else 0.0)
             progress(f"{entry.id}: " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in ARMS))
-    return _results(config, totals, read_only)
+    calls = [c.name for e in test for calls in e.ground_truth for c in calls]
+    share = sum(c in read_only for c in calls) / len(calls) if calls else 0.0
+    return _results(config, totals, read_only) | {"read_only_call_share": round(share, 4), "time_saved_bound": round(
+        share * config.latency_s / (config.latency_s + config.think_s), 4)}
 
 
 def _results(config: McpBenchConfig, totals: dict[str, ArmTotals], read_only: frozenset[str]) -> dict[str, Any]:
@@ -241,7 +247,7 @@ async def run_mcp_bench(trajectories: int, latency_s: float, seed: int, console:
     """The ``bench --workload mcp`` command: think time equal to the mean tool latency."""
     from forethought.bench.report import document, write_json
 
-    config = McpBenchConfig(trajectories=trajectories, training=2 * trajectories, think_s=latency_s,
+    config = McpBenchConfig(trajectories=trajectories, training=min(TRAIN_FOLD, 4 * trajectories), think_s=latency_s,
                             latency_s=latency_s, seed=seed)
     results = await mcp_bench(config, progress=lambda line: console.print(line, style="dim"))
     console.print(format_results(results))
