@@ -36,11 +36,10 @@ async def test_streamed_programs_are_served_by_predictions(name: str, calls: int
     assert (run.hits, run.misses) == (calls, 0)
 
 
-async def test_unsafe_import_still_runs_its_calls_concurrently() -> None:
-    p = program("unsafe_import")
-    run = await run_forethought(p, schedule(p.message, FAST_RATE), FAST_LATENCY_S)
-    assert run.hits == 0 and run.misses == 6
-    assert any("import of 'os'" in note for note in run.notes)
+async def test_any_import_is_speculated_in_the_isolated_worker() -> None:
+    p = program("unsafe_import")  # `import os`: the OS boundary, not an import list, keeps it harmless
+    run = await run_forethought(p, schedule(p.message, 400.0), 0.03)
+    assert (run.hits, run.misses) == (6, 0)
 
 
 async def test_isolated_writes_are_speculated_on_snapshots_and_commit_in_order() -> None:

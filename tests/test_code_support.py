@@ -11,12 +11,12 @@ from typing import Any
 
 from forethought import Effect, Policy, Runtime, Tool, tool
 from forethought.code.executor import CodeExecutor
-from forethought.code.guard import ShadowLimits
 from forethought.code.plain import PlainExecutor
 from forethought.code.predictor import CodeMode, CodePredictor, CodeTurn
 from forethought.code.results import ExecResult
+from forethought.code.worker.limits import ShadowLimits
 
-FAST_LIMITS = ShadowLimits(max_steps=200_000, max_cpu_s=0.5, max_wait_s=5.0)
+FAST_LIMITS = ShadowLimits(statement_cpu_s=0.5, cpu_s=10.0)
 
 
 @dataclass
@@ -71,6 +71,45 @@ def make_tools(log: ToolLog | None = None, latency_s: float = 0.0, outbox: list[
 
     return [tool(fetch, effect=Effect.PURE), tool(summarize, effect=Effect.PURE), tool(lookup, effect=Effect.PURE),
             tool(search, effect=Effect.READ_ONLY), tool(send, effect=Effect.DESTRUCTIVE)]
+
+
+@dataclass
+class ShadowPhase:
+    """What a turn did before any real run: its stats, notes, and whether the worker ended early."""
+
+    stats: Any
+    notes: list[str]
+    ended: str | None
+    launched_args: list[tuple[str, tuple[Any, ...]]]
+
+
+async def shadow_only(code: str, log: ToolLog, namespace: dict[str, Any] | None = None, *,
+                      limits: ShadowLimits | None = None, tools: list[Tool] | None = None,
+                      tail: str = "\nafter = fetch('independent')\n", settle_s: float = 15.0) -> ShadowPhase:
+    """Stream ``code`` (plus an independent final call) into the shadow and let it finish; no real run."""
+    rt = runtime(tools if tools is not None else make_tools(log))
+    session = rt.session()
+    predictor = CodePredictor(mode=CodeMode.WHOLE, limits=limits or FAST_LIMITS)
+    turn = predictor.begin(session, namespace if namespace is not None else {})
+    turn.feed(code + tail)
+    turn.finish()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settle_s
+    while loop.time() < deadline:
+        await turn.settle(0.05)
+        stats = turn.stats()
+        if turn.shadow.ended is not None or turn.shadow.unavailable is not None or (
+                turn.idle and stats.statements and stats.executed + stats.blocked + stats.failed >= stats.statements):
+            break
+    await session.wait_speculations(5.0)
+    stats = turn.stats()
+    await turn.close()
+    session.end_turn()
+    await session.close()
+    rt.close()
+    with log.lock:
+        launched = [(c[0], c[1]) for c in log.calls]
+    return ShadowPhase(stats, turn.notes, turn.shadow.ended, launched)
 
 
 def runtime(tools: Iterable[Tool]) -> Runtime:

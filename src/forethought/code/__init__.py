@@ -8,11 +8,11 @@ itself is driven by :class:`forethought.code.predictor.CodePredictor`.
 """
 
 from forethought.code.executor import CodeExecutor
-from forethought.code.guard import ShadowLimits
 from forethought.code.link import NullLink, RealLink
 from forethought.code.plain import PlainExecutor
 from forethought.code.predictor import CodePredictor
 from forethought.code.results import CallRecord, ExecResult
+from forethought.code.worker.limits import ShadowLimits
 
 __all__ = ["CallRecord", "CodeExecutor", "CodePredictor", "ExecResult", "NullLink", "PlainExecutor", "RealLink",
            "ShadowLimits"]

@@ -13,15 +13,39 @@ from __future__ import annotations
 
 import ast
 import operator
+import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from forethought.code.checker import literal_format_ok
 from forethought.code.lazy import Blocked, ShadowLazy
 
+_MAX_SPEC_DIGITS = 6
 MAX_SIZE = 100_000
 MAX_ITEMS = 1_000
 _UNKNOWN: Any = object()
+
+
+def _spec_ok(spec: str) -> bool:
+    digits = 0
+    for ch in spec:
+        digits = digits + 1 if ch.isdigit() else 0
+        if digits > _MAX_SPEC_DIGITS:
+            return False
+    return "{" not in spec
+
+
+def literal_format_ok(text: str) -> bool:
+    """Whether ``text.format(...)`` can only substitute plain positional or named fields of bounded width."""
+    try:
+        fields = list(string.Formatter().parse(text))
+    except ValueError:
+        return False
+    for _, name, spec, _ in fields:
+        if name is not None and ("." in name or "[" in name):
+            return False
+        if spec and not _spec_ok(spec):
+            return False
+    return True
 
 
 class Unresolvable(Exception):

@@ -27,8 +27,8 @@ from typing import Any
 from forethought._calls import dumps_canonical
 from forethought.code.analysis import MUTATING_METHODS
 from forethought.code.evaluate import UNKNOWN, PeekEvaluator, Unresolvable, bind
-from forethought.code.guard import SHADOW_FILENAME
 from forethought.code.lexer import LineLexer
+from forethought.code.shadow import SHADOW_FILENAME
 
 MAX_TAIL_CHARS = 20_000
 MAX_UNROLL = 64

@@ -7,12 +7,15 @@ sit inside generated code. :class:`CodePredictor` watches the message stream and
 1. extracts code (:mod:`~forethought.code.fence`) and cuts it into top-level statements the
    moment each closes (:mod:`~forethought.code.segment`), at a cost per delta independent of the
    program's length;
-2. runs closed statements in a sandboxed shadow copy of the REPL namespace
-   (:class:`~forethought.code.shadow.ShadowRunner`), where each tool call becomes a speculation through
-   ``Session.speculate`` and returns a lazy value: independent calls fan out, dependent ones launch when
-   their inputs arrive;
-3. peeks into the unfinished statement (:mod:`~forethought.code.peek`): a loop over a known list
-   fans out before it closes, a call whose closing parenthesis has streamed launches.
+2. sends closed statements to the turn's OS-isolated worker process (:mod:`~forethought.code.worker`),
+   which runs them against a copy of the REPL namespace; each tool call there comes back as data, is
+   checked and goes to ``Session.speculate``, and is a lazy value in the worker: independent calls fan
+   out, dependent ones launch when their inputs arrive;
+3. sends the unfinished statement to the worker to peek into (:mod:`~forethought.code.peek`): a loop over
+   a known list fans out before it closes, a call whose closing parenthesis has streamed launches.
+
+Where the worker's isolation is unavailable (not Linux, no Landlock, a container forbidding it), code
+speculation turns itself off with one warning; extraction and the real run work as always.
 
 The real run (:class:`~forethought.code.executor.CodeExecutor`, given ``turn.link``) claims those
 speculations by canonical key. The predictor never changes what the real run computes.
@@ -38,8 +41,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from forethought._runtime import Session
-from forethought.code.checker import refusal
-from forethought.code.evaluate import Unresolvable
 from forethought.code.fence import (
     BlockClosed,
     BlockLine,
@@ -49,18 +50,11 @@ from forethought.code.fence import (
     FenceEvent,
     FenceExtractor,
 )
-from forethought.code.guard import SHADOW_FILENAME, Guard, ShadowLimits
-from forethought.code.instrument import InstrumentError, instrument
-from forethought.code.launcher import SOURCE_PEEK, SOURCE_SHADOW, SessionLauncher
 from forethought.code.link import Coordinator, RealLink
-from forethought.code.namespace import shadow_namespace
-from forethought.code.peek import Deduplicating, TailPeek, preplan, wants_preplan
-from forethought.code.sandbox_builtins import safe_builtins
-from forethought.code.sandbox_modules import SafeImporter
 from forethought.code.segment import ClosedStatement, StatementSegmenter
-from forethought.code.shadow import ShadowRunner
-from forethought.code.shadow_hooks import ShadowHook
-from forethought.code.signals import ShadowSignal
+from forethought.code.worker.client import ShadowClient, snapshot
+from forethought.code.worker.limits import ShadowLimits
+from forethought.code.worker.pool import WorkerPool, shared_pool
 
 __all__ = ["CodeMode", "CodePredictor", "CodeTurn", "CodeTurnStats"]
 
@@ -80,28 +74,35 @@ class CodeTurnStats:
 
 
 class CodePredictor:
-    """Speculates tool calls of code streamed by the model; one :class:`CodeTurn` per assistant message."""
+    """Speculates tool calls of code streamed by the model; one :class:`CodeTurn` per assistant message.
+
+    Workers come from ``pool`` (by default a process-wide pool for ``limits``, started on construction so
+    the first turn finds one ready).
+    """
 
     name = "code"
 
     def __init__(self, *, mode: CodeMode = CodeMode.AUTO, peek: bool = True,
-                 limits: ShadowLimits | None = None, confidence: float = 0.9) -> None:
+                 limits: ShadowLimits | None = None, confidence: float = 0.9,
+                 pool: WorkerPool | None = None) -> None:
         self.mode = mode
         self.peek = peek
         self.limits = limits or ShadowLimits()
         self.confidence = confidence
-        self.definitions: dict[str, ast.stmt] = {}
-        """Top-level functions and classes of code seen so far, re-created in later shadows."""
+        self.pool = pool if pool is not None else shared_pool(self.limits)
+        self.pool.warm()
+        self.definitions: dict[str, str] = {}
+        """Source of the top-level functions and classes seen so far, re-created in later shadows."""
 
     def remember(self, code: str) -> None:
         """Record the top-level definitions of ``code`` (so the shadow can re-create them next turn)."""
         try:
             tree = ast.parse(code)
-        except SyntaxError:
+        except (SyntaxError, ValueError):
             return
         for statement in tree.body:
             if isinstance(statement, ast.FunctionDef | ast.ClassDef):
-                self.definitions[statement.name] = statement
+                self.definitions[statement.name] = ast.unparse(statement)
 
     def begin(self, session: Session, namespace: Mapping[str, Any]) -> CodeTurn:
         """Start a turn against the REPL ``namespace`` (call from the event loop the session runs in)."""
@@ -109,34 +110,25 @@ class CodePredictor:
 
 
 class CodeTurn:
-    """One streamed message: extraction, segmentation, shadow execution and peeking."""
+    """One streamed message: extraction and segmentation here, execution and peeking in the worker."""
 
     def __init__(self, predictor: CodePredictor, session: Session, namespace: Mapping[str, Any]) -> None:
         self.predictor = predictor
         self.session = session
-        self._real = namespace
-        loop = asyncio.get_running_loop()
         self.tools = frozenset(session.tools)
         self.limits = predictor.limits
         self.coordinator = Coordinator(session, self._settle)
-        self.launcher = SessionLauncher(session, loop, self.coordinator, predictor.confidence)
-        self.guard = Guard(self.limits)
-        self.importer = SafeImporter(self.guard)
         self.extractor = FenceExtractor(predictor.mode)
         self.segmenters: dict[int, StatementSegmenter] = {}
-        self._peek_launch = Deduplicating(self._launch_peek)
-        self._peek_hooks = {name: ShadowHook(session.tools.get_tool(name), self.launcher, self.guard, SOURCE_PEEK)
-                            for name in self.tools}
-        self.functions: dict[str, ast.FunctionDef] = {
-            name: d for name, d in predictor.definitions.items() if isinstance(d, ast.FunctionDef)}
-        """Functions defined in the code (earlier turns and this one), which peeks follow into."""
+        self.functions: set[str] = {
+            name for name, source in predictor.definitions.items() if source.startswith(("def ", "@"))}
         self._peekable: set[int] = set()
         self._calls_pattern = self._pattern()
-        self.runner = ShadowRunner(build_namespace=self._build_namespace, tools=self.tools, guard=self.guard,
-                                   preplan=self._preplan if predictor.peek else None)
         self.blocks: list[CodeBlock] = []
         self._closed = False
-        self.runner.start()
+        self.shadow = ShadowClient(session, self.coordinator, predictor.pool, predictor.confidence, self.limits)
+        fields, self._snapshot_notes = snapshot(namespace, self.tools, predictor.definitions)
+        self.shadow.send({"op": "begin", "tools": self.shadow.tools, "peek": predictor.peek, **fields})
 
     # --- streaming (event loop thread) ------------------------------------------------------------
 
@@ -164,7 +156,7 @@ class CodeTurn:
         return self.blocks
 
     def _pattern(self) -> re.Pattern[str] | None:
-        names = sorted(self.tools | set(self.functions))
+        names = sorted(self.tools | self.functions)
         return re.compile(r"\b(?:" + "|".join(re.escape(n) for n in names) + r")\s*\(") if names else None
 
     def _event(self, event: FenceEvent, peek_blocks: set[int]) -> None:
@@ -188,10 +180,11 @@ class CodeTurn:
     def _submit(self, statements: list[ClosedStatement]) -> None:
         for statement in statements:
             for node in statement.tree.body:
-                if isinstance(node, ast.FunctionDef):
-                    self.functions[node.name] = node
+                if isinstance(node, ast.FunctionDef) and node.name not in self.functions:
+                    self.functions.add(node.name)
                     self._calls_pattern = self._pattern()
-            self.runner.submit(statement)
+            self.shadow.send({"op": "stmt", "seq": self.shadow.next_seq(), "block": statement.block,
+                              "index": statement.index, "source": statement.source})
 
     def _submit_peek(self, block: int) -> None:
         segmenter = self.segmenters.get(block)
@@ -202,72 +195,32 @@ class CodeTurn:
         partial = self.extractor.partial_line()
         if current is not None and current.block == block and partial:
             tail += "\n" + partial
-        self.runner.submit_peek(TailPeek(block, tail, self.tools, self._peek_launch, self.limits.max_unroll,
-                                         dict(self.functions)))
-
-    # --- the shadow side (shadow thread) ----------------------------------------------------------
-
-    def _build_namespace(self) -> dict[str, Any]:
-        hooks = {name: ShadowHook(self.session.tools.get_tool(name), self.launcher, self.guard, SOURCE_SHADOW,
-                                  observe=self.runner.on_launch) for name in self.tools}
-        table = safe_builtins(self.guard, self.importer)
-        guard = self.guard
-        table.update(__ft_tick__=guard.tick, __ft_call__=guard.call, __ft_iter__=guard.iterate,
-                     __ft_wrap__=guard.wrap_argument, __ft_binop__=guard.binop, __ft_iop__=guard.iop,
-                     __ft_setattr__=guard.setattr, __ft_delattr__=guard.delattr, __ft_reraise__=guard.reraise,
-                     __ft_sized__=guard.sized)
-        ns, notes = shadow_namespace(self._real, hooks=hooks, builtins_map=table, importer=self.importer,
-                                     definitions=self.predictor.definitions, define=self._define,
-                                     copy_limit=self.limits.max_copy_nodes)
-        for note in notes:
-            self.runner.notes.append(note)
-        return ns
-
-    def _define(self, ns: dict[str, Any], statement: ast.stmt) -> str | None:
-        tree = ast.Module(body=[statement], type_ignores=[])
-        reason = refusal(tree)
-        if reason is not None:
-            return reason
-        try:
-            code = compile(instrument(tree), SHADOW_FILENAME, "exec", dont_inherit=True)
-            self.guard.start_statement()
-            exec(code, ns)
-        except (InstrumentError, Exception, ShadowSignal) as exc:
-            return f"{type(exc).__name__}: {exc}"
-        return None
-
-    def _launch_peek(self, tool: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
-            return self._peek_hooks[tool](*args, **kwargs)
-        except ShadowSignal as exc:
-            raise Unresolvable(str(exc)) from None
-
-    def _preplan(self, statement: ast.stmt, namespace: Mapping[str, Any]) -> None:
-        functions = dict(self.functions)
-        if wants_preplan(statement, functions):
-            preplan(statement, namespace, self.tools, self._peek_launch, functions, self.limits.max_unroll)
+        self.shadow.send({"op": "peek", "seq": self.shadow.next_seq(), "block": block, "tail": tail})
 
     async def _settle(self, within_s: float) -> None:
-        await self.runner.settle(within_s)
+        await self.shadow.settle(within_s)
 
     # --- the end ----------------------------------------------------------------------------------
 
     async def settle(self, within_s: float = 1.0) -> None:
         """Wait until the shadow has nothing it can run right now (tests and diagnostics)."""
-        await self.runner.settle(within_s)
+        await self.shadow.settle(within_s)
+
+    @property
+    def idle(self) -> bool:
+        """Whether the worker has run everything sent so far that it can (or is gone)."""
+        return self.shadow.idle
 
     async def close(self, wait_s: float = 0.0) -> bool:
-        """Stop the shadow; speculations still in the store are the session's to claim or discard.
+        """Kill the turn's worker; speculations still in the store are the session's to claim or discard.
 
-        Waits up to ``wait_s`` (off the event loop) for the shadow thread to end; returns whether it has.
+        Returns ``True``: the worker is killed at once (``wait_s`` is accepted for compatibility).
         """
         if not self._closed:
             self._closed = True
-            self.runner.stop()
-            self.launcher.closed = True
-        if wait_s <= 0:
-            return self.runner.join(0)
-        return await asyncio.to_thread(self.runner.join, wait_s)
+            self.shadow.close()
+        await asyncio.sleep(0)
+        return True
 
     @property
     def notes(self) -> list[str]:
@@ -275,14 +228,14 @@ class CodeTurn:
         out = list(self.extractor.notes)
         out += [f"block {b}: {s.broken}; later statements not speculated" for b, s in self.segmenters.items()
                 if s.broken]
-        out += self.runner.notes
-        if self.launcher.rejected:
-            out.append(f"{len(self.launcher.rejected)} shadow call(s) not speculated, e.g. "
-                       f"{self.launcher.rejected[0]}")
+        out += self._snapshot_notes
+        out += self.shadow.end_notes()
+        if self.shadow.rejected:
+            out.append(f"{len(self.shadow.rejected)} shadow call(s) not speculated, e.g. {self.shadow.rejected[0]}")
         return out
 
     def stats(self) -> CodeTurnStats:
-        s = self.runner.stats
-        return CodeTurnStats(statements=s.statements, executed=s.executed, blocked=s.blocked, failed=s.failed,
-                             peeks=s.peeks, launched=self.launcher.launched, rejected=len(self.launcher.rejected),
-                             relaunched=self.coordinator.relaunched)
+        s = self.shadow.stats
+        return CodeTurnStats(statements=s["statements"], executed=s["executed"], blocked=s["blocked"],
+                             failed=s["failed"], peeks=s["peeks"], launched=self.shadow.launched,
+                             rejected=len(self.shadow.rejected), relaunched=self.coordinator.relaunched)

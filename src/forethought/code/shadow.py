@@ -1,25 +1,28 @@
-"""The shadow runner: closed statements of streamed code run early, out of order, in a sandboxed copy.
+"""The shadow runner: closed statements of streamed code run early, out of order, in the worker's copy.
 
-One daemon thread per turn executes statements as they close. A statement runs as soon as (1) no earlier
-statement still waiting touches the names it touches (reads against writes, writes against both; calls of
-functions defined in the shadow order against everything) and (2) the values it inspects are resolved: a
-statement that only passes a pending result along (to another tool, into a list) runs at once, so
-independent calls fan out and dependent ones launch when their inputs arrive. Statements are checked
-(:mod:`~forethought.code.checker`), instrumented (:mod:`~forethought.code.instrument`) and run under
-the :class:`Guard`; a watchdog interrupts Python code that outruns its CPU budget without ticking.
+It runs inside the OS-isolated worker process (:mod:`forethought.code.worker`): isolation comes from the
+kernel, so model code runs here unmodified. One thread executes statements as they close. A statement runs
+as soon as (1) no earlier statement still waiting touches the names it touches (reads against writes, writes
+against both; calls of functions defined in the shadow order against everything) and (2) the values it
+inspects are resolved: a statement that only passes a pending result along (to another tool, into a list)
+runs at once, so independent calls fan out and dependent ones launch when their inputs arrive. A watchdog
+interrupts Python code of one statement that outruns its CPU budget (waits for speculations do not count);
+a statement that swallows the interruption ends the worker.
 
-Outcomes: a statement that is blocked (unsafe import, blocked builtin, non-JSON argument, budget) turns the
-names it writes into :class:`Blocked`, so only its dependents are skipped; a statement that raises an
-ordinary exception, or whose speculated call raised, ends its block (the real run stops there too), unless
-it has a ``try``. Peek tasks over the unfinished tail run between statements, against the same namespace.
+Outcomes: a statement that is blocked (a value the shadow may not know, a non-data argument, the CPU
+budget), or that raises an error the sandbox may have caused (``OSError``, a library's own error), turns
+the names it writes or changes into :class:`Blocked`, so only its dependents are skipped; a statement that
+raises an error of the program itself (``KeyError``, ``TypeError``, ...), or whose speculated call raised,
+ends its block (the real run stops there too), unless it has a ``try``. Peek tasks over the unfinished tail
+run between statements, against the same namespace.
 """
 
 from __future__ import annotations
 
 import ast
-import asyncio
 import ctypes
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,9 +32,6 @@ from typing import Any, Protocol
 
 from forethought.code.analysis import DEEP, SHALLOW, StatementInfo, analyze
 from forethought.code.cell import Cell
-from forethought.code.checker import refusal
-from forethought.code.guard import SHADOW_FILENAME, Guard
-from forethought.code.instrument import InstrumentError, instrument
 from forethought.code.lazy import Blocked, ShadowLazy, find, replace
 from forethought.code.signals import (
     ShadowBlocked,
@@ -43,7 +43,62 @@ from forethought.code.signals import (
 
 WATCHDOG_PERIOD_S = 0.05
 MAX_NOTES = 50
+SHADOW_FILENAME = "<shadow>"
+SHADOW_MODULE_NAME = "__forethought_shadow__"
+MAX_WAIT_S = 60.0
+_WAIT_SLICE_S = 0.05
+_GIVE_UP_FACTOR = 3.0
+"""A statement still computing at this multiple of its CPU budget swallowed the interruption: the worker ends."""
+EXIT_RUNAWAY = 3
+EXIT_MEMORY = 4
 _MISSING: Any = object()
+_PROGRAM_ERRORS = (ArithmeticError, LookupError, TypeError, ValueError, NameError, AttributeError, AssertionError,
+                   StopIteration, ShadowToolFailed)
+"""Errors the program itself raises wherever it runs: the real run stops there too, so the block's speculation
+stops. Any other error (an ``OSError``, a library's own error) may be the sandbox refusing something; it skips
+only the statement's dependents."""
+
+
+class Control:
+    """The runner's per-statement state: stopping, CPU accounting, and waits for speculated results."""
+
+    def __init__(self, statement_cpu_s: float) -> None:
+        self.statement_cpu_s = statement_cpu_s
+        self.stopped = False
+        self.touched_lazy = False
+        self.thread_id: int | None = None
+        self._clock: int | None = None
+        self._cpu_start = 0.0
+
+    def start_statement(self) -> None:
+        self.touched_lazy = False
+        if self.thread_id != threading.get_ident():
+            self.thread_id = threading.get_ident()
+            self._clock = time.pthread_getcpuclockid(self.thread_id)
+        self._cpu_start = self._cpu()
+
+    def _cpu(self) -> float:
+        return time.clock_gettime(self._clock) if self._clock is not None else time.thread_time()
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the running statement (any thread may ask)."""
+        return self._cpu() - self._cpu_start
+
+    def wait_cell(self, cell: Cell) -> Any:
+        """A speculated value, waited for on the runner thread (a wait uses no CPU budget)."""
+        self.touched_lazy = True
+        deadline = time.monotonic() + MAX_WAIT_S
+        while not cell.wait(_WAIT_SLICE_S):
+            if self.stopped:
+                raise ShadowStopped("the turn ended")
+            if time.monotonic() > deadline:
+                raise ShadowBlocked("waited too long for a speculated result")
+        error = cell.error()
+        if error is None:
+            return cell.result()
+        if isinstance(error, ShadowSignal):
+            raise error
+        raise ShadowToolFailed(f"{type(error).__name__}: {error}")
 
 
 class PeekTask(Protocol):
@@ -109,7 +164,6 @@ class _Unit:
     peek: PeekTask | None = None
     info: StatementInfo | None = None
     code: CodeType | None = None
-    refused: str | None = None
     reads: frozenset[str] = frozenset()
     writes: frozenset[str] = frozenset()
     prepared: bool = False
@@ -130,12 +184,16 @@ class ShadowStats:
 class ShadowRunner:
     """Runs one turn's closed statements early on its own thread."""
 
-    def __init__(self, *, build_namespace: Callable[[], dict[str, Any]], tools: frozenset[str], guard: Guard,
-                 preplan: Callable[[ast.stmt, Mapping[str, Any]], None] | None = None) -> None:
+    def __init__(self, *, build_namespace: Callable[[], dict[str, Any]], tools: frozenset[str], control: Control,
+                 preplan: Callable[[ast.stmt, Mapping[str, Any]], None] | None = None,
+                 on_idle: Callable[[], None] | None = None,
+                 on_fatal: Callable[[str], None] | None = None) -> None:
         self._build_namespace = build_namespace
         self._tools = tools
-        self.guard = guard
+        self.guard = control
         self._preplan = preplan
+        self._on_idle = on_idle
+        self._on_fatal = on_fatal
         self.ns: dict[str, Any] = {}
         self._pending: list[_Unit] = []
         self._cond = threading.Condition()
@@ -145,7 +203,6 @@ class ShadowRunner:
         self._aborted: dict[int, int] = {}
         self._special: set[str] = set()
         self._hooked: set[Cell] = set()
-        self._idle_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._current: _Unit | None = None
         self._watch_lock = threading.Lock()
         self._armed: _Unit | None = None
@@ -186,6 +243,12 @@ class ShadowRunner:
             self._wake_locked()
             self._release_idle_waiters()
 
+    @property
+    def lock(self) -> threading.Condition:
+        """The runner's (re-entrant) lock: held while it reports idle, so a submission and its
+        sequence number are seen together."""
+        return self._cond
+
     def join(self, timeout: float) -> bool:
         """Wait for the shadow thread to end (after :meth:`stop`); returns whether it did."""
         if not self._thread.is_alive():
@@ -198,25 +261,6 @@ class ShadowRunner:
         """Whether the shadow has nothing it can run right now."""
         with self._cond:
             return self._stopped or (self._idle and self._ready)
-
-    async def settle(self, within_s: float) -> None:
-        """Wait (at most ``within_s``) until the shadow has nothing it can run right now.
-
-        The shadow hands its launches to the loop before it goes idle, so once it is idle, one pass of the
-        loop (the final ``sleep(0)``) runs every launch it made.
-        """
-        loop = asyncio.get_running_loop()
-        with self._cond:
-            idle = self._stopped or (self._idle and self._ready)
-            if not idle:
-                future: asyncio.Future[None] = loop.create_future()
-                self._idle_waiters.append((loop, future))
-        if not idle:
-            try:
-                await asyncio.wait_for(asyncio.shield(future), within_s)
-            except TimeoutError:
-                return
-        await asyncio.sleep(0)
 
     def on_launch(self, cell: Cell) -> None:
         """Called (on the shadow thread) for each call a statement launches."""
@@ -236,12 +280,8 @@ class ShadowRunner:
             self._wake_locked()
 
     def _release_idle_waiters(self) -> None:
-        waiters, self._idle_waiters = self._idle_waiters, []
-        for loop, future in waiters:
-            try:
-                loop.call_soon_threadsafe(_finish, future)
-            except RuntimeError:
-                continue
+        if self._on_idle is not None:
+            self._on_idle()
 
     def _call_done(self, unit: _Unit, cell: Cell) -> None:
         error = cell.error()
@@ -334,15 +374,10 @@ class ShadowRunner:
         tree = unit.statement.tree
         unit.info = merge([analyze(s, self._tools) for s in tree.body])
         unit.reads, unit.writes = unit.info.reads, unit.info.writes
-        unit.refused = refusal(tree)
-        if unit.refused is not None:
-            return
         try:
-            unit.code = compile(instrument(tree), SHADOW_FILENAME, "exec", dont_inherit=True)
-        except InstrumentError as exc:
-            unit.refused = str(exc)
-        except SyntaxError as exc:
-            unit.failed_syntax = f"{exc.msg}"
+            unit.code = compile(tree, SHADOW_FILENAME, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            unit.failed_syntax = str(getattr(exc, "msg", exc))
 
     def _is_barrier(self, unit: _Unit) -> bool:
         info = unit.info
@@ -353,7 +388,7 @@ class ShadowRunner:
         for name in info.calls:
             value = self.ns.get(name)
             if (type(value) is FunctionType and value.__code__.co_filename == SHADOW_FILENAME) or (
-                    isinstance(value, type) and value in self.guard.classes):
+                    isinstance(value, type) and value.__module__ == SHADOW_MODULE_NAME):
                 return True
         return False
 
@@ -362,8 +397,6 @@ class ShadowRunner:
             return "ready", ""
         if unit.failed_syntax is not None:
             return "failed", f"syntax error: {unit.failed_syntax}"
-        if unit.refused is not None:
-            return "blocked", unit.refused
         info = unit.info
         assert info is not None
         waiting = False
@@ -439,9 +472,12 @@ class ShadowRunner:
                     self._special.discard(name)
         elif isinstance(outcome, ShadowStopped):
             return
+        elif isinstance(outcome, MemoryError):
+            self._fatal(f"statement {unit.index + 1} of block {unit.block} ran out of memory", EXIT_MEMORY)
         elif isinstance(outcome, ShadowToolFailed) or not isinstance(outcome, ShadowSignal):
             uncertain = self.guard.touched_lazy and isinstance(outcome, TypeError | AttributeError)
-            if uncertain or "try" in info.kinds:
+            sandboxed = not isinstance(outcome, _PROGRAM_ERRORS)  # maybe the sandbox refused something
+            if uncertain or sandboxed or "try" in info.kinds:
                 self._poison(unit, f"{type(outcome).__name__}: {outcome}")
             else:
                 self.stats.failed += 1
@@ -453,7 +489,11 @@ class ShadowRunner:
     def _poison(self, unit: _Unit, reason: str) -> None:
         self.stats.blocked += 1
         self._note(f"block {unit.block} statement {unit.index + 1}: skipped ({reason})")
-        for name in unit.writes:
+        info = unit.info
+        changed = set(unit.writes)
+        if info is not None:
+            changed |= info.mutated | {receiver for receiver, _ in info.methods if receiver}
+        for name in changed:  # names it writes, and names whose objects it may have changed half-way
             self.ns[name] = Blocked(reason)
             self._special.add(name)
 
@@ -468,23 +508,32 @@ class ShadowRunner:
         except (Exception, ShadowBlocked):  # a peek or plan is a bet: failing to place it costs nothing
             return
 
+    def _fatal(self, why: str, code: int) -> None:
+        """The worker cannot go on: say why (best effort), then end the process at once."""
+        try:
+            if self._on_fatal is not None:
+                self._on_fatal(why)
+        finally:
+            os._exit(code)
+
     # --- the watchdog -----------------------------------------------------------------------------
 
     def _watch(self) -> None:
-        limit = self.guard.limits.max_cpu_s
+        limit = self.guard.statement_cpu_s
         while not self._stopped:
             time.sleep(WATCHDOG_PERIOD_S)
             with self._watch_lock:
                 unit = self._armed
-                if unit is None or unit is self._fired or self.guard.cpu_seconds() <= limit * 1.5:
+                if unit is None:
+                    continue
+                used = self.guard.cpu_seconds()
+                if used > limit * _GIVE_UP_FACTOR:
+                    self._fatal(f"statement {unit.index + 1} of block {unit.block} kept computing past its CPU "
+                                f"budget", EXIT_RUNAWAY)
+                if used <= limit or unit is self._fired:
                     continue
                 self._fired = unit
                 _raise_async(self.guard.thread_id, ShadowBudgetExceeded)
-
-
-def _finish(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _raise_async(thread_id: int | None, error: type[BaseException]) -> None:

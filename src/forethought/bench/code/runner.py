@@ -40,10 +40,10 @@ from forethought.bench.code.suite import MAP_PROGRAMS, SUITE, CodeProgram
 from forethought.bench.code.tools import EFFECTS, make_tools
 from forethought.code.executor import CodeExecutor
 from forethought.code.fence import FenceExtractor
-from forethought.code.launcher import SOURCE_PEEK, SOURCE_SHADOW
 from forethought.code.plain import PlainExecutor
 from forethought.code.predictor import CodePredictor
 from forethought.code.results import ExecResult
+from forethought.code.worker.client import SOURCE_PEEK, SOURCE_SHADOW
 from forethought.errors import WorkloadError
 
 DEFAULT_LATENCY_S = 0.4
