@@ -63,24 +63,28 @@ async def server() -> AsyncIterator[str]:
         yield url
 
 
-async def _chat(url: str) -> Any:
+async def _chat(url: str, clients: list[Any]) -> Any:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    clients.append(client)
     return await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "weather?"}],
                                                 stream=True)
 
 
-async def _responses(url: str) -> Any:
+async def _responses(url: str, clients: list[Any]) -> Any:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+    clients.append(client)
     return await client.responses.create(model="m", input="weather?", stream=True)
 
 
-async def _anthropic(url: str) -> Any:
+async def _anthropic(url: str, clients: list[Any]) -> Any:
     client = anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0)
+    clients.append(client)
     return await client.messages.create(model="m", max_tokens=100, stream=True,
                                         messages=[{"role": "user", "content": "weather?"}])
 
 
-FORMATS: dict[str, Callable[[str], Any]] = {"chat": _chat, "responses": _responses, "anthropic": _anthropic}
+FORMATS: dict[str, Callable[[str, list[Any]], Any]] = {"chat": _chat, "responses": _responses,
+                                                       "anthropic": _anthropic}
 
 
 class Recorder:
@@ -99,9 +103,12 @@ class Recorder:
 async def _run(url: str, fmt: str, speculate: bool) -> tuple[list[Any], list[str], World, StreamTap, list[Any]]:
     world = World()
     session = Runtime().session(tools=world.tools)
-    recorder = Recorder(await FORMATS[fmt](url))
+    clients: list[Any] = []
+    recorder = Recorder(await FORMATS[fmt](url, clients))
     tapped = tap(recorder, session, speculate=speculate)
     yielded = [event async for event in tapped]
+    for client in clients:
+        await client.close()
     assert len(yielded) == len(recorder.seen)
     assert all(a is b for a, b in zip(yielded, recorder.seen, strict=True))  # the SDK's own objects
     outcomes = [await session.execute_detailed(call) for call in tapped.calls]
@@ -148,6 +155,8 @@ async def test_tap_over_sdk_helper_streams(server: str) -> None:
             pass
     assert chat_tap.calls == EXPECTED
     await session.close()
+    await client.close()
+    await oa.close()
 
 
 # --- plain dict streams: breakage and adversarial fragmentation --------------------------------------------

@@ -248,19 +248,41 @@ def gateway(
     max_keep_alive_s: Annotated[float, typer.Option(help="Upper bound on a cached entry's keep_alive.")] = 300.0,
     mark_continuations: bool = True,
     upstream_api_key: str | None = None,
+    policy: Annotated[Path | None, typer.Option("--policy", help="TOML policy file: tools it does not let "
+                                                                 "speculate, or marks private, are never served "
+                                                                 "from the cache.")] = None,
+    log_level: Annotated[str, typer.Option(help="critical, error, warning, info, debug or trace.")] = "info",
+    max_connections: Annotated[int, typer.Option(help="Connections served at once; more are answered 503.")] = 1000,
+    header_timeout_s: Annotated[float, typer.Option(help="Close a connection whose request headers take longer.")]
+        = 10.0,
+    body_timeout_s: Annotated[float, typer.Option(help="Answer 408 to a request body that takes longer.")] = 30.0,
+    max_line_bytes: Annotated[int, typer.Option(help="Longest upstream stream line; a longer one ends the stream "
+                                                     "with an error chunk.")] = 16 << 20,
+    check_upstream: Annotated[bool, typer.Option("--check-upstream/--no-check-upstream",
+                                                 help="Check at start that the upstream answers.")] = True,
 ) -> None:
     """Run the engine-side tool-cache gateway in front of an OpenAI-compatible engine."""
-    from forethought.serve.gateway import GatewayConfig, create_gateway
+    import logging
+
+    from forethought.serve.gateway import GatewayConfig, create_gateway, probe_upstream
     from forethought.serve.gateway_cache import CacheLimits
-    from forethought.serve.http import serve_forever
+    from forethought.serve.http import ServerLimits, serve_forever
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise typer.BadParameter("the gateway binds loopback only")
+    levels = ("critical", "error", "warning", "info", "debug", "trace")
+    if log_level.lower() not in levels:
+        raise typer.BadParameter(f"--log-level must be one of {', '.join(levels)}")
+    logging.basicConfig(level=logging.DEBUG if log_level.lower() == "trace" else log_level.upper())
+    if check_upstream:
+        probe_upstream(upstream)
     limits = CacheLimits(default_keep_alive_s=min(30.0, max_keep_alive_s), max_keep_alive_s=max_keep_alive_s)
     config = GatewayConfig(post_wait_s=post_wait_s, mark_continuations=mark_continuations,
-                           upstream_api_key=upstream_api_key, limits=limits)
+                           upstream_api_key=upstream_api_key, limits=limits, policy=_policy(policy),
+                           body_timeout_s=body_timeout_s, max_line_bytes=max_line_bytes)
     console.print(f"gateway on http://{host}:{port}/v1 -> {upstream}")
-    serve_forever(create_gateway(upstream, config), host, port)
+    serve_forever(create_gateway(upstream, config), host, port, log_level=log_level.lower(),
+                  limits=ServerLimits(limit_concurrency=max_connections, header_timeout_s=header_timeout_s))
 
 
 @app.command("predict-eval")

@@ -13,14 +13,23 @@ engine (``upstream_base_url`` includes ``/v1``, as for an OpenAI client):
 * ``POST /cache-tool-output/{response_id}`` with ``[{"name", "params"?, "output", "keep_alive"?,
   "exclusive"?}]`` and the response's token answers ``{"cached": n}`` (:mod:`.gateway_cache` has the rules
   and the 4xx answers).
+* ``POST /v1/responses`` (the Responses API) is proxied, streamed or not, each streamed line capped like
+  the relay's (no cache-served continuation there: the Responses stream carries no served-result chunk).
 * ``GET /v1/models`` is proxied; ``GET /health``; ``GET /gateway/stats`` (relay and cache counters, and
-  the process's CPU seconds); ``POST /gateway/reset`` zeroes the counters.
+  the process's CPU seconds); ``GET /metrics`` (the same counters in the Prometheus text format);
+  ``POST /gateway/reset`` zeroes the counters.
+
+Hardening (:class:`GatewayConfig`): a request body larger than ``max_request_bytes`` answers 413, one
+not read completely within ``body_timeout_s`` answers 408, JSON nested deeper than ``max_json_depth``
+answers 400 (never a RecursionError); a ``policy`` refuses posts of tools it does not let speculate, or
+marks private. Header timeouts and the connection bound are the server's (:mod:`.http`).
 
 docs/gateway.md describes the protocol, the timing race and its bound (``post_wait_s``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -28,11 +37,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from forethought._policy import Policy
+from forethought.errors import UpstreamError
 from forethought.llm.tool_cache import (
     CACHE_CLIENT_HEADER,
     CACHE_CLIENT_VALUE,
@@ -66,18 +80,83 @@ class GatewayConfig:
     upstream_timeout_s: float = 600.0
     upstream_api_key: str | None = None
     max_request_bytes: int = 32 << 20
+    max_json_depth: int = 64
+    body_timeout_s: float = 30.0
+    max_line_bytes: int = 16 << 20
+    """The longest upstream stream line passed on; a longer one ends the stream with an error chunk."""
     limits: CacheLimits = field(default_factory=CacheLimits)
+    policy: Policy | None = None
 
     def __post_init__(self) -> None:
         if self.post_wait_s < 0 or self.max_continuations < 0 or self.upstream_timeout_s <= 0:
             raise ValueError("post_wait_s, max_continuations must be >= 0 and upstream_timeout_s > 0")
-        if self.max_request_bytes < 1:
-            raise ValueError("max_request_bytes must be >= 1")
+        if self.max_request_bytes < 1 or self.max_json_depth < 1 or self.body_timeout_s <= 0:
+            raise ValueError("max_request_bytes and max_json_depth must be >= 1, body_timeout_s > 0")
+
+    def cache_denial(self, tool: str) -> str | None:
+        """Why the policy does not let ``tool``'s results be served from the cache, or ``None``."""
+        if self.policy is None:
+            return None
+        rules = self.policy.for_tool(tool)
+        if not rules.speculate:
+            return "speculate = false"
+        if rules.private:
+            return "private"
+        return None
 
 
 def _error(status: int, message: str, code: str = "invalid_request") -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "upstream_error"
     return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status)
+
+
+class _BadBody(Exception):
+    """A request body the gateway refuses, with the status and message of the answer."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests (a scalar is 0, ``[]`` is 1), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in item if isinstance(child, dict | list))
+    return deepest
+
+
+def parse_body(raw: bytes, max_depth: int) -> Any:
+    """The JSON of a request body; :class:`_BadBody` (400) when it is not JSON or nests too deeply."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise _BadBody(400, f"request body nests deeper than {max_depth} levels", "too_deep") from None
+    except ValueError as exc:
+        raise _BadBody(400, f"request body is not JSON: {exc}", "invalid_json") from None
+    if json_depth(value) > max_depth:
+        raise _BadBody(400, f"request body nests deeper than {max_depth} levels", "too_deep")
+    return value
+
+
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole request body within ``timeout_s``; :class:`_BadBody` 413 past ``limit`` bytes, 408 when late."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await _read_capped(request, limit)
+    except TimeoutError:
+        raise _BadBody(408, f"request body not received within {timeout_s:g} s", "body_timeout") from None
+    if raw is None:
+        raise _BadBody(413, f"request body exceeds {limit} bytes", "too_large")
+    return raw
 
 
 async def _read_capped(request: Request, limit: int) -> bytes | None:
@@ -101,12 +180,14 @@ class Gateway:
     def __init__(self, upstream_base_url: str, config: GatewayConfig | None = None) -> None:
         self.upstream = upstream_base_url.rstrip("/")
         self.config = config or GatewayConfig()
-        self.cache = ToolOutputCache(self.config.limits)
+        self.cache = ToolOutputCache(self.config.limits, deny=self.config.cache_denial)
         self.relay_stats = RelayStats()
         self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(self.config.upstream_timeout_s, connect=10.0),
                                         limits=httpx2.Limits(max_connections=None, max_keepalive_connections=256))
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._completions, methods=["POST"]),
+            Route("/v1/responses", self._responses, methods=["POST"]),
+            Route("/metrics", self._metrics, methods=["GET"]),
             Route(CACHE_ROUTE, self._cache_post, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/health", self._health, methods=["GET"]),
@@ -152,14 +233,15 @@ class Gateway:
 
     # --- routes -----------------------------------------------------------------------------------
 
+    async def _request_body(self, request: Request) -> tuple[bytes, Any]:
+        raw = await _read_body(request, self.config.max_request_bytes, self.config.body_timeout_s)
+        return raw, parse_body(raw, self.config.max_json_depth)
+
     async def _completions(self, request: Request) -> Response:
-        raw = await _read_capped(request, self.config.max_request_bytes)
-        if raw is None:
-            return _error(413, f"request body exceeds {self.config.max_request_bytes} bytes", "too_large")
         try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            return _error(400, f"request body is not JSON: {exc}")
+            raw, body = await self._request_body(request)
+        except _BadBody as exc:
+            return _error(exc.status, str(exc), exc.code)
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object")
         headers = self._headers(request)
@@ -204,21 +286,44 @@ class Gateway:
                                          request.headers.get(SEGMENT_HEADER))
         except PostRejected as exc:
             return _error(exc.status, str(exc), f"http_{exc.status}")
-        limit = self.config.limits.max_body_bytes
-        raw = await _read_capped(request, limit)
-        if raw is None:
-            self.cache.reject(413)
-            return _error(413, f"body exceeds {limit} bytes", "http_413")
         try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            self.cache.reject(400)
-            return _error(400, f"body is not JSON: {exc}", "http_400")
+            raw = await _read_body(request, self.config.limits.max_body_bytes, self.config.body_timeout_s)
+            body = parse_body(raw, self.config.max_json_depth)
+        except _BadBody as exc:
+            self.cache.reject(exc.status)
+            return _error(exc.status, str(exc).replace("request body", "body"), f"http_{exc.status}")
         try:
             cached = self.cache.post(scope, body)
         except PostRejected as exc:
             return _error(exc.status, str(exc), f"http_{exc.status}")
         return JSONResponse({"cached": cached})
+
+    async def _responses(self, request: Request) -> Response:
+        """The Responses API, proxied as it is (streamed bodies line by line, each line capped)."""
+        try:
+            raw, body = await self._request_body(request)
+        except _BadBody as exc:
+            return _error(exc.status, str(exc), exc.code)
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object")
+        headers = self._headers(request)
+        upstream = self._http.build_request("POST", self.upstream + "/responses", content=raw, headers=headers)
+        try:
+            response = await self._http.send(upstream, stream=True)
+        except httpx2.HTTPError as exc:
+            self.relay_stats.upstream_errors += 1
+            return _error(502, f"cannot reach the upstream at {self.upstream}: {exc!r}", "upstream_unreachable")
+        if response.status_code != 200 or not body.get("stream"):
+            content = await response.aread()
+            await response.aclose()
+            return Response(content, status_code=response.status_code,
+                            media_type=response.headers.get("content-type", "application/json"))
+        return EventStream(_proxied_lines(response, self.config.max_line_bytes))
+
+    async def _metrics(self, request: Request) -> Response:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_GatewayCollector(self))
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     async def _models(self, request: Request) -> Response:
         try:
@@ -236,6 +341,77 @@ class Gateway:
     async def _reset(self, request: Request) -> Response:
         self.reset_stats()
         return JSONResponse({"reset": True})
+
+
+class _GatewayCollector:
+    """The gateway's counters as Prometheus metrics (read at each scrape)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    def collect(self) -> Any:
+        stats = dataclasses.asdict(self.gateway.relay_stats)
+        for name, value in sorted(stats.items()):
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                yield CounterMetricFamily(f"forethought_gateway_{name}", f"Gateway relay counter {name}.",
+                                          value=float(value))
+        cache = self.gateway.cache
+        yield CounterMetricFamily("forethought_gateway_posts", "Accepted cache posts.", value=float(cache.posts))
+        yield CounterMetricFamily("forethought_gateway_entries_cached", "Tool results cached from posts.",
+                                  value=float(cache.entries_cached))
+        rejected = CounterMetricFamily("forethought_gateway_posts_rejected", "Rejected cache posts by status.",
+                                       labels=["status"])
+        for status, count in sorted(cache.rejected.items()):
+            rejected.add_metric([str(status)], float(count))
+        yield rejected
+        yield GaugeMetricFamily("forethought_gateway_open_responses", "Responses being relayed now.",
+                                value=float(len(cache)))
+
+
+async def _proxied_lines(response: httpx2.Response, max_line_bytes: int) -> Any:
+    """An upstream SSE body passed on line by line; a line over ``max_line_bytes`` ends it with an error event."""
+    try:
+        pending: list[bytes] = []  # the start of a line whose end has not arrived
+        size = 0
+        async for part in response.aiter_raw():
+            last = part.rfind(b"\n")
+            if last >= 0:
+                yield b"".join((*pending, part[:last + 1]))  # whole lines, as they came
+                pending, size, part = [], 0, part[last + 1:]
+            if part:
+                pending.append(part)
+                size += len(part)
+                if size > max_line_bytes:
+                    yield _line_error(max_line_bytes)
+                    return
+        if pending:
+            yield b"".join(pending)
+    except httpx2.HTTPError as exc:
+        yield _event_error(f"the upstream stream broke: {exc!r}", "upstream_dropped")
+    finally:
+        await response.aclose()
+
+
+def _line_error(max_line_bytes: int) -> bytes:
+    return _event_error(f"upstream stream line longer than {max_line_bytes} bytes; the stream was ended",
+                        "upstream_line_too_long")
+
+
+def _event_error(message: str, code: str) -> bytes:
+    payload = {"type": "error", "code": code, "message": message,
+               "error": {"message": message, "type": "upstream_error", "code": code}}
+    return b"\n\nevent: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def probe_upstream(upstream_base_url: str, timeout_s: float = 5.0) -> None:
+    """Check at start that the upstream answers HTTP (any status); :class:`UpstreamError` in one line if not."""
+    url = upstream_base_url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise UpstreamError(f"upstream {upstream_base_url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)")
+    try:
+        httpx2.get(url + "/models", timeout=timeout_s)
+    except httpx2.HTTPError as exc:
+        raise UpstreamError(f"the upstream {url} does not answer: {type(exc).__name__}: {exc}") from None
 
 
 def create_gateway(upstream_base_url: str, config: GatewayConfig | None = None) -> Starlette:

@@ -196,9 +196,12 @@ class ResponseScope:
 class ToolOutputCache:
     """All open response scopes of one gateway, and the rules for posting into them."""
 
-    def __init__(self, limits: CacheLimits | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limits: CacheLimits | None = None, clock: Callable[[], float] = time.monotonic,
+                 deny: Callable[[str], str | None] | None = None) -> None:
         self.limits = limits or CacheLimits()
         self._clock = clock
+        self._deny = deny
+        """Why a tool's results may not be served from the cache (the gateway's policy), or ``None``."""
         self._scopes: dict[str, ResponseScope] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
         self.rejected: Counter[int] = Counter()
@@ -286,6 +289,9 @@ class ToolOutputCache:
             raise PostRejected(413, f"{where}: output exceeds {self.limits.max_output_bytes} bytes")
         if not scope.offers(name):
             raise PostRejected(400, f"{where}: the response offers no tool named {name!r}")
+        denied = self._deny(name) if self._deny is not None else None
+        if denied is not None:
+            raise PostRejected(403, f"{where}: the gateway's policy does not serve {name!r} from the cache ({denied})")
         key: CallKey | None = None
         if "params" in item:
             params = item["params"]

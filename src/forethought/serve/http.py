@@ -5,6 +5,11 @@ server starts and nothing races for it), runs uvicorn as a task on the current e
 URL (``http://127.0.0.1:PORT``), and shuts the server down on exit. Tests, the bench and the demo use it
 to talk to real servers over real HTTP. :func:`serve_forever` is the blocking form for ``forethought
 serve-model`` and the gateway. :class:`EventStream` is the SSE response both servers stream with.
+
+:class:`ServerLimits` are uvicorn's own bounds where it has them (``limit_concurrency``: answers 503 past
+that many connections; ``timeout_keep_alive``: idle kept-alive connections closed) plus the one it lacks: a
+header read timeout (``header_timeout_s``), so a client that opens a connection and never finishes its
+request headers is disconnected instead of holding a file descriptor forever.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ import contextlib
 import enum
 import socket
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT_S = 10.0
@@ -26,9 +33,77 @@ SHUTDOWN_TIMEOUT_S = 5.0
 _POLL_S = 0.005
 
 
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """Connection bounds of a server: ``None`` for no bound (see the module docstring)."""
+
+    limit_concurrency: int | None = None
+    header_timeout_s: float | None = None
+    timeout_keep_alive: int = 5
+
+    def __post_init__(self) -> None:
+        if self.limit_concurrency is not None and self.limit_concurrency < 1:
+            raise ValueError("limit_concurrency must be >= 1")
+        if self.header_timeout_s is not None and not self.header_timeout_s > 0:
+            raise ValueError("header_timeout_s must be > 0")
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"limit_concurrency": self.limit_concurrency,
+                                   "timeout_keep_alive": self.timeout_keep_alive}
+        if self.header_timeout_s is not None:
+            options["http"] = header_timeout_protocol(self.header_timeout_s)
+        return options
+
+
+class _HeaderTimeoutProtocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request headers do not arrive in time.
+
+    The clock starts when the connection opens, or when the first byte of a next request on a kept-alive
+    connection arrives; trickling bytes does not restart it. Once the headers are in, the request runs
+    without this bound (the application bounds its body read).
+    """
+
+    header_timeout_s = 10.0
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._disarm()  # the headers are in: a request is being served
+        else:
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
+            self.transport.close()
+
+
+def header_timeout_protocol(seconds: float) -> type[H11Protocol]:
+    """The h11 protocol class with a header read timeout of ``seconds``."""
+    return type("HeaderTimeoutProtocol", (_HeaderTimeoutProtocol,), {"header_timeout_s": seconds})
+
+
 @contextlib.asynccontextmanager
-async def serve_in_process(app: Any, host: str = LOOPBACK, port: int = 0,
-                           log_level: str = "warning") -> AsyncIterator[str]:
+async def serve_in_process(app: Any, host: str = LOOPBACK, port: int = 0, log_level: str = "warning",
+                           limits: ServerLimits | None = None) -> AsyncIterator[str]:
     """Serve ``app`` on ``host:port`` (port 0: a free one) while the block runs; yield the base URL."""
     # proto must be IPPROTO_TCP: asyncio only disables Nagle (TCP_NODELAY) on sockets that say they are TCP,
     # and without it every response waits ~40 ms on delayed ACKs.
@@ -37,7 +112,7 @@ async def serve_in_process(app: Any, host: str = LOOPBACK, port: int = 0,
     sock.bind((host, port))
     bound_port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=1, ws="none")
+                            timeout_graceful_shutdown=1, ws="none", **(limits or ServerLimits()).uvicorn_options())
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -60,9 +135,11 @@ async def serve_in_process(app: Any, host: str = LOOPBACK, port: int = 0,
         sock.close()
 
 
-def serve_forever(app: Any, host: str = LOOPBACK, port: int = 8000, log_level: str = "info") -> None:
+def serve_forever(app: Any, host: str = LOOPBACK, port: int = 8000, log_level: str = "info",
+                  limits: ServerLimits | None = None) -> None:
     """Serve ``app`` until interrupted (blocking; for command-line use)."""
-    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="off")
+    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="off",
+                **(limits or ServerLimits()).uvicorn_options())
 
 
 class StreamCut(enum.Enum):
