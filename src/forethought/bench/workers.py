@@ -67,8 +67,8 @@ class WorkersConfig:
     task_types: int = 8
     topics: int = 4
     steps: int = 3
-    gen_s: float = 0.05
-    tool_s: float = 0.08
+    gen_s: float = 0.2
+    tool_s: float = 0.3
     repeats: int = 3
     seed: int = 0
     outage: bool = False
@@ -178,7 +178,7 @@ async def _worker(arm: str, config: WorkersConfig, my_agents: Sequence[Sequence[
     stores: list[PatternStore] = []
     if arm.startswith("shared"):
         assert redis_url is not None
-        policy = SharedPolicy({name: SharedTool(ttl_s=300.0, wait_s=config.tool_s * 2) for name in TOOL_NAMES},
+        policy = SharedPolicy({name: SharedTool(ttl_s=300.0, wait_s=config.tool_s) for name in TOOL_NAMES},
                               op_timeout_s=0.25, retry_after_s=0.5)
         shared = SharedSpeculation(RedisSharedResults.from_url(redis_url), BENCH_SECRET, "bench", policy,
                                    prefix=f"{prefix}:res", on_event=lambda e: _count_degraded(tally, e.kind))
@@ -351,6 +351,8 @@ def _ms(seconds: float | None) -> float | None:
 def run_workers_bench(config: WorkersConfig, redis_url: str | None = None,
                       json_path: str | Path | None = None) -> dict[str, Any]:
     """Run the arms interleaved ``repeats`` times (starting a local redis-server unless ``redis_url``)."""
+    import redis.asyncio  # noqa: F401  (imported once here: forked workers inherit it instead of each paying it)
+
     server: RedisServer | None = None
     workdir = None
     if redis_url is None:

@@ -54,7 +54,8 @@ from forethought.stores.sealing import NotShareable, Sealer, decode, encode
 
 OP_TIMEOUT_S = 0.05
 RETRY_AFTER_S = 5.0
-POLL_S = 0.005
+POLL_S = 0.002
+MAX_POLL_S = 0.01
 MAX_RTT_SAMPLES = 100_000
 _SPECULATE, _PUBLISH = "speculate", "publish"
 
@@ -248,12 +249,13 @@ class SharedSpeculation:
                 return value
             leading = leading or sealed is not None  # a forged value: run it and publish over it
             if not leading:
-                value = await self._wait(key, spec.wait_s)
+                value, leading = await self._wait(key, spec, lead_token)
                 if value is not _MISSING:
                     self.stats.waited_served += 1
                     return value
-                self.stats.local += 1
-                return await maybe_await(run())
+                if not leading:
+                    self.stats.local += 1
+                    return await maybe_await(run())
         except (StoreUnavailableError, TimeoutError) as exc:
             self._fail(exc)
             self.stats.local += 1
@@ -267,16 +269,20 @@ class SharedSpeculation:
         self._soon(self._publish(key, value, spec, ttl_s, lead_token))
         return value
 
-    async def _wait(self, key: str, wait_s: float) -> Any:
-        deadline = time.monotonic() + wait_s
+    async def _wait(self, key: str, spec: SharedTool, token: str) -> tuple[Any, bool]:
+        """Poll for the leader's value; take the lease over if the leader let it go (cancelled, failed,
+        crashed). Returns (value or _MISSING, whether this speculation now leads)."""
+        deadline = time.monotonic() + spec.wait_s
         poll = self.policy.poll_s
         while time.monotonic() < deadline:
             await asyncio.sleep(poll)
-            poll = min(poll * 2, 0.05)
-            sealed = await self._op(self._backend.get(key))
+            poll = min(poll * 2, MAX_POLL_S)
+            sealed, leading = await self._op(self._backend.get_or_lead(key, token, spec.lease_s))
             if sealed is not None:
-                return self._open(key, sealed)
-        return _MISSING
+                return self._open(key, sealed), False
+            if leading:
+                return _MISSING, True
+        return _MISSING, False
 
     async def _run_and_publish(self, key: str, spec: SharedTool, ttl_s: float, run: Callable[[], Any]) -> Any:
         value = await maybe_await(run())
