@@ -143,17 +143,16 @@ async def test_metrics_speak_prometheus_text() -> None:
 async def test_the_policy_keeps_denied_tools_out_of_the_cache() -> None:
     policy = Policy(tools={"secret": ToolPolicy(private=True), "lookup": ToolPolicy(speculate=False)})
     slow = parse_script({"ttft_s": 2.0, "responses": [{"text": "x"}]})
-    async with _gateway(GatewayConfig(policy=policy), upstream_app=create_scripted_server(slow)) as (url, gateway):
-        async with httpx2.AsyncClient(base_url=url, timeout=10) as http:
-            async with http.stream("POST", "/v1/chat/completions", json={
-                    "model": "m", "stream": True, "tools": TOOLS,
-                    "messages": [{"role": "user", "content": "x"}]}) as opened:
-                response_id = opened.headers["x-forethought-response-id"]
-                token = {TOKEN_HEADER: opened.headers[TOKEN_HEADER]}
-                for name, reason in (("secret", "private"), ("lookup", "speculate = false")):
-                    reply = await http.post(f"/cache-tool-output/{response_id}", headers=token,
-                                            json=[{"name": name, "output": "x"}])
-                    assert reply.status_code == 403 and reason in reply.json()["error"]["message"]
+    body = {"model": "m", "stream": True, "tools": TOOLS, "messages": [{"role": "user", "content": "x"}]}
+    async with (_gateway(GatewayConfig(policy=policy), upstream_app=create_scripted_server(slow)) as (url, gateway),
+                httpx2.AsyncClient(base_url=url, timeout=10) as http,
+                http.stream("POST", "/v1/chat/completions", json=body) as opened):
+        response_id = opened.headers["x-forethought-response-id"]
+        token = {TOKEN_HEADER: opened.headers[TOKEN_HEADER]}
+        for name, reason in (("secret", "private"), ("lookup", "speculate = false")):
+            reply = await http.post(f"/cache-tool-output/{response_id}", headers=token,
+                                    json=[{"name": name, "output": "x"}])
+            assert reply.status_code == 403 and reason in reply.json()["error"]["message"]
         assert gateway.cache.entries_cached == 0
 
 
