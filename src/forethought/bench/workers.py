@@ -375,7 +375,7 @@ def run_workers_bench(config: WorkersConfig, redis_url: str | None = None,
             workdir.cleanup()
     results = summarize(runs)
     results["probe"] = quiet
-    results["machine"] = {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()}
+    results["machine"] = {"cpus": os.cpu_count(), "load_before": list(load_before), "load_after": list(os.getloadavg())}
     doc = document("bench-workers", asdict(config) | {"store": "redis", "redis_url_given": server is None}, results)
     if json_path is not None:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
