@@ -190,3 +190,22 @@ def test_a_dead_or_malformed_upstream_is_refused_at_start() -> None:
         probe_upstream("localhost:9999")
     with pytest.raises(UpstreamError, match="does not answer"):
         probe_upstream("http://127.0.0.1:9/v1", timeout_s=2.0)
+
+
+async def test_a_runaway_chat_line_ends_the_relayed_stream_with_an_error_chunk() -> None:
+    async def endless(request: Request) -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            yield b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+            for _ in range(64):
+                yield b"data: " + b"x" * 4096  # never a newline
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    upstream = Starlette(routes=[Route("/v1/chat/completions", endless, methods=["POST"])])
+    async with _gateway(GatewayConfig(max_line_bytes=64 * 1024), upstream_app=upstream) as (url, gateway):
+        async with httpx2.AsyncClient(base_url=url) as http:
+            reply = await http.post("/v1/chat/completions", json={"model": "m", "stream": True, "messages": []})
+        chunks = [json.loads(line[5:]) for line in reply.text.splitlines() if line.startswith("data:")]
+        assert chunks[0]["choices"][0]["delta"]["content"] == "hi"
+        assert "longer than 65536 bytes" in chunks[-1]["error"]["message"]
+        assert len(reply.content) < 128 * 1024
+        assert gateway.stats()["upstream_errors"] == 1 and gateway.stats()["open_responses"] == 0

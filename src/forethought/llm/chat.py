@@ -181,12 +181,20 @@ class OpenAIChatClient:
 
     def __init__(self, base_url: str, api_key: str = "not-needed", timeout: float = DEFAULT_TIMEOUT_S, *,
                  include_usage: bool = True, max_retries: int = 2, response_events: bool = False,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, client: openai.AsyncOpenAI | None = None) -> None:
         self.base_url = base_url
         self.include_usage = include_usage
         self.response_events = response_events
-        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout,
-                                          max_retries=max_retries, default_headers=dict(headers or {}) or None)
+        self._own = client is None
+        self._client = client or openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout,
+                                                    max_retries=max_retries,
+                                                    default_headers=dict(headers or {}) or None)
+
+    @classmethod
+    def from_client(cls, client: openai.AsyncOpenAI, **kwargs: Any) -> OpenAIChatClient:
+        """A client that sends through an ``AsyncOpenAI`` you already have (its URL, key, headers, retries);
+        :meth:`aclose` leaves it open."""
+        return cls(str(client.base_url), client=client, **kwargs)
 
     @classmethod
     def for_gateway(cls, base_url: str, **kwargs: Any) -> OpenAIChatClient:
@@ -196,8 +204,9 @@ class OpenAIChatClient:
         return cls(base_url, response_events=True, headers=headers, **kwargs)
 
     async def aclose(self) -> None:
-        """Close the underlying HTTP connections."""
-        await self._client.close()
+        """Close the underlying HTTP connections (not those of a client given to :meth:`from_client`)."""
+        if self._own:
+            await self._client.close()
 
     async def __aenter__(self) -> OpenAIChatClient:
         return self

@@ -24,9 +24,7 @@ def as_llm_client(client: Any, api: Api = "chat") -> LLMClient:
         if api == "responses":
             return OpenAIResponsesClient(client=client)
         if api == "chat":
-            chat = OpenAIChatClient(str(client.base_url), api_key=client.api_key)
-            chat._client = client
-            return chat
+            return OpenAIChatClient.from_client(client)
         raise ValueError(f"api must be 'chat' or 'responses', got {api!r}")
     if type(client).__module__.split(".")[0] == "anthropic" and hasattr(client, "messages"):
         from forethought.llm.anthropic import AnthropicMessagesClient

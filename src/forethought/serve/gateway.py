@@ -262,7 +262,7 @@ class Gateway:
 
         relay = Relay(body, first, scope, opener, self.cache.close, self.relay_stats,
                       post_wait_s=self.config.post_wait_s, max_continuations=self.config.max_continuations,
-                      mark_continuations=self.config.mark_continuations)
+                      mark_continuations=self.config.mark_continuations, max_line_bytes=self.config.max_line_bytes)
         stream = EventStream(relay.chunks())
         stream.headers[RESPONSE_ID_HEADER] = scope.response_id
         stream.headers[TOKEN_HEADER] = scope.token

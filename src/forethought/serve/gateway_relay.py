@@ -31,7 +31,7 @@ from forethought._calls import ToolCall
 from forethought.errors import StreamDroppedError, UpstreamError
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import ToolCallClosed
-from forethought.llm.sse import aiter_json
+from forethought.llm.sse import DEFAULT_MAX_LINE_BYTES, aiter_json
 from forethought.llm.tool_cache import CONTINUATION_METADATA, RESULT_FIELD
 from forethought.serve.gateway_cache import ResponseScope
 from forethought.serve.http import StreamChunks, StreamCut
@@ -84,8 +84,10 @@ class Relay:
 
     def __init__(self, body: dict[str, Any], first: httpx2.Response, scope: ResponseScope, opener: Opener,
                  on_close: Callable[[ResponseScope], None], stats: RelayStats, *, post_wait_s: float,
-                 max_continuations: int, mark_continuations: bool) -> None:
+                 max_continuations: int, mark_continuations: bool,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self.body = body
+        self._max_line_bytes = max_line_bytes
         self.messages: list[Any] = list(body.get("messages") or [])
         self.scope = scope
         self.stats = stats
@@ -139,7 +141,7 @@ class Relay:
     async def _relay(self, segment: _Segment) -> AsyncIterator[bytes]:
         """Forward one upstream message (finish and usage held back); ``segment`` records what it held."""
         try:
-            async for chunk, payload in aiter_json(self._response):
+            async for chunk, payload in aiter_json(self._response, max_line_bytes=self._max_line_bytes):
                 if chunk.get("error"):
                     self.stats.upstream_errors += 1
                     segment.failed = True
