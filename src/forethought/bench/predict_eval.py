@@ -14,6 +14,8 @@ Metrics, overall and per domain:
 * ``coverage``: share of positions where at least one executable prediction was made;
 * ``precision``: share of positions with an executable first prediction where that prediction is exact;
 * ``latency``: percentiles of the time of one prediction (``train_s``: time spent training, both folds);
+* ``derivations``: the share of each kind of derivation (:func:`derivation`) among the argument values
+  of the exact first predictions;
 
 and ``by_threshold``: coverage and precision if only predictions at or above a confidence were made.
 """
@@ -31,6 +33,9 @@ from forethought._tools import Tool
 from forethought._trajectory import Trajectory
 from forethought.errors import ForethoughtError, InvalidArgumentsError, WorkloadError
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, reports_failure
+from forethought.predictors.patterns.args import ABSENT_KEY
+from forethought.predictors.patterns.derive_time import WHEN
+from forethought.predictors.patterns.derive_values import value_key
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
 from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, tool_schemas
 
@@ -201,11 +206,43 @@ def _contexts(session: RecordedSession, user_text: bool
         yield (context if user_text else calls_only(context)), observed, turn
 
 
+def derivation(rule: str) -> str:
+    """The kind of derivation a candidate's rule is (its source, and ``date`` for a date re-spelled)."""
+    if rule in ("constant", "absent"):
+        return rule
+    try:
+        parsed = json.loads(rule)
+    except ValueError:
+        return "other"
+    if parsed in (["enum"], ["vocab"]):
+        return str(parsed[0])
+    source, locator, transform = str(parsed[0]), parsed[1], str(parsed[2])
+    if transform.startswith("date:") or (locator and locator[0] == WHEN):
+        return f"{source}+date"
+    return source
+
+
+def _derivations(predictor: PatternPredictor, context: PredictionContext, call: ToolCall,
+                 shares: dict[str, int]) -> None:
+    """Count the derivation of each argument of ``call``, a first prediction that was exact."""
+    step = predictor._step(context)
+    schema = context.tools.get(call.name) or {}
+    properties: Mapping[str, Any] = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    for param in predictor.args.parameters(call.name, properties):
+        wanted = value_key(call.arguments[param]) if param in call.arguments else ABSENT_KEY
+        found = predictor.args.candidates(call.name, param, properties.get(param) or {}, param in required,
+                                          step.sources, step.words, predictor.config.arg_alternatives)
+        rule = next((c.rule for c in found if c.key == wanted), "other")
+        shares[derivation(rule)] = shares.get(derivation(rule), 0) + 1
+
+
 def evaluate(predictor: PatternPredictor, sessions: Iterable[RecordedSession], user_text: bool = True,
-             latencies: list[float] | None = None) -> dict[str, Tally]:
+             latencies: list[float] | None = None, shares: dict[str, int] | None = None) -> dict[str, Tally]:
     """Predict then observe every call of ``sessions`` in order; tallies by domain. Without
     ``user_text`` the predictor sees the calls only (:func:`calls_only`); the time of each prediction
-    is appended to ``latencies`` (seconds)."""
+    is appended to ``latencies`` (seconds); ``shares`` counts the derivation of each argument value of
+    the exact first predictions (:func:`derivation`)."""
     tallies: dict[str, Tally] = {}
     for session in sessions:
         specs = _specs(session)
@@ -215,7 +252,10 @@ def evaluate(predictor: PatternPredictor, sessions: Iterable[RecordedSession], u
             predictions = predictor.predict_now(context)
             if latencies is not None:
                 latencies.append(time.perf_counter() - start)
-            tally.add(predictions, observed.call, _same_call(specs, observed.call))
+            same = _same_call(specs, observed.call)
+            tally.add(predictions, observed.call, same)
+            if shares is not None and predictions and same(predictions[0].call):
+                _derivations(predictor, context, predictions[0].call, shares)
             predictor.observe(context, observed)
     return tallies
 
@@ -250,6 +290,7 @@ def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
     config = PatternConfig(**{**{f: getattr(base, f) for f in base.__slots__}, "top_k": max(top_k, TOP_NAMES)})
     by_domain: dict[str, Tally] = {}
     latencies: list[float] = []
+    shares: dict[str, int] = {}
     train_s = 0.0
     for fold in range(folds):
         train_entries, test_entries = split_interleaved(entries, fold)
@@ -260,7 +301,7 @@ def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
                 predictor.observe(context, observed)
         train_s += time.perf_counter() - start
         tested = (recorded[e.id] for e in test_entries)
-        for domain, tally in evaluate(predictor, tested, user_text, latencies).items():
+        for domain, tally in evaluate(predictor, tested, user_text, latencies, shares).items():
             by_domain.setdefault(domain, Tally()).merge(tally)
     overall = Tally()
     for tally in by_domain.values():
@@ -269,6 +310,8 @@ def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
             "by_domain": {d: t.metrics() for d, t in sorted(by_domain.items())},
             "by_threshold": overall.by_threshold(),
             "latency": latency_summary(latencies), "train_s": train_s,
+            "derivations": {kind: count / max(1, sum(shares.values()))
+                            for kind, count in sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))},
             "folds": folds, "top_k": top_k, "user_text": user_text}
 
 
