@@ -24,12 +24,13 @@ def test_every_arm_equals_serial_and_the_shared_arm_serves_from_redis(redis_url:
     results = doc["results"]
     assert results["equivalent"] is True
     arms = results["arms"]
-    assert set(arms) == {"serial", "alone", "shared"}
+    assert set(arms) == {"serial", "alone", "shared-patterns", "shared"}
     calls = TINY.agents * TINY.tasks_per_agent * TINY.steps
     for arm in arms.values():
         assert arm["hits"]["median"] + arm["partial_hits"]["median"] + arm["misses"]["median"] == calls
     assert arms["serial"]["hits"]["median"] == 0
     assert arms["alone"]["shared_served"]["median"] == 0 and arms["alone"]["redis_ops_per_call"] == 0
+    assert arms["shared-patterns"]["shared_served"]["median"] == 0 and arms["shared-patterns"]["redis_ops_per_call"] > 0
     assert arms["shared"]["shared_served"]["median"] > 0 and arms["shared"]["redis_ops_per_call"] > 0
     assert results["probe"]["served_from_redis"] == results["probe"]["rounds"]
     assert "shared" in format_table(doc)

@@ -9,6 +9,7 @@ argument comes from the user's words or the previous output), drawn from ``task_
 
 * ``serial``: no speculation (the reference outputs);
 * ``alone``: pattern speculation, each worker learning into its own in-memory store;
+* ``shared-patterns``: pattern speculation learning into one Redis model, results not shared;
 * ``shared``: pattern speculation learning into one Redis model (:class:`RedisPatternStore` behind
   :class:`FallbackPatternStore`), and shared speculative results (:class:`SharedSpeculation` on Redis);
 * ``shared-outage`` (``--outage``, with a server the bench started): ``shared`` with the server stopped
@@ -53,7 +54,8 @@ from forethought.stores.shared_tools import SharedPolicy, SharedSpeculation, Sha
 
 TOOL_NAMES = ("search", "fetch", "define", "cite", "stats", "news", "wiki", "code", "price", "weather", "map", "quote")
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
-ARMS = ("serial", "alone", "shared")
+ARMS = ("serial", "alone", "shared-patterns", "shared")
+RESULT_SHARING_ARMS = frozenset({"shared", "shared-outage"})
 BENCH_SECRET = b"forethought-bench-secret-not-for-production"
 
 
@@ -176,7 +178,7 @@ async def _worker(arm: str, config: WorkersConfig, my_agents: Sequence[Sequence[
     slow_tools = [_with_latency(t, config.tool_s) for t in _tools()]
     shared: SharedSpeculation | None = None
     stores: list[PatternStore] = []
-    if arm.startswith("shared"):
+    if arm in RESULT_SHARING_ARMS:
         assert redis_url is not None
         policy = SharedPolicy({name: SharedTool(ttl_s=300.0, wait_s=config.tool_s) for name in TOOL_NAMES},
                               op_timeout_s=0.25, retry_after_s=0.5)
