@@ -18,5 +18,5 @@ def test_read_only_means_never_changed_state_in_the_ground_truth() -> None:
     assert {"ls", "cat"} & called <= read_only
     # state changers, including one that only advances a random generator
     assert not read_only & {"cd", "mkdir", "mv", "touch", "get_flight_cost", "book_flight"}
-    hinted = {t["name"] for t in tool_entries(entries[0], read_only) if t.get("annotations")}
+    hinted = {t["name"] for t in tool_entries(entries[0].tools, read_only) if t.get("annotations")}
     assert hinted == {s["function"]["name"] for s in entries[0].tools} & read_only

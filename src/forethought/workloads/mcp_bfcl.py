@@ -5,7 +5,9 @@ multi-turn entry's backends (fresh state from its ``initial_config``) over stdio
 low-level server: one MCP tool per offered function (its BFCL schema), each call sleeping a seeded delay
 (:class:`~forethought.workloads.latency.LatencyModel`) before running. Tools named in ``--read-only`` carry
 ``readOnlyHint: true``; :func:`measured_read_only` picks them by running the ground truth and keeping the
-functions that never changed the backend state (random generators included). The resource
+functions that never changed the backend state (random generators included). ``--every-tool`` offers one
+fixed tool set (every BFCL function, every backend class), as a real server would, instead of the entry's
+own tools, so that learning keyed on the tool set carries from one trajectory to the next. The resource
 ``bfcl://state`` returns the state fingerprint, so a bench can check that every arm ends in the same state.
 """
 
@@ -13,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from forethought._calls import ToolCall
 from forethought.workloads.bfcl import (
+    BACKENDS,
     BfclEntry,
     BfclState,
     function_docs,
@@ -30,11 +33,22 @@ from forethought.workloads.latency import LatencyModel, call_key_text
 STATE_URI = "bfcl://state"
 
 
-def fresh_state(entry: BfclEntry) -> BfclState:
+def fresh_state(entry: BfclEntry, every_class: bool = False) -> BfclState:
+    """The entry's backends from its initial state (``every_class``: the other classes too, from defaults)."""
     from forethought.sandbox.objects import ObjectState
 
+    classes = BACKENDS if every_class else entry.involved_classes
     return BfclState({c: ObjectState(new_backend(c, entry.initial_config.get(c, {}), entry.long_context))
-                      for c in entry.involved_classes})
+                      for c in classes})
+
+
+def every_tool(entries: Iterable[BfclEntry]) -> tuple[Mapping[str, Any], ...]:
+    """One fixed tool set, as one real MCP server would offer: every function any entry offers."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for entry in entries:
+        for schema in entry.tools:
+            found.setdefault(schema["function"]["name"], schema)
+    return tuple(found[name] for name in sorted(found))
 
 
 def run_call(state: BfclState, call: ToolCall) -> str:
@@ -64,9 +78,10 @@ def measured_read_only(entries: Iterable[BfclEntry]) -> frozenset[str]:
     return frozenset(called - writers)
 
 
-def tool_entries(entry: BfclEntry, read_only: frozenset[str]) -> list[dict[str, Any]]:
+def tool_entries(schemas: Iterable[Mapping[str, Any]], read_only: frozenset[str]) -> list[dict[str, Any]]:
+    """MCP ``tools/list`` entries for BFCL schemas (OpenAI ``tools`` entries), read-only ones hinted."""
     tools = []
-    for schema in entry.tools:
+    for schema in schemas:
         function = schema["function"]
         tool: dict[str, Any] = {"name": function["name"], "description": function.get("description", ""),
                                 "inputSchema": function["parameters"]}
@@ -76,14 +91,16 @@ def tool_entries(entry: BfclEntry, read_only: frozenset[str]) -> list[dict[str, 
     return tools
 
 
-def serve(entry: BfclEntry, latency: LatencyModel, read_only: frozenset[str]) -> None:
-    """Serve ``entry`` on stdin/stdout until the client disconnects."""
+def serve(entry: BfclEntry, latency: LatencyModel, read_only: frozenset[str],
+          schemas: Sequence[Mapping[str, Any]] | None = None) -> None:
+    """Serve ``entry`` on stdin/stdout until the client disconnects (``schemas``: a fixed tool set, backed
+    by every class, instead of the entry's own tools)."""
     import mcp_types as types
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
 
-    state = fresh_state(entry)
-    tools = [types.Tool.model_validate(t) for t in tool_entries(entry, read_only)]
+    state = fresh_state(entry, every_class=schemas is not None)
+    tools = [types.Tool.model_validate(t) for t in tool_entries(schemas or entry.tools, read_only)]
     names = {t.name for t in tools}
     occurrences: dict[str, int] = {}
 
@@ -125,10 +142,10 @@ def serve(entry: BfclEntry, latency: LatencyModel, read_only: frozenset[str]) ->
 
 
 def server_command(python: str, entry: BfclEntry, latency_s: float, seed: int,
-                   read_only: Sequence[str]) -> list[str]:
+                   read_only: Sequence[str], every: bool = True) -> list[str]:
     """The command line that serves ``entry`` (for a stdio client or the proxy)."""
     return [python, "-m", "forethought.workloads.mcp_bfcl", entry.id, "--latency", str(latency_s),
-            "--seed", str(seed), "--read-only", ",".join(sorted(read_only))]
+            "--seed", str(seed), "--read-only", ",".join(sorted(read_only)), *(["--every-tool"] if every else [])]
 
 
 def _entry(entry_id: str) -> BfclEntry:
@@ -146,9 +163,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="Mean tool latency (s).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--read-only", default="", help="Comma-separated tools annotated readOnlyHint.")
+    parser.add_argument("--every-tool", action="store_true",
+                        help="Offer every BFCL function (one fixed tool set), not only the entry's.")
     args = parser.parse_args(argv)
     read_only = frozenset(n for n in args.read_only.split(",") if n)
-    serve(_entry(args.entry), LatencyModel(mean_s=args.latency, seed=args.seed), read_only)
+    from forethought.workloads.bfcl import load_bfcl
+
+    schemas = every_tool(load_bfcl()) if args.every_tool else None
+    serve(_entry(args.entry), LatencyModel(mean_s=args.latency, seed=args.seed), read_only, schemas)
 
 
 if __name__ == "__main__":
