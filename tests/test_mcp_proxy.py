@@ -162,7 +162,7 @@ def _make_repo(path: Path) -> Path:
     return path
 
 
-async def test_git_untrusted_runs_nothing_early_and_identical(tmp_path: Path) -> None:
+async def test_git_untrusted_runs_nothing_early_trusted_only_reads_identical(tmp_path: Path) -> None:
     _need(VENV_MCP / "mcp-server-git", "mcp-server-git")
     if shutil.which("git") is None:
         pytest.skip("git is not on PATH")
@@ -170,27 +170,17 @@ async def test_git_untrusted_runs_nothing_early_and_identical(tmp_path: Path) ->
     command = [str(VENV_MCP / "mcp-server-git"), "--repository", str(repo)]
     async with direct(command) as session:
         expected = await _git_session(session, repo)
-    async with proxied(command) as (session, handle):  # default policy: no server is trusted
-        got = await _git_session(session, repo)
-    assert got == expected
-    assert handle.speculated == []
-    assert handle.stats.speculative_calls == 0 and handle.stats.hits == 0
-    assert handle.stats.misses + handle.stats.passthrough == len(expected)
-
-
-async def test_git_trusted_speculates_read_tools_only(tmp_path: Path) -> None:
-    _need(VENV_MCP / "mcp-server-git", "mcp-server-git")
-    repo = _make_repo(tmp_path / "repo")
-    command = [str(VENV_MCP / "mcp-server-git"), "--repository", str(repo)]
-    async with direct(command) as session:
-        expected = await _git_session(session, repo)
-    async with proxied(command, McpPolicy(trust_all=True)) as (session, handle):
+    async with proxied(command) as (session, untrusted):  # default policy: no server is trusted
+        assert await _git_session(session, repo) == expected
+    assert untrusted.speculated == []
+    assert untrusted.stats.speculative_calls == 0 and untrusted.stats.hits == 0
+    assert untrusted.stats.misses + untrusted.stats.passthrough == len(expected)
+    async with proxied(command, McpPolicy(trust_all=True)) as (session, trusted):
         await session.list_tools()
-        got = await _git_session(session, repo)
-    assert got == expected
-    assert handle.stats.hits > 0
-    assert set(handle.speculated) <= {"git_status", "git_log", "git_diff_unstaged", "git_diff_staged",
-                                      "git_diff", "git_show", "git_branch"}
+        assert await _git_session(session, repo) == expected
+    assert trusted.stats.hits > 0
+    assert set(trusted.speculated) <= {"git_status", "git_log", "git_diff_unstaged", "git_diff_staged",
+                                       "git_diff", "git_show", "git_branch"}
 
 
 # --- time and filesystem ------------------------------------------------------------------------------------
@@ -345,3 +335,48 @@ async def test_newest_stateless_revision_passes_through_and_speculates(tmp_path:
         got = await run(session)
     assert got == expected
     assert handle.stats.hits > 0
+
+
+async def test_tool_list_pages_and_list_changed_pass_through(tmp_path: Path) -> None:
+    command = [sys.executable, str(Path(__file__).with_name("mcp_servers") / "paged_server.py")]
+    changed: list[str] = []
+
+    async def run(session: ClientSession) -> list[str]:
+        out, cursor = [], None
+        while True:  # every page, as the client asks for them
+            page = await session.list_tools(params=mcp.types.PaginatedRequestParams(cursor=cursor))
+            out.append(_dump(page))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        out.append(_dump(await session.call_tool("echo_c", {"x": "1"})))  # a tool of the second page
+        out.append(_dump(await session.call_tool("add_tool", {})))
+        for _ in range(100):
+            if changed:
+                break
+            await asyncio.sleep(0.02)
+        return out
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp.types.ServerNotification) or hasattr(message, "method"):
+            changed.append(str(getattr(message, "method", type(message).__name__)))
+
+    params = StdioServerParameters(command=command[0], args=command[1:])
+    async with stdio_client(params) as (read, write), ClientSession(read, write, message_handler=on_message) as s:
+        await s.initialize()
+        expected = await run(s)
+    assert changed, "the server's list_changed notification never arrived (direct)"
+    changed.clear()
+    proxy = Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(trust_all=True)))
+    to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))
+    async with ClientSession(from_proxy, to_proxy, message_handler=on_message) as s:
+        await s.initialize()
+        got = await run(s)
+    to_proxy.close()
+    stats = await serving
+    proxy.close()
+    assert got == expected
+    assert changed, "the server's list_changed notification never reached the client through the proxy"
+    assert (stats.misses, stats.passthrough) == (1, 1)  # echo_c (second page) was known, add_tool is unlisted
