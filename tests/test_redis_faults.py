@@ -93,3 +93,14 @@ def test_a_slow_store_times_out_once_and_is_not_retried(redis_server: RedisServe
     assert store.load("fp").values == {"a": 6.0}  # shared again: replay did not double the timed-out batch
     assert [e.kind for e in events] == ["degraded", "recovered"]
     store.close()
+
+
+def test_a_batch_redis_refuses_is_dropped_with_an_event_and_never_retried(redis_url: str) -> None:
+    clock, events = FakeClock(), []
+    store = _store(redis_url, clock, events)
+    store.merge("fp", {"a": float("nan")}, 1.0, 0.0, None)  # the script cannot add it: Redis refuses the batch
+    store.merge("fp", {"b": 1.0}, 1.0, 0.0, None)
+    assert [e.kind for e in events] == ["dropped"]
+    assert store.queued == 0 and store.dropped == 1
+    assert store.load("fp") == CountsState(1.0, 0.0, {"b": 1.0})
+    store.close()

@@ -1,7 +1,8 @@
 """Errors of shared stores, in the project's one family, and the mapping of redis-py's errors onto them.
 
-Redis errors never leave :mod:`forethought.stores`: :func:`mapped_redis_errors` turns every
-``redis.RedisError`` (and the socket errors beneath it) into :class:`StoreUnavailableError`.
+Redis errors never leave :mod:`forethought.stores`: :func:`mapped_redis_errors` turns a command Redis
+refused (``redis.ResponseError``) into :class:`StoreError`, and every other ``redis.RedisError`` (and the
+socket errors beneath them) into :class:`StoreUnavailableError` (:class:`StoreTimeoutError` for timeouts).
 """
 
 from __future__ import annotations
@@ -37,5 +38,7 @@ def mapped_redis_errors(what: str) -> Iterator[None]:
         yield
     except (redis.TimeoutError, TimeoutError) as exc:
         raise StoreTimeoutError(f"{what}: timed out: {exc}") from exc
+    except redis.ResponseError as exc:
+        raise StoreError(f"{what}: refused: {exc}") from exc
     except (redis.RedisError, OSError) as exc:
         raise StoreUnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc

@@ -20,7 +20,7 @@ from typing import Protocol
 from forethought._clock import SYSTEM_CLOCK, Clock
 from forethought.predictors.patterns.counts import CountsState
 from forethought.predictors.patterns.store import MemoryPatternStore
-from forethought.stores.errors import StoreUnavailableError
+from forethought.stores.errors import StoreError, StoreUnavailableError
 from forethought.stores.events import EventSink, StoreEvent, emit
 
 __all__ = ["FallbackPatternStore", "IdempotentPatternStore", "StoreEvent"]
@@ -72,7 +72,7 @@ class FallbackPatternStore:
     def _emit(self, kind: str, detail: str = "") -> None:
         emit(self._on_event, StoreEvent(kind, self._name, detail))
 
-    def _fail(self, exc: StoreUnavailableError) -> None:
+    def _fail(self, exc: StoreError) -> None:
         self._down_until = self._clock.monotonic() + self._retry_after_s
         if not self.degraded:
             self.degraded = True
@@ -82,14 +82,17 @@ class FallbackPatternStore:
         """Whether to try the shared store now; replays the queue first (False if that fails)."""
         if self._down_until is not None and self._clock.monotonic() < self._down_until:
             return False
-        try:
-            while self._queue:
-                m = self._queue[0]
+        while self._queue:
+            m = self._queue[0]
+            try:
                 self._shared.merge(m.fingerprint, m.deltas, m.ticks, m.epoch, m.half_life, merge_id=m.merge_id)
-                self._queue.pop(0)
-        except StoreUnavailableError as exc:
-            self._fail(exc)
-            return False
+            except StoreUnavailableError as exc:
+                self._fail(exc)
+                return False
+            except StoreError as exc:  # refused by Redis itself: retrying would never succeed
+                self.dropped += 1
+                self._emit("dropped", f"queued merge refused: {exc}")
+            self._queue.pop(0)
         return True
 
     def _recovered(self) -> None:
@@ -115,7 +118,7 @@ class FallbackPatternStore:
             if self._shared_usable():
                 try:
                     state = self._shared.load(fingerprint)
-                except StoreUnavailableError as exc:
+                except StoreError as exc:
                     self._fail(exc)
                 else:
                     self._recovered()
@@ -133,6 +136,10 @@ class FallbackPatternStore:
                     self._shared.merge(fingerprint, merge.deltas, ticks, epoch, half_life, merge_id=merge.merge_id)
                 except StoreUnavailableError as exc:
                     self._fail(exc)
+                except StoreError as exc:  # refused by Redis itself: kept locally, never retried
+                    self.dropped += 1
+                    self._emit("dropped", f"merge refused: {exc}")
+                    return
                 else:
                     self._recovered()
                     return

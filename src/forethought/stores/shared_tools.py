@@ -47,7 +47,7 @@ from forethought._scheduler import maybe_await
 from forethought._store import CallOutcome, SpeculationTicket
 from forethought._tools import Effect, Tool
 from forethought.errors import ToolDefinitionError
-from forethought.stores.errors import StoreIntegrityError, StoreUnavailableError
+from forethought.stores.errors import StoreError, StoreIntegrityError, StoreUnavailableError
 from forethought.stores.events import EventSink, StoreEvent, emit
 from forethought.stores.results import SharedResults
 from forethought.stores.sealing import NotShareable, Sealer, decode, encode
@@ -256,7 +256,7 @@ class SharedSpeculation:
                 if not leading:
                     self.stats.local += 1
                     return await maybe_await(run())
-        except (StoreUnavailableError, TimeoutError) as exc:
+        except (StoreError, TimeoutError) as exc:
             self._fail(exc)
             self.stats.local += 1
             return await maybe_await(run())
@@ -311,7 +311,7 @@ class SharedSpeculation:
         try:
             await self._op(self._backend.publish(key, self._sealer.seal(key, payload), ttl_s, token))
             self.stats.published += 1
-        except (StoreUnavailableError, TimeoutError) as exc:
+        except (StoreError, TimeoutError) as exc:
             self._fail(exc)
 
     async def _release(self, key: str, token: str) -> None:
@@ -319,7 +319,7 @@ class SharedSpeculation:
             return
         try:
             await self._op(self._backend.release(key, token))
-        except (StoreUnavailableError, TimeoutError) as exc:
+        except (StoreError, TimeoutError) as exc:
             self._fail(exc)
 
     async def close(self) -> None:
