@@ -312,3 +312,75 @@ async def test_serve_in_process_stops_listening_on_exit() -> None:
         assert (await asyncio.to_thread(get_json, url + "/health"))["trajectories"] == 1
     with pytest.raises(OSError):
         await asyncio.to_thread(get_json, url + "/health")
+
+
+# --- scripted mode (forethought serve-model --script) ---------------------------------------------------------
+
+SCRIPTED = {"ttft_s": 0.0, "chunk_s": 0.0, "responses": [
+    {"text": "zero", "calls": [{"name": "cd", "arguments": {"folder": "docs"}}, {"name": "pwd", "arguments": {}}]},
+    {"text": "one"}, {"text": "two"}]}
+
+
+@contextlib.asynccontextmanager
+async def _scripted(script: dict[str, Any], time_scale: float = 0.0) -> AsyncIterator[str]:
+    from forethought.serve.scripted import create_scripted_server, parse_script
+
+    async with serve_in_process(create_scripted_server(parse_script(script), time_scale)) as url:
+        yield url
+
+
+async def test_scripted_responses_follow_the_conversation_in_every_format() -> None:
+    import anthropic
+
+    async with _scripted(SCRIPTED) as url:
+        chat = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        claude = anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0)
+        for turns, text in ((0, "zero"), (1, "one"), (2, "two")):
+            history: list[Any] = [{"role": "user", "content": "u"}]
+            for _ in range(turns):
+                history += [{"role": "assistant", "content": "a"}, {"role": "user", "content": "u"}]
+            whole = await chat.chat.completions.create(model="m", messages=history)
+            assert whole.choices[0].message.content == text
+            message = await claude.messages.create(model="m", max_tokens=10, messages=history)
+            assert message.content[0].type == "text" and message.content[0].text == text
+        first = await chat.chat.completions.create(model="m", messages=[{"role": "user", "content": "u"}])
+        calls = first.choices[0].message.tool_calls or []
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+            ("cd", {"folder": "docs"}), ("pwd", {})]
+        assert first.choices[0].finish_reason == "tool_calls"
+        items: list[Any] = [{"role": "user", "content": "u"},
+                            {"type": "function_call", "call_id": "c", "name": "cd", "arguments": "{}"},
+                            {"type": "function_call", "call_id": "d", "name": "pwd", "arguments": "{}"},
+                            {"type": "function_call_output", "call_id": "c", "output": "x"}]
+        response = await chat.responses.create(model="m", input=items)  # two calls in a row are one turn
+        assert response.output[0].type == "message" and response.output[0].content[0].text == "one"
+        response = await chat.responses.create(model="m", input=[*items, {"role": "assistant", "content": "a"},
+                                                                   {"role": "user", "content": "u"}])
+        assert response.output[0].content[0].text == "two"  # an answer after the tool outputs is the next turn
+        await chat.close()
+        await claude.close()
+
+
+async def test_a_script_past_its_end_is_refused_unless_it_loops() -> None:
+    history = [{"role": "user", "content": "u"}] + [{"role": "assistant", "content": "a"}] * 3
+    async with _scripted(SCRIPTED) as url:
+        chat = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError, match="3 responses"):
+            await chat.chat.completions.create(model="m", messages=history)
+        await chat.close()
+    async with _scripted({**SCRIPTED, "loop": True}) as url:
+        chat = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        again = await chat.chat.completions.create(model="m", messages=history)
+        assert again.choices[0].message.content == "zero"
+        await chat.close()
+
+
+async def test_scripted_streams_pace_each_piece() -> None:
+    script = {"ttft_s": 0.0, "chunk_s": 0.05, "fragment_chars": 2, "responses": [{"text": "abcdef"}]}
+    async with _scripted(script, time_scale=1.0) as url, OpenAIChatClient(url + "/v1", max_retries=0) as client:
+        arrivals = []
+        async for event in client.stream("m", [{"role": "user", "content": "u"}], None):
+            if isinstance(event, TextDelta):
+                arrivals.append((event.text, time.monotonic()))
+        assert [t for t, _ in arrivals] == ["ab", "cd", "ef"]
+        assert arrivals[-1][1] > arrivals[0][1]  # paced, not sent at once (an ordering, not a timing bound)

@@ -28,6 +28,7 @@ from typing import Any
 
 from agents import FunctionTool, Model, ModelResponse, ModelTracing, RunContextWrapper, Usage
 from agents.items import TResponseStreamEvent
+from agents.tool import Tool as AgentsTool
 from openai.types.responses import ResponseCompletedEvent
 
 from forethought._calls import ToolCall
@@ -54,7 +55,7 @@ def _invoker(session: Session, name: str) -> Any:
     return invoke
 
 
-def agents_tools(session: Session, tools: list[Tool] | None = None) -> list[FunctionTool]:
+def agents_tools(session: Session, tools: list[Tool] | None = None) -> list[AgentsTool]:
     """The session's tools (or ``tools``, which must be registered in it) as Agents SDK ``FunctionTool``s."""
     chosen = list(session.tools.values()) if tools is None else tools
     return [FunctionTool(name=t.name, description=t.description, params_json_schema=dict(t.parameters),
