@@ -103,7 +103,7 @@ def _null_log() -> TextIO:
 async def _direct_session(command: Sequence[str]) -> AsyncIterator[Any]:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=command[0], args=list(command[1:]))
+    params = StdioServerParameters(command=command[0], args=list(command[1:]), env=dict(os.environ))  # as the proxy
     with _null_log() as quiet:
         async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
