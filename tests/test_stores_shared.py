@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forethought import Effect, Policy, Runtime, ToolCall, tool
@@ -206,6 +206,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
                            max_leaves=20)
 
 
+@settings(max_examples=60)
 @given(json_values)
 def test_shared_values_decode_to_exactly_themselves(value: Any) -> None:
     def typed(v: Any) -> Any:
@@ -234,3 +235,52 @@ def test_any_changed_byte_or_key_fails_authentication(payload: bytes, position: 
     sealed[position % len(sealed)] ^= 0x01
     with pytest.raises(StoreIntegrityError):
         sealer.open("k", bytes(sealed))
+
+
+async def test_a_failed_leader_lets_the_waiter_take_over_and_failures_never_surface() -> None:
+    backend = MemorySharedResults()
+    gate, runs = asyncio.Event(), []
+
+    async def flaky(q: str) -> dict[str, Any]:
+        runs.append(q)
+        if len(runs) == 1:
+            await gate.wait()
+            raise RuntimeError("the leader's run fails")
+        return {"q": q}
+
+    a, session_a = worker(backend, search_tool(flaky).fn)
+    b, session_b = worker(backend, search_tool(flaky).fn)
+    call = ToolCall("search", {"q": "z"})
+    a.speculate(session_a, call)
+    await asyncio.sleep(0.01)
+    b.speculate(session_b, call)
+    await asyncio.sleep(0.01)
+    gate.set()
+    await session_b.wait_speculations(5.0)
+    assert await session_b.execute(call) == {"q": "z"}  # B took the lease over and ran it itself
+    assert await session_a.execute(call) == {"q": "z"}  # A's failed speculation never surfaces: a miss
+    assert runs == ["z", "z", "z"]
+    assert (b.stats.led, b.stats.local) == (1, 0)
+
+
+calls_strategy = st.lists(st.tuples(st.integers(0, 1), st.sampled_from(["a", "b", "c"]), st.booleans()),
+                          min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(calls_strategy)
+async def test_random_interleavings_of_two_workers_give_serial_outputs(plan: list[tuple[int, str, bool]]) -> None:
+    backend, search = MemorySharedResults(), Search()
+    workers = [worker(backend, search), worker(backend, search)]
+    for who, q, guess in plan:
+        shared, session = workers[who]
+        call = ToolCall("search", {"q": q})
+        if guess:
+            shared.speculate(session, call)
+            shared.speculate(session, ToolCall("search", {"q": q + "-wrong"}))
+            await asyncio.sleep(0)
+        value = await shared.execute(session, call)
+        assert value == await Search()(q)
+        session.end_turn()
+    for shared, _ in workers:
+        await shared.close()
