@@ -33,8 +33,10 @@ def json_copy(value: Any, budget: list[int], pending: type,
         if not math.isfinite(value):
             raise NotJSONError("a non-finite number is not a JSON value")
         return value
-    if kind in (list, tuple):
+    if kind is list:
         return [json_copy(v, budget, pending, refuse) for v in value]
+    if kind is tuple:  # a tool can tell a tuple from a list: it gets what the program passed
+        return tuple(json_copy(v, budget, pending, refuse) for v in value)
     if kind is dict:
         out = {}
         for k, v in value.items():

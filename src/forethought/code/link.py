@@ -20,11 +20,42 @@ from forethought._runtime import Session
 SETTLE_TIMEOUT_S = 0.05
 
 
+def shape(call: ToolCall) -> str:
+    """The Python types of a call's arguments, all the way down: what canonical keys leave out (tuple vs
+    list, int vs float) and a tool can still tell apart."""
+    parts: list[str] = []
+
+    def walk(value: Any) -> None:
+        kind = type(value)
+        parts.append(kind.__name__)
+        if kind in (list, tuple, set, frozenset):
+            parts.append("(")
+            for item in value:
+                walk(item)
+            parts.append(")")
+        elif kind is dict:
+            parts.append("{")
+            for k, v in value.items():
+                parts.append(str(k))
+                walk(v)
+            parts.append("}")
+
+    walk(list(call.positional))
+    walk(dict(call.arguments))
+    return " ".join(parts)
+
+
 class RealLink(Protocol):
     """What the real executor reports to (and asks of) the speculation side."""
 
+    def same_shape(self, key: CallKey, call: ToolCall) -> bool:
+        """Whether every speculation under ``key`` was made with the argument types of ``call``."""
+
     async def before_call(self, key: CallKey) -> None:
         """Called before a real call that no speculation holds yet."""
+
+    def note_shape(self, key: CallKey, call: ToolCall) -> None:
+        """The real run speculates ``call`` under ``key`` itself (its concurrent calls)."""
 
     def started(self, key: CallKey) -> asyncio.Future[Any]:
         """The real run starts ``key`` authoritatively; resolve the returned future with its outcome."""
@@ -34,7 +65,16 @@ class RealLink(Protocol):
 
 
 class NullLink:
-    """No speculation side: the executor alone."""
+    """No speculation side: the executor alone (its own concurrent calls have the run's own types)."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[CallKey, set[str]] = {}
+
+    def same_shape(self, key: CallKey, call: ToolCall) -> bool:
+        return self.shapes.get(key, {shape(call)}) == {shape(call)}
+
+    def note_shape(self, key: CallKey, call: ToolCall) -> None:
+        self.shapes.setdefault(key, set()).add(shape(call))
 
     async def before_call(self, key: CallKey) -> None:
         return None
@@ -63,7 +103,16 @@ class Coordinator:
         self.wanted: Counter[CallKey] = Counter()
         self.taken: Counter[CallKey] = Counter()
         self.calls: dict[CallKey, tuple[ToolCall, str, float]] = {}
+        self.shapes: dict[CallKey, set[str]] = {}
         self.relaunched = 0
+
+    def note_shape(self, key: CallKey, call: ToolCall) -> None:
+        """A speculation under ``key`` is (or may be) running with ``call``'s argument types."""
+        self.shapes.setdefault(key, set()).add(shape(call))
+
+    def same_shape(self, key: CallKey, call: ToolCall) -> bool:
+        known = self.shapes.get(key)
+        return known is not None and known == {shape(call)}
 
     # --- shadow side ------------------------------------------------------------------------------
 

@@ -51,6 +51,10 @@ class Deferred(BaseException):
         self.pending = pending
 
 
+class _ShapeMismatch(Exception):
+    """The speculation under the call's key was made with other Python types (a tuple for a list, ...)."""
+
+
 class _ToolFailed(Exception):
     def __init__(self, error: BaseException) -> None:
         super().__init__(str(error))
@@ -157,7 +161,8 @@ class CallPlane:
         args_list, kwargs_dict = values[0], values[1]
         try:
             budget = [_MAX_ARGUMENT_NODES]
-            call = ToolCall(tool.name, _template(kwargs_dict, budget), tuple(_template(args_list, budget)))
+            _template(kwargs_dict, budget), _template(args_list, budget)  # keyable?
+            call = ToolCall(tool.name, kwargs_dict, tuple(args_list))  # the tool gets the program's own objects
             self.session.resolve(call)
         except (NotJSONError, CallError):
             return self._direct(tool, tuple(args_list), kwargs_dict)
@@ -203,6 +208,8 @@ class CallPlane:
         future = asyncio.run_coroutine_threadsafe(self._execute(call, issued), self.loop)
         try:
             outcome: CallOutcome = future.result()
+        except _ShapeMismatch:  # a speculation under this key ran with other argument types: plain's call
+            return self._direct(tool, tuple(call.positional), dict(call.arguments))
         except ToolExecutionError as exc:
             error = exc.__cause__ if exc.__cause__ is not None else exc
             self.records.append(CallRecord(call, "miss", ok=False))
@@ -254,6 +261,8 @@ class CallPlane:
         if not self.session.has_speculation(key):
             await self.link.before_call(key)
         await self.session.wait_started(key, START_GRACE_S, START_POLL_S)
+        if self.session.has_speculation(key) and not self.link.same_shape(key, call):
+            raise _ShapeMismatch
         result = self.link.started(key)
         try:
             outcome = await self.session.execute_detailed(call)
@@ -282,6 +291,7 @@ class CallPlane:
             return
         if not self.session.has_speculation(key):
             await self.link.before_call(key)
+        self.link.note_shape(key, call)
         self.session.speculate(call, source=SOURCE_REAL, confidence=1.0)
         settled: asyncio.Future[SettledSpeculation] = asyncio.get_running_loop().create_future()
 

@@ -48,6 +48,11 @@ for doc_id in ids:
     summaries.append(summarize(doc["title"]))
 print(summaries)
 """)),
+    CodeProgram("tuple_args", "map", 1, _message("Where is each point? The tool takes (lat, lon) tuples.", """
+points = [(52.5, 13.4), (48.9, 2.35), (40.7, -74.0), (35.7, 139.7), (-33.9, 151.2), (19.4, -99.1)]
+cities = [place(p) for p in points]
+print(cities)
+""")),
     CodeProgram("search_then_fetch", "chain", 2, _message("Search first, then read the hits.", """
 hits = search("speculative tool execution")
 docs = [fetch(h) for h in hits]

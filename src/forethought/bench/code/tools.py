@@ -15,7 +15,7 @@ from typing import Any
 
 EFFECTS = {
     "search": "read_only", "fetch": "pure", "summarize": "pure", "lookup": "pure", "weather": "read_only",
-    "price": "read_only", "notify": "destructive"}
+    "price": "read_only", "place": "pure", "notify": "destructive"}
 CITIES = ("Paris", "Oslo", "Lima", "Cairo", "Delhi", "Quito", "Perth", "Tokyo")
 KNOWN_KEYS = ("start", "alpha", "beta", "gamma", "delta", "omega")
 
@@ -64,6 +64,13 @@ def make_tools(latency_s: float, outbox: list[str] | None = None) -> dict[str, C
         time.sleep(latency_s)
         return 100 + _digest(symbol + currency) % 10_000
 
+    def place(point: tuple[float, float]) -> str:
+        """The nearest city to a ``(latitude, longitude)`` point; a tuple only (a list is refused)."""
+        time.sleep(latency_s)
+        if type(point) is not tuple:
+            raise TypeError(f"place() takes a (latitude, longitude) tuple, not {type(point).__name__}")
+        return CITIES[_digest(repr(point)) % len(CITIES)]
+
     def notify(message: str) -> str:
         """Send a message (a write: it must never run early)."""
         time.sleep(latency_s)
@@ -71,4 +78,4 @@ def make_tools(latency_s: float, outbox: list[str] | None = None) -> dict[str, C
         return f"sent #{len(sent)}"
 
     return {"search": search, "fetch": fetch, "summarize": summarize, "lookup": lookup, "weather": weather,
-            "price": price, "notify": notify}
+            "price": price, "place": place, "notify": notify}

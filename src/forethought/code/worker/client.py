@@ -244,6 +244,7 @@ class ShadowClient:
             return
         if source == SOURCE_SHADOW:
             self.coordinator.want(key, call, source, self.confidence)
+        self.coordinator.note_shape(key, call)
         ticket = self.session.speculate(call, source=source, confidence=self.confidence)
         if ticket.status not in ("launched", "deduplicated") or not self.session.on_settled(
                 key, lambda result: self._answer_settled(call_id, result)):
