@@ -112,26 +112,31 @@ def test_key_ignores_order_without_a_schema(arguments: dict[str, Any], rng: rand
 
 
 @given(trip_arguments())
-def test_numbers_equal_under_json_key_alike_where_the_schema_says_number(arguments: dict[str, Any]) -> None:
+def test_an_integer_respelled_as_a_float_is_another_key(arguments: dict[str, Any]) -> None:
+    """A tool can tell 3 from 3.0 (it receives the caller's own value), so they never share a result."""
     typed = {k: (as_floats(v) if k in ("days", "budget", "weights", "limit", "filters") else v)
              for k, v in arguments.items()}
-    assert key(arguments) == key(typed)
+    same_spelling = json.dumps(arguments, sort_keys=True) == json.dumps(typed, sort_keys=True)
+    assert (key(arguments) == key(typed)) == same_spelling
 
 
 @given(numbers, numbers)
-def test_number_keys_are_equal_exactly_when_the_numbers_are(a: float, b: float) -> None:
-    assert (key({"city": "x", "budget": a}) == key({"city": "x", "budget": b})) == (a == b)
+def test_number_keys_are_equal_exactly_when_the_spellings_are(a: float, b: float) -> None:
+    same = type(a) is type(b) and json.dumps(a) == json.dumps(b)  # 1 vs 1.0 and 0.0 vs -0.0 differ
+    assert (key({"city": "x", "budget": a}) == key({"city": "x", "budget": b})) == same
 
 
 def test_schema_equal_spellings_key_alike() -> None:
     base = key({"city": "Paris"})
     assert key({"city": "Paris", "days": 3}) == base  # default filled in
-    assert key({"city": "Paris", "days": 3.0}) == base  # integer written as a float
     assert key({"city": "Paris", "units": "metric"}) == base  # enum default
-    assert key({"city": "Paris", "budget": 10}) == key({"city": "Paris", "budget": 10.0})
-    assert key({"city": "Paris", "weights": [1, 2.5]}) == key({"city": "Paris", "weights": [1.0, 2.5]})
-    assert key({"city": "Paris", "filters": {"min": 0}}) == key({"city": "Paris", "filters": {"min": -0.0}})
-    assert key({"city": "Paris", "limit": 5.0}) == key({"city": "Paris", "limit": 5})
+    assert key({"days": 3, "city": "Paris"}) == base  # order
+    # Spellings a tool receives differently are different keys (issue 12.2):
+    assert key({"city": "Paris", "days": 3.0}) != base  # integer written as a float
+    assert key({"city": "Paris", "budget": 10}) != key({"city": "Paris", "budget": 10.0})
+    assert key({"city": "Paris", "weights": [1, 2.5]}) != key({"city": "Paris", "weights": [1.0, 2.5]})
+    assert key({"city": "Paris", "filters": {"min": 0.0}}) != key({"city": "Paris", "filters": {"min": -0.0}})
+    assert key({"city": "Paris", "limit": 5.0}) != key({"city": "Paris", "limit": 5})
 
 
 def test_positional_arguments_map_to_parameter_names() -> None:
@@ -155,7 +160,8 @@ def test_defaults_are_normalised_like_explicit_values() -> None:
     def scale(x: float = 1.0, factor: float = 2) -> float:
         return x * factor
 
-    assert scale.key(ToolCall("scale", {})) == scale.key(ToolCall("scale", {"x": 1, "factor": 2.0}))
+    assert scale.key(ToolCall("scale", {})) == scale.key(ToolCall("scale", {"x": 1.0, "factor": 2}))
+    assert scale.key(ToolCall("scale", {})) != scale.key(ToolCall("scale", {"x": 1, "factor": 2}))
 
 
 def test_a_mutable_default_is_never_shared_between_calls() -> None:
@@ -287,16 +293,16 @@ class Weird:
     ("city=Paris", "must be a JSON object, got string"),
     (None, "must be a JSON object, got null"),
     (42, "must be a JSON object, got number"),
-    ({"city": "Paris", "budget": math.nan}, "argument budget: nan is not a JSON number"),
-    ({"city": "Paris", "budget": math.inf}, "argument budget: inf is not a JSON number"),
-    ({"city": "Paris", "weights": [1, -math.inf]}, "argument weights[1]: -inf is not a JSON number"),
-    ({"city": "Paris", "filters": {"min": math.nan}}, "argument filters.min: nan is not a JSON number"),
+    ({"city": "Paris", "budget": math.nan}, "argument budget: is not a finite JSON number"),
+    ({"city": "Paris", "budget": math.inf}, "argument budget: is not a finite JSON number"),
+    ({"city": "Paris", "weights": [1, -math.inf]}, "argument weights[1]: is not a finite JSON number"),
+    ({"city": "Paris", "filters": {"min": math.nan}}, "argument filters.min: is not a finite JSON number"),
     ({"city": 5}, "argument city: expected string, got number"),
     ({}, "missing required city"),
-    ({"city": "Paris", "days": 1.5}, "argument days: expected integer, got 1.5"),
+    ({"city": "Paris", "days": 1.5}, "argument days: expected integer, got a number with a fractional part"),
     ({"city": "Paris", "days": True}, "argument days: expected integer, got boolean"),
     ({"city": "Paris", "budget": "10"}, "argument budget: expected number, got string"),
-    ({"city": "Paris", "units": "kelvin"}, "argument units: 'kelvin' is not one of ['metric', 'imperial']"),
+    ({"city": "Paris", "units": "kelvin"}, "argument units: is not one of the allowed values ['metric', 'imperial']"),
     ({"city": "Paris", "limit": "5"}, "argument limit: matches none of the allowed forms"),
     ({"city": "Paris", "tags": ["a", 1]}, "argument tags[1]: expected string, got number"),
     ({"city": "Paris", "tags": "a"}, "argument tags: expected array, got string"),
@@ -314,8 +320,8 @@ def test_malformed_arguments_raise_a_clear_typed_error(arguments: Any, message: 
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    (math.nan, "nan is not a JSON number"),
-    ({"a": [1, {"b": math.inf}]}, "argument x.a[1].b: inf is not a JSON number"),
+    (math.nan, "is not a finite JSON number"),
+    ({"a": [1, {"b": math.inf}]}, "argument x.a[1].b: is not a finite JSON number"),
     ({3: 1}, "argument x: object key 3 is not a string"),
     (Weird(), "argument x: Weird is not a JSON value"),
     ({1.5}, "set is not a JSON value"),
@@ -369,9 +375,10 @@ def test_malformed_argument_json_raises_the_typed_error(text: str) -> None:
         parse_arguments_json(text, "tool")
 
 
-def test_argument_json_errors_name_the_tool_and_show_the_text() -> None:
-    with pytest.raises(MalformedArgumentsJSONError, match=r"search: arguments are not valid JSON .*'\{\"q\": '"):
+def test_argument_json_errors_name_the_tool_and_where_never_the_text() -> None:
+    with pytest.raises(MalformedArgumentsJSONError, match=r"search: arguments are not valid JSON \(.* 6 char") as info:
         parse_arguments_json('{"q": ', "search")
+    assert '"q"' not in str(info.value)
     with pytest.raises(MalformedArgumentsJSONError, match="must be a JSON object, got array"):
         parse_arguments_json("[]")
 
@@ -385,7 +392,7 @@ def test_empty_argument_text_means_no_arguments() -> None:
     assert parse_arguments_json("") == {}
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(trip_arguments())
 def test_parsed_text_and_python_arguments_key_alike(arguments: dict[str, Any]) -> None:
     assert key(parse_arguments_json(json.dumps(arguments))) == key(arguments)

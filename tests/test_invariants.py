@@ -576,12 +576,14 @@ async def test_identical_keys_are_single_flight(log: ExecLog) -> None:
     runtime = Runtime([area])
     session = runtime.session()
     tickets = [speculate_marked(session, ToolCall("area", args), source=f"p{i}") for i, args in enumerate([
-        {"width": 2, "height": 3}, {"height": 3.0, "width": 2.0}, {"width": 2, "height": 3, "unit": "m"}])]
+        {"width": 2, "height": 3}, {"height": 3, "width": 2}, {"width": 2, "height": 3, "unit": "m"}])]
     assert [t.status for t in tickets] == ["launched", "deduplicated", "deduplicated"]
     assert len({t.key for t in tickets}) == 1
+    # 2.0 is another spelling the tool can tell from 2 (it would multiply floats): its own flight.
+    assert speculate_marked(session, ToolCall("area", {"width": 2.0, "height": 3})).launched
     await settle(session)
-    assert (await session.execute_detailed(ToolCall("area", {"width": 2.0, "height": 3}))).kind == "hit"
-    assert log.count() == 1
+    assert (await session.execute_detailed(ToolCall("area", {"height": 3, "width": 2}))).kind == "hit"
+    assert log.count() == 2
     assert session.stats().deduplicated == 2
     await session.close()
 

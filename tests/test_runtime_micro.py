@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from forethought.bench import micro
 
 FIELDS = {"key_us", "hit_claim_us", "miss_claim_us", "speculate_us", "claim_us", "miss_execute_us",
-          "tool_direct_us", "hit_claim_cold_us"}
+          "tool_direct_us", "hit_claim_cold_us", "hit_claim_dict_us"}
 
 
 async def test_run_micro_measures_every_field() -> None:

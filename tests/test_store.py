@@ -13,7 +13,7 @@ from forethought._tools import Effect, Tool
 
 
 def make_entry(key: str, tool: Tool, expires: float = 100.0) -> Entry:
-    return Entry(key=key, call=ToolCall(tool.name, {}), arguments={}, tool=tool, source="p", confidence=0.5,
+    return Entry(key=key, call=ToolCall(tool.name, {}), arguments={}, given={}, tool=tool, source="p", confidence=0.5,
                  created=0.0, expires=expires, epoch=0, now=FakeClock(0.0).monotonic)
 
 

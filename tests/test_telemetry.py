@@ -82,10 +82,11 @@ async def test_events_cover_every_outcome_with_their_seconds() -> None:
 
 
 async def test_events_carry_key_hashes_never_argument_values() -> None:
-    _runtime, events = await scenario()
+    runtime, events = await scenario()
     assert all("hunter2" not in repr(e) for e in events)
     hashed = {e.key_hash for e in events if e.tool == "nap"}
-    assert key_hash('nap\x1f{"secret":"hunter2","x":1}') in hashed
+    key = 'nap\x1f{"secret":"hunter2","x":1}'
+    assert runtime.telemetry.key_hash(key) in hashed and key_hash(key) not in hashed  # keyed, per runtime
 
 
 async def test_prometheus_exposition() -> None:

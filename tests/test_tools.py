@@ -81,13 +81,15 @@ def test_derived_schemas_validate_and_key_calls() -> None:
     def f(pair: tuple[int, str], colour: Colour = Colour.RED, note: str = None) -> str:  # type: ignore[assignment]  # noqa: RUF013
         return ""
 
-    assert f.key(ToolCall("f", {"pair": [1, "a"]})) == f.key(ToolCall("f", {"pair": [1.0, "a"], "colour": "red"}))
+    assert f.key(ToolCall("f", {"pair": [1, "a"]})) == f.key(ToolCall("f", {"pair": [1, "a"], "colour": "red"}))
+    # 1.0 is a valid integer but a different spelling: the tool would receive a float (issue 12.2).
+    assert f.key(ToolCall("f", {"pair": [1, "a"]})) != f.key(ToolCall("f", {"pair": [1.0, "a"]}))
     assert f.key(ToolCall("f", {"pair": [1, "a"], "note": None})) == f.key(ToolCall("f", {"pair": [1, "a"]}))
     with pytest.raises(InvalidArgumentsError, match=r"argument pair\[1\]: expected string"):
         f.key(ToolCall("f", {"pair": [1, 2]}))
     with pytest.raises(InvalidArgumentsError, match="expected at most 2 items"):
         f.key(ToolCall("f", {"pair": [1, "a", 3]}))
-    with pytest.raises(InvalidArgumentsError, match="'blue' is not one of"):
+    with pytest.raises(InvalidArgumentsError, match="colour: is not one of the allowed values"):
         f.key(ToolCall("f", {"pair": [1, "a"], "colour": "blue"}))
     with pytest.raises(InvalidArgumentsError, match="is not a parameter of this tool"):
         f.key(ToolCall("f", {"pair": [1, "a"], "extra": 1}))
@@ -237,3 +239,67 @@ def test_schema_from_signature_rejects_unreadable_hints() -> None:
 
     with pytest.raises(ToolDefinitionError, match="cannot read the signature"):
         schema_from_signature(f)
+
+
+# --- wrapped functions and pydantic models (issues 11.5 and 15.6) -----------------------------------
+
+
+def test_a_functools_wraps_forwarder_gets_the_wrapped_functions_schema() -> None:
+    import functools
+
+    def logged(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        return forward
+
+    @tool(effect=Effect.PURE)
+    @logged
+    def area(width: float, height: float = 1.0) -> float:
+        """Area of a rectangle."""
+        return width * height
+
+    assert area.name == "area" and area.description == "Area of a rectangle."
+    assert set(props(area)) == {"width", "height"} and area.parameters["required"] == ["width"]
+    assert area.fn(width=2.0, height=3.0) == 6.0
+
+
+async def test_star_args_with_an_explicit_schema_is_a_tool() -> None:
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return sorted(kwargs.items())
+
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    t = tool(forward, name="search", effect=Effect.PURE, parameters=schema)
+    assert t.parameters == schema
+    runtime = Runtime([t])
+    session = runtime.session()
+    assert await session.execute(ToolCall("search", {"q": "x"})) == [("q", "x")]
+    await session.close()
+    runtime.close()
+    with pytest.raises(ToolDefinitionError, match="parameters="):
+        tool(forward, name="search")
+
+
+try:
+    import pydantic
+
+    class Address(pydantic.BaseModel):
+        street: str
+        number: int = 1
+except ImportError:  # pragma: no cover - pydantic is a test dependency
+    pydantic = None  # type: ignore[assignment]
+
+
+@pytest.mark.skipif(pydantic is None, reason="pydantic is not installed")
+def test_pydantic_model_parameters_get_their_json_schema() -> None:
+    @tool(effect=Effect.PURE)
+    def ship(to: Address, express: bool = False) -> str:
+        return f"{to.street} {to.number}"
+
+    schema = props(ship)["to"]
+    assert schema["type"] == "object" and set(schema["properties"]) == {"street", "number"}
+    assert schema["required"] == ["street"]
+    ship.arguments.keyed(ToolCall("ship", {"to": {"street": "Main"}}))
+    with pytest.raises(InvalidArgumentsError):
+        ship.arguments.keyed(ToolCall("ship", {"to": {"number": 3}}))

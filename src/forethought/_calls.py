@@ -7,18 +7,20 @@ speculation is served only to an authoritative call with the identical key.
 Canonicalisation is schema-aware and compiled once per tool (:func:`compile_arguments`):
 
 * key order is irrelevant;
-* numbers equal under JSON semantics are equal where the schema says ``number``/``integer``
-  (``1`` and ``1.0`` key alike), elsewhere their JSON spelling is kept;
-* schema defaults are filled in before keying;
+* numbers keep their Python type: ``1`` and ``1.0`` are different keys (a tool can tell them apart:
+  ``repr``, ``isinstance``, integer division), and so are ``0.0`` and ``-0.0``;
+* schema defaults are filled in before keying (an omitted argument keys like its default given);
 * positional arguments are mapped to names in the schema's parameter order;
 * strings are never altered.
 
-The canonical arguments are also what the tool function receives, on the speculative and on the
-authoritative path alike, so two calls with one key always run the tool on identical input.
+Canonical forms exist only for keys (and for partial-hit rules, which compare arguments). The tool
+function receives the call's own arguments, exactly as the caller passed them or the model's JSON parsed
+them (:meth:`ArgumentSpec.given`); docs/design.md, "Which spellings match", lists what keys alike.
 
 Invalid input raises :class:`~forethought.errors.InvalidArgumentsError` with a message that names the
-argument path, never a crash deeper in. Normalisers are on the hot path of every call, so they build no
-path strings while a value is valid: an error collects its path on the way out.
+argument path and what was expected, never the rejected value (it may be private), and never a crash
+deeper in. Normalisers are on the hot path of every call, so they build no path strings while a value is
+valid: an error collects its path on the way out.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def _normalize_any(value: Any, path: str) -> Any:
     if kind is float:
         if math.isfinite(value):
             return value
-        raise _fail(path, f"{value!r} is not a JSON number")
+        raise _fail(path, _NOT_FINITE)
     if isinstance(value, list | tuple):
         out_list = []
         for i, item in enumerate(value):
@@ -180,6 +182,9 @@ def _normalize_any(value: Any, path: str) -> Any:
     raise _fail(path, f"{type(value).__name__} is not a JSON value")
 
 
+_NOT_FINITE = "is not a finite JSON number (NaN or infinity)"
+
+
 def _number(integer: bool) -> Normalizer:
     expected = "integer" if integer else "number"
 
@@ -188,21 +193,14 @@ def _number(integer: bool) -> Normalizer:
         if kind is not int and kind is not float:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise _fail(path, f"expected {expected}, got {_type_name(value)}")
-            value = int(value) if isinstance(value, int) else float(value)
+            value = int(value) if isinstance(value, int) else float(value)  # subclasses key as their base
         if type(value) is int:
-            if integer:
-                return value
-            try:  # a number parameter gets a float, whichever spelling the caller used
-                return float(value)
-            except OverflowError:
-                raise _fail(path, f"{value!r} is too large for a JSON number") from None
+            return value  # kept exact: a large integer never becomes a rounded float
         if not math.isfinite(value):
-            raise _fail(path, f"{value!r} is not a JSON number")
-        if integer:
-            if not value.is_integer():
-                raise _fail(path, f"expected integer, got {value!r}")
-            return int(value)
-        return value + 0.0  # -0.0 == 0.0 under JSON semantics
+            raise _fail(path, _NOT_FINITE)
+        if integer and not value.is_integer():
+            raise _fail(path, "expected integer, got a number with a fractional part")
+        return value  # a float keys as a float (1.0 is not 1, -0.0 is not 0.0): the tool can tell them apart
 
     return normalize
 
@@ -232,7 +230,8 @@ _EXACT_TYPES: dict[Normalizer, type] = {
     _normalize_string: str, _normalize_boolean: bool, _normalize_integer: int,
     _normalize_any: str,
 }
-"""Normalisers that return a value of this exact type unchanged (number is not here: -0.0 becomes 0.0)."""
+"""Normalisers that return a value of this exact type unchanged (number is not here: a float must be
+checked for NaN and infinity)."""
 
 _TYPE_ALIASES = {"dict": "object", "float": "number", "int": "integer", "bool": "boolean", "list": "array",
                  "tuple": "array", "str": "string", "any": None}
@@ -321,7 +320,7 @@ def _array(item: Normalizer, prefix: list[Normalizer], min_items: int | None,
 def _numeric_canon(value: Any) -> Any:
     """``value`` with integer-valued floats as ints: the JSON-equality form used for ``enum``."""
     if type(value) is float and value.is_integer():
-        return int(value)
+        return int(value)  # only to test enum membership under JSON equality; keys keep the float
     if isinstance(value, list):
         return [_numeric_canon(v) for v in value]
     if isinstance(value, dict):
@@ -340,18 +339,19 @@ def _with_enum(base: Normalizer, enum: Any) -> Normalizer:
     # Scalar options (the usual case) are matched by (type, value) without encoding JSON.
     scalars = {(type(v), v): v for v in shown if v is None or type(v) in (str, int, float, bool)}
 
+    not_allowed = f"is not one of the allowed values {shown!r}"
+
     def normalize(value: Any, path: str) -> Any:
-        out = _numeric_canon(base(value, path))
+        given = base(value, path)
+        out = _numeric_canon(given)
         if type(out) in _ENUM_SCALAR_TYPES:
-            found = scalars.get((type(out), out), _MISSING)
-            if found is not _MISSING:
-                return found
+            if (type(out), out) in scalars:
+                return given  # the caller's own spelling keys (1.0 and 1 differ, as for any number)
             if len(scalars) == len(shown):
-                raise _fail(path, f"{value!r} is not one of {shown!r}")
-        key = _dumps(out)
-        if key not in allowed:
-            raise _fail(path, f"{value!r} is not one of {shown!r}")
-        return _fresh_copy(allowed[key])
+                raise _fail(path, not_allowed)
+        if _dumps(out) not in allowed:
+            raise _fail(path, not_allowed)
+        return given
 
     return normalize
 
@@ -456,6 +456,16 @@ class ArgumentSpec:
                 f"{self.tool}: argument {sorted(clash)[0]!r} given both by position and by name")
         return {**named, **arguments}
 
+    def given(self, call: ToolCall) -> Mapping[str, Any]:
+        """The arguments the tool function receives: the caller's own values, positional ones named.
+
+        Call only after :meth:`keyed` accepted ``call`` (it validates). Nothing is converted, copied or
+        defaulted: the function's own defaults apply to what the caller left out.
+        """
+        if call.positional:
+            return self._with_positional(call.positional, dict(call.arguments))
+        return call.arguments
+
     def keyed(self, call: ToolCall) -> tuple[dict[str, Any], CallKey]:
         """The canonical arguments of ``call`` and its key, in one pass."""
         arguments = self.canonical_arguments(call)
@@ -485,14 +495,22 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f"{token} is not valid JSON")
 
 
+def _json_error_reason(exc: Exception) -> str:
+    """What went wrong and where, without any of the input text."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return type(exc).__name__
+
+
 def parse_arguments_json(text: str, tool: str = "") -> dict[str, Any]:
     """Parse a model's argument text strictly; anything but a finite JSON object is an error."""
     where = f"{tool}: " if tool else ""
     try:
         value = json.loads(text or "{}", parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, TypeError) as exc:
-        raise MalformedArgumentsJSONError(
-            f"{where}arguments are not valid JSON ({exc}): {str(text)[:200]!r}") from None
+        raise MalformedArgumentsJSONError(  # the text itself is never quoted: it may hold private values
+            f"{where}arguments are not valid JSON ({_json_error_reason(exc)}, {len(str(text))} characters)"
+        ) from None
     except RecursionError:
         raise MalformedArgumentsJSONError(f"{where}arguments are nested too deeply to parse") from None
     if not isinstance(value, dict):

@@ -2,8 +2,8 @@
 
 A :class:`Policy` is a frozen value handed to the :class:`~forethought._runtime.Runtime`. It holds global
 limits (concurrency, per-turn budgets, breaker thresholds, confidence threshold) and per-tool overrides
-(effect, allow/deny, cost, TTL, privacy). :func:`load_policy` reads one from a TOML file and fails fast
-with a message that names the offending key.
+(effect, allow/deny, cost, TTL, expected latency, privacy). :func:`load_policy` reads one from a TOML
+file and fails fast with a message that names the offending key.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ class ToolPolicy:
     ttl_s: float | None = None
     private: bool = False
     private_arguments: frozenset[str] = frozenset()
+    expected_s: float | None = None
 
     def apply(self, t: Tool) -> Tool:
-        """The tool with this policy's overrides applied."""
+        """The tool with this policy's overrides applied (privacy only ever added, never removed)."""
         changes: dict[str, Any] = {}
         if self.effect is not None:
             changes["effect"] = self.effect
@@ -38,6 +39,12 @@ class ToolPolicy:
             changes["cost_units"] = self.cost_units
         if self.ttl_s is not None:
             changes["ttl_s"] = self.ttl_s
+        if self.expected_s is not None:
+            changes["expected_s"] = self.expected_s
+        if self.private and not t.private:
+            changes["private"] = True
+        if not self.private_arguments <= t.private_arguments:
+            changes["private_arguments"] = t.private_arguments | self.private_arguments
         return replace(t, **changes) if changes else t
 
 
@@ -99,7 +106,7 @@ _DEFAULT_TOOL_POLICY = ToolPolicy()
 
 _GLOBAL_KEYS = {f.name: f for f in fields(Policy) if f.name not in ("breaker", "tools")}
 _BREAKER_KEYS = {f.name for f in fields(BreakerPolicy)}
-_TOOL_KEYS = {"effect", "speculate", "cost_units", "ttl_s", "private", "private_arguments"}
+_TOOL_KEYS = {"effect", "speculate", "cost_units", "ttl_s", "private", "private_arguments", "expected_s"}
 
 
 def _number(where: str, value: Any, integer: bool = False) -> Any:

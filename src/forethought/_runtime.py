@@ -24,7 +24,7 @@ import itertools
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from forethought._breaker import CircuitBreaker, Outcome
@@ -33,8 +33,17 @@ from forethought._clock import SYSTEM_CLOCK, Clock
 from forethought._ordering import CallOrder
 from forethought._policy import Policy
 from forethought._scheduler import Scheduler, maybe_await
-from forethought._store import CallOutcome, Entry, SpeculationStore, SpeculationTicket, discard_quietly
+from forethought._store import (
+    CallOutcome,
+    Entry,
+    SpeculationStore,
+    SpeculationTicket,
+    discard_quietly,
+    isolated,
+    own_arguments,
+)
 from forethought._tools import Effect, Tool, ToolRegistry, invoke_tool
+from forethought._versions import Write, read_token, still_current
 from forethought.errors import CallError, ForethoughtError, ToolExecutionError
 from forethought.telemetry import SAVING_KINDS, EventKind, SessionStats, Telemetry, stats_from
 
@@ -66,12 +75,12 @@ class SettledSpeculation:
     time on the runtime's clock after which no claim would be served from it.
     """
 
-    key: CallKey
+    key: CallKey = field(repr=False)
     tool: Tool
-    arguments: Mapping[str, Any]
+    arguments: Mapping[str, Any] = field(repr=False)
     ok: bool
-    value: Any
-    error: BaseException | None
+    value: Any = field(repr=False)
+    error: BaseException | None = field(repr=False)
     cancelled: bool
     expires_at: float
 
@@ -81,7 +90,7 @@ def _settled(entry: Entry) -> SettledSpeculation:
     assert task is not None
     cancelled = task.cancelled() or (entry.started is None and entry.error is None)
     ok = not cancelled and entry.succeeded()
-    return SettledSpeculation(entry.key, entry.tool, entry.arguments, ok, task.result() if ok else None,
+    return SettledSpeculation(entry.key, entry.tool, entry.arguments, ok, isolated(task.result()) if ok else None,
                               None if cancelled else entry.error, cancelled, entry.expires)
 
 
@@ -122,9 +131,20 @@ class Runtime:
         self.tool_runtime_ewma[tool] = seconds if old is None else (
             old + RUNTIME_EWMA_WEIGHT * (seconds - old))
 
-    def claim_wait_limit(self, tool: str) -> float:
-        """How long a claim waits on a running speculation before running the call itself."""
-        typical = self.tool_runtime_ewma.get(tool, 0.0)
+    def claim_wait_limit(self, tool: Tool | str) -> float:
+        """How long a speculation may have run, in all, before a claim stops waiting for it.
+
+        A fresh call plausibly needs the tool's typical runtime: measured (a moving average) once the tool
+        has run, else its declared ``expected_s``, else the policy's speculation timeout (the speculation
+        is given up then anyway). A claim waits while the speculation has run less than the floor plus
+        ``claim_wait_factor`` such runtimes, so a right guess is never dropped for a slower fresh run.
+        """
+        t = tool if isinstance(tool, Tool) else self.tools.get(tool)
+        name = t.name if t is not None else str(tool)
+        typical = self.tool_runtime_ewma.get(name)
+        if typical is None:
+            declared = t.expected_s if t is not None else None
+            typical = declared if declared is not None else self.policy.speculation_timeout_s
         return self.policy.claim_wait_floor_s + self.policy.claim_wait_factor * typical
 
     def close(self, wait: bool = False) -> None:
@@ -161,15 +181,22 @@ class Session:
 
     # --- telemetry --------------------------------------------------------------------------------
 
-    def _emit(self, kind: EventKind, tool: str, key: str, source: str = "", confidence: float | None = None,
-              seconds: float = 0.0, detail: str = "") -> None:
+    def _emit(self, kind: EventKind, tool: Tool | None, key: str, source: str = "",
+              confidence: float | None = None, seconds: float = 0.0, detail: str = "") -> None:
+        """Count and publish one event; a private tool is shown by its label, with no key hash."""
         self._counts[kind] += 1
         if seconds > 0.0:
             if kind in SAVING_KINDS:
                 self._saved_s += seconds
             elif kind is _WASTED:
                 self._wasted_s += seconds
-        self._telemetry.record(kind, self.id, tool, key, source, confidence, seconds, detail)
+        if tool is None:
+            label, key = "?", ""
+        else:
+            label = tool.label
+            if tool.hide_key:
+                key = ""
+        self._telemetry.record(kind, self.id, label, key, source, confidence, seconds, detail)
 
     def stats(self) -> SessionStats:
         return stats_from(self._counts, self._saved_s, self._wasted_s)
@@ -211,7 +238,8 @@ class Session:
             t, arguments, key = self.resolve(call)
         except CallError as exc:
             name = getattr(call, "name", None)
-            self._emit(_REJECTED, name if isinstance(name, str) and name in self.tools else "?", "",
+            known = self.tools.get(name) if isinstance(name, str) else None
+            self._emit(_REJECTED, known, "",
                        source, confidence if isinstance(confidence, float | int) else None,
                        detail=type(exc).__name__)
             return SpeculationTicket("rejected", None, str(exc))
@@ -222,25 +250,26 @@ class Session:
                 useless = self._useless(existing)
                 if useless is None:
                     existing.sources.append(source)
-                    self._emit(_DEDUPLICATED, t.name, key, source, confidence)
+                    self._emit(_DEDUPLICATED, t, key, source, confidence)
                     return SpeculationTicket("deduplicated", key)
                 self._store.pop(key)  # a dead entry is replaced by a fresh run, not joined
                 self._finish(existing, useless[0], useless[1])
             reason = self._budget.reserve(t.cost_units)
         if reason is not None:
-            self._emit(_REJECTED, t.name, key, source,
+            self._emit(_REJECTED, t, key, source,
                        confidence if isinstance(confidence, float | int) else None, detail=reason)
             return SpeculationTicket("rejected", key, reason)
         now = self._now()
         if now >= self._next_expiry:
             self._evict_expired(now)
         # Positional arguments: keywords would double the cost of this constructor on the hot path.
-        entry = Entry(key, call, arguments, t, source, confidence, now, now + t.ttl_s, -1, self._now, [source])
+        entry = Entry(key, call, arguments, own_arguments(t.arguments.given(call)), t, source, confidence, now,
+                      now + t.ttl_s, -1, self._now, [source])
         entry.task = loop.create_task(self._run_speculation(entry))  # it first runs after we return
         self._store.add(entry)
         if entry.expires < self._next_expiry:
             self._next_expiry = entry.expires
-        self._emit(_LAUNCHED, t.name, key, source, confidence)
+        self._emit(_LAUNCHED, t, key, source, confidence)
         return SpeculationTicket("launched", key)
 
     def _useless(self, entry: Entry) -> tuple[EventKind, str] | None:
@@ -249,9 +278,17 @@ class Session:
             return _EXPIRED, "replaced by a new guess"
         if entry.error is not None:
             return _FAILED, type(entry.error).__name__
-        if entry.tool.effect is _READ_ONLY and entry.started is not None and entry.epoch != self._epoch:
+        if entry.started is not None and not self._fresh(entry):
             return _STALE, "a write happened since it started"
         return None
+
+    def _fresh(self, entry: Entry) -> bool:
+        """Whether no write can have changed what a started speculation read (any session's, for declared
+        states; this session's, for any READ_ONLY tool)."""
+        t = entry.tool
+        if t.effect is _READ_ONLY and entry.epoch != self._epoch:
+            return False
+        return not t.read_versions or still_current(t.read_versions, entry.versions)
 
     def _rejection(self, t: Tool, confidence: Any) -> str | None:
         if self.closed:
@@ -294,6 +331,8 @@ class Session:
             if entry.dropped:
                 return None
             entry.epoch = self._epoch
+            if t.read_versions:
+                entry.versions = read_token(t.read_versions)
             try:
                 async with asyncio.timeout(runtime.policy.speculation_timeout_s):
                     if t.validator is not None:
@@ -336,9 +375,11 @@ class Session:
         def done(_: asyncio.Task[Any]) -> None:
             try:
                 callback(_settled(entry))
-            except Exception:
-                _log.exception("a settled-speculation callback failed")
+            except Exception as exc:
+                _log.error("a settled-speculation callback for %s failed: %s", entry.tool.label,
+                           type(exc).__name__, exc_info=not entry.tool.hide_key)
 
+        entry.watched = True
         task.add_done_callback(done)
         return True
 
@@ -402,10 +443,10 @@ class Session:
                 if partial is not None:
                     return partial
             try:
-                value = await self._run_authoritative(t, arguments)
+                value = await self._run_authoritative(t, own_arguments(t.arguments.given(call)))
             finally:
                 waited = self._now() - start
-                self._emit(_MISS, t.name, key, seconds=waited)
+                self._emit(_MISS, t, key, seconds=waited)
                 self._telemetry.observe_wait("miss", waited)
             return CallOutcome(value, "miss", waited, 0.0)
         finally:
@@ -425,9 +466,11 @@ class Session:
             if entry.started is None:
                 self._finish(entry, _CANCELLED, "tool not started when claimed")
                 return None
-            await asyncio.wait([task], timeout=self.runtime.claim_wait_limit(t.name))
+            remaining = self.runtime.claim_wait_limit(t) - entry.run_seconds
+            if remaining > 0:
+                await asyncio.wait([task], timeout=remaining)
             if not task.done():
-                self._finish(entry, _CANCELLED, "running far longer than usual when claimed")
+                self._finish(entry, _CANCELLED, "running longer than a fresh call plausibly needs")
                 return None
         if (t.validator is not None and entry.succeeded() and self._now() < entry.expires
                 and not await self._validator_agrees(entry)):
@@ -449,8 +492,11 @@ class Session:
             self._finish(entry, _FAILED, type(entry.error).__name__)
             return None
         t = entry.tool
-        if t.effect is _READ_ONLY and entry.epoch != self._epoch:
-            self._finish(entry, _STALE, "a write happened since it started")
+        if not self._fresh(entry):
+            if entry.snapshot is not None:
+                self._finish(entry, _CONFLICT, "a state it read was written since it started")
+            else:
+                self._finish(entry, _STALE, "a write happened since it started")
             return None
         if entry.snapshot is not None and not self._commit(entry):
             self._finish(entry, _CONFLICT, "state changed since the snapshot")
@@ -462,16 +508,17 @@ class Session:
         entry.credited_s += saved
         entry.dropped = True
         self._record(t.name, _USEFUL)
-        self._emit(_HIT, t.name, entry.key, entry.source, entry.confidence, saved)
+        self._emit(_HIT, t, entry.key, entry.source, entry.confidence, saved)
         self._telemetry.observe_wait("hit", waited)
-        return CallOutcome(task.result(), "hit", waited, saved, entry.source)
+        value = task.result()  # served once: the caller gets the original unless a watcher also gets one
+        return CallOutcome(isolated(value) if entry.watched else value, "hit", waited, saved, entry.source)
 
     async def _validator_agrees(self, entry: Entry) -> bool:
         """Whether the validator still gives the token seen at speculation start (errors and hangs: no)."""
         validator = entry.tool.validator
         assert validator is not None
         try:
-            async with asyncio.timeout(self.runtime.claim_wait_limit(entry.tool.name)):
+            async with asyncio.timeout(self.runtime.claim_wait_limit(entry.tool)):
                 return bool(await maybe_await(validator(entry.call)) == entry.freshness)
         except Exception:
             return False
@@ -482,17 +529,21 @@ class Session:
         assert snapshot is not None
         entry.snapshot = None
         self._epoch += 1
+        t = entry.tool
         try:
             committed = bool(snapshot.commit())
-        except Exception:
-            _log.exception("commit of a %s snapshot failed", entry.tool.name)
+        except Exception as exc:
+            _log.error("commit of a %s snapshot failed: %s", t.label, type(exc).__name__,
+                       exc_info=not t.hide_key)  # a private call's traceback may quote its values
             committed = False
         finally:
             self._epoch += 1
         if not committed:
-            discard_quietly(snapshot, entry.tool.name)
+            discard_quietly(snapshot, t.label, not t.hide_key)
             return False
-        self._emit(_COMMITTED, entry.tool.name, entry.key, entry.source, entry.confidence)
+        for version in t.write_versions:
+            version.bump()
+        self._emit(_COMMITTED, entry.tool, entry.key, entry.source, entry.confidence)
         return True
 
     def _claim_partial(self, t: Tool, arguments: dict[str, Any], start: float) -> CallOutcome | None:
@@ -501,14 +552,13 @@ class Session:
         if t.state is not None or t.validator is not None:
             return None
         for entry in self._store.of_tool(t.name):
-            if (not entry.succeeded() or (t.effect is _READ_ONLY and entry.epoch != self._epoch)
-                    or self._now() >= entry.expires):
+            if not entry.succeeded() or not self._fresh(entry) or self._now() >= entry.expires:
                 continue
             assert entry.task is not None
             try:
                 if not rule.covers(entry.arguments, arguments):
                     continue
-                value = rule.narrow(arguments, entry.task.result())
+                value = rule.narrow(arguments, isolated(entry.task.result(), strict=True))  # narrow a copy
             except Exception:
                 continue
             waited = self._now() - start
@@ -516,32 +566,53 @@ class Session:
             entry.credited_s += saved
             entry.partial_hits += 1
             self._record(t.name, _USEFUL)
-            self._emit(_PARTIAL_HIT, t.name, entry.key, entry.source, entry.confidence, seconds=saved)
+            self._emit(_PARTIAL_HIT, t, entry.key, entry.source, entry.confidence, seconds=saved)
             self._telemetry.observe_wait("partial_hit", waited)
             return CallOutcome(value, "partial_hit", waited, saved, entry.source)
         return None
 
-    async def _run_authoritative(self, t: Tool, arguments: dict[str, Any]) -> Any:
+    async def _run_authoritative(self, t: Tool, arguments: Mapping[str, Any]) -> Any:
+        """Run ``t`` on the live state with the caller's own ``arguments``.
+
+        A write counts as in progress, for every session, from before it starts until the tool function
+        has really finished: for a threaded tool that is on the worker thread itself, which keeps running
+        when the awaiting caller is cancelled. Only then do the state's version and its cell move on.
+        """
         writes = t.effect.writes
         if writes:
             self._epoch += 1
+        for version in t.write_versions:
+            version.begin_write()
         started = self._now()
+        write = Write(t.cells_written, t.write_versions)
         try:
             target = t.state.live if t.state is not None else None
 
-            def run() -> Any:
-                return invoke_tool(t, target, arguments)
-
             if t.threaded:
+                def run() -> Any:
+                    if not write.begin():
+                        return None  # abandoned before it started: it never runs
+                    value = None
+                    try:
+                        value = invoke_tool(t, target, arguments)
+                        return value
+                    finally:
+                        if not ((asyncio.iscoroutine(value) or isinstance(value, asyncio.Future))
+                                and write.hand_to_loop()):
+                            write.end()
+
                 return await maybe_await(await self.runtime.scheduler.run_sync(run, speculative=False))
-            return await maybe_await(run())
+            return await maybe_await(invoke_tool(t, target, arguments))
         except ForethoughtError:
             raise
         except Exception as exc:
-            raise ToolExecutionError(t.name, f"{type(exc).__name__}: {exc}") from exc
+            reason = type(exc).__name__ if t.hide_key else f"{type(exc).__name__}: {exc}"
+            raise ToolExecutionError(t.name, reason) from exc
         finally:
-            if t.state is not None:
-                t.state.mark_changed()  # whatever the declared effect: a snapshot must never commit over it
+            if not t.threaded or write.on_loop:
+                write.end()
+            else:
+                write.abandon()  # cancelled or never scheduled: ends it only if its thread never started
             if writes:
                 self._epoch += 1
             self.runtime.note_runtime(t.name, self._now() - started)
@@ -561,14 +632,14 @@ class Session:
         entry.drop_snapshot()
         name = entry.tool.name
         if kind is not None:
-            self._emit(kind, name, entry.key, entry.source, entry.confidence, detail=detail)
+            self._emit(kind, entry.tool, entry.key, entry.source, entry.confidence, detail=detail)
         ran = entry.started is not None and not entry.partial_hits
         if entry.error is not None:
             self._record(name, _ERROR)
         elif ran:
             self._record(name, _WASTE)
         if ran:
-            self._emit(_WASTED, name, entry.key, entry.source, entry.confidence,
+            self._emit(_WASTED, entry.tool, entry.key, entry.source, entry.confidence,
                        seconds=entry.run_seconds, detail=detail)
 
     def discard(self, key: CallKey) -> bool:

@@ -12,9 +12,10 @@ a guess) and a :class:`CallOutcome` (how an authoritative call was served).
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,12 +32,61 @@ class DroppedError(Exception):
     """The speculation left the store before its tool started, so the tool must not run."""
 
 
-def discard_quietly(snapshot: Snapshot, tool: str) -> None:
-    """Discard ``snapshot``; a failing discard is logged, never raised (the live state is untouched)."""
+def discard_quietly(snapshot: Snapshot, tool: str, traceback: bool = True) -> None:
+    """Discard ``snapshot``; a failing discard is logged, never raised (the live state is untouched).
+
+    ``tool`` is the name logs may show (a private tool's label); ``traceback=False`` for private calls.
+    """
     try:
         snapshot.discard()
+    except Exception as exc:
+        _log.error("discarding a %s snapshot failed: %s", tool, type(exc).__name__, exc_info=traceback)
+
+
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes, complex, range})
+
+
+def _copy_tree(value: Any) -> Any:
+    """A copy of a JSON-like tree (dicts, lists, scalars) several times faster than ``copy.deepcopy``;
+    anything else inside is deep-copied."""
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    if kind is dict:
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy_tree(v) for v in value]
+    return copy.deepcopy(value)
+
+
+def own_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """A private copy of a call's arguments, same values and types: a tool can keep or change what it
+    receives without touching the caller's objects (or a predictor's, shared between guesses)."""
+    return {k: _copy_tree(v) for k, v in arguments.items()}
+
+
+def isolated(value: Any, strict: bool = False) -> Any:
+    """A copy of a speculative result that nobody else holds (immutable scalars as they are).
+
+    The original result of a speculation goes to at most one caller, the exact hit (the entry leaves the
+    store then: served once). Everyone else who gets something from the entry gets a copy: partial hits
+    narrow a copy, watchers (:meth:`Session.on_settled`) each get their own, and an exact hit of a watched
+    entry gets a copy too, since a watcher's callback may run after the caller already changed the value.
+    A value that cannot be copied is handed over as it is (``strict=False``) or the copy error is raised
+    (``strict``: a partial hit, which would share it, is then skipped).
+    """
+    if type(value) in _IMMUTABLE:
+        return value
+    try:
+        return _copy_tree(value)
+    except RecursionError:
+        if strict:
+            raise
+        return value
     except Exception:
-        _log.exception("discarding a %s snapshot failed", tool)
+        if strict:
+            raise
+        return value
 
 
 _set_attribute = object.__setattr__
@@ -59,10 +109,14 @@ class SpeculationTicket:
     def launched(self) -> bool:
         return self.status == "launched"
 
+    def __repr__(self) -> str:
+        # The key holds the call's name and argument values, either of which may be private: never shown.
+        return f"SpeculationTicket(status={self.status!r}, reason={self.reason!r})"
+
 
 @dataclass(frozen=True, init=False)
 class CallOutcome:
-    """The authoritative result of one call and how it was obtained."""
+    """The authoritative result of one call and how it was obtained (its repr never shows the value)."""
 
     value: Any
     kind: str  # "hit", "partial_hit" or "miss"
@@ -75,22 +129,32 @@ class CallOutcome:
         _set_attribute(self, "__dict__", {"value": value, "kind": kind, "waited_s": waited_s, "saved_s": saved_s,
                                           "source": source})
 
+    def __repr__(self) -> str:
+        return (f"CallOutcome(kind={self.kind!r}, waited_s={self.waited_s!r}, saved_s={self.saved_s!r}, "
+                f"source={self.source!r}, value=<{type(self.value).__name__}>)")
+
 
 @dataclass(slots=True, eq=False)
 class Entry:
     """One speculation: its call, provenance, timing and (once started) its task.
 
+    ``arguments`` are the canonical arguments (for partial-hit rules); ``given`` is what the tool receives:
+    a private copy, taken at speculate time, of the arguments exactly as the predictor spelled them.
+
     ``started``/``finished`` bracket the tool function itself (not the queueing, the validator or the
     snapshot copy), so :attr:`run_seconds` is real tool time. ``error`` holds what the speculative run
     raised (the task itself never fails, so nothing is ever reported as unretrieved). ``dropped`` is set
     once the entry has left the store unserved. ``credited_s`` is the saved time already counted from it,
-    ``partial_hits`` how many calls it served partially (it stays in the store for more). ``now`` is the
+    ``partial_hits`` how many calls it served partially (it stays in the store for more). ``versions`` are
+    the versions of the states the tool reads when it started (``None``: one was being written);
+    ``watched``: someone asked to be told when it settles, so even its exact hit is served a copy. ``now`` is the
     session's clock (:class:`~forethought._clock.Clock`'s ``monotonic``), which every timestamp here is on.
     """
 
     key: CallKey
     call: ToolCall
     arguments: dict[str, Any]
+    given: Mapping[str, Any]
     tool: Tool
     source: str
     confidence: float
@@ -105,6 +169,8 @@ class Entry:
     started: float | None = None
     finished: float | None = None
     error: BaseException | None = None
+    versions: tuple[int, ...] | None = ()
+    watched: bool = False
     dropped: bool = False
     credited_s: float = 0.0
     partial_hits: int = 0
@@ -132,13 +198,13 @@ class Entry:
                 if keep:
                     self.snapshot = snapshot
             if not keep:
-                discard_quietly(snapshot, t.name)
-                raise DroppedError(t.name)
+                discard_quietly(snapshot, t.label, not t.hide_key)
+                raise DroppedError(t.label)
             target = snapshot.target
         elif self.dropped:
             raise DroppedError(t.name)
         self.started = self.now()
-        return invoke_tool(t, target, self.arguments)
+        return invoke_tool(t, target, self.given)
 
     def drop_snapshot(self) -> None:
         """Mark the entry dropped and discard its snapshot, if any (safe against a worker taking one now)."""
@@ -149,7 +215,7 @@ class Entry:
             self.dropped = True
             snapshot, self.snapshot = self.snapshot, None
         if snapshot is not None:
-            discard_quietly(snapshot, self.tool.name)
+            discard_quietly(snapshot, self.tool.label, not self.tool.hide_key)
 
     def succeeded(self) -> bool:
         """Whether the speculative run finished with a value."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from forethought._calls import ArgumentSpec, CallKey, ToolCall, compile_arguments
+from forethought._versions import StateVersion, versions_of
 from forethought.errors import InvalidArgumentsError, ToolDefinitionError, UnknownToolError
 
 
@@ -118,7 +119,28 @@ class Tool:
     state: StateCell | None = None
     threaded: bool = False
     parameter_order: tuple[str, ...] | None = None
+    expected_s: float | None = None
+    reads: tuple[object, ...] = ()
+    writes: tuple[object, ...] = ()
+    private: bool = False
+    private_arguments: frozenset[str] = frozenset()
     arguments: ArgumentSpec = field(init=False, repr=False, compare=False)
+    label: str = field(init=False, repr=False, compare=False)
+    """The name telemetry and logs may show: ``"<private>"`` for a private tool."""
+    states_read: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    """Every state this tool's result depends on: ``reads``, ``writes`` and its own ``state`` cell."""
+    states_written: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    """Every state an authoritative run may change: ``writes`` and its own ``state`` cell."""
+    read_versions: tuple[StateVersion, ...] = field(init=False, repr=False, compare=False)
+    """Version counters a speculation must find unchanged: of ``reads`` and ``writes``, and of its own cell
+    unless it runs on snapshots of it (ISOLATED_WRITE), whose own commit rule guards the cell."""
+    write_versions: tuple[StateVersion, ...] = field(init=False, repr=False, compare=False)
+    """Version counters an authoritative run of a writing tool moves (of :attr:`states_written`)."""
+    cells_written: tuple[StateCell, ...] = field(init=False, repr=False, compare=False)
+    """The :class:`StateCell` objects among :attr:`states_written`: each is marked changed after every
+    authoritative run, so no snapshot of it taken before the write can commit over it."""
+    hide_key: bool = field(init=False, repr=False, compare=False)
+    """Whether telemetry must carry no key hash for calls of this tool (private tool or arguments)."""
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -127,8 +149,25 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r}: fn is not callable")
         if self.cost_units < 0 or self.ttl_s <= 0:
             raise ToolDefinitionError(f"tool {self.name!r}: cost_units must be >= 0 and ttl_s > 0")
+        if self.expected_s is not None and not self.expected_s >= 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: expected_s must be >= 0")
         if not isinstance(self.effect, Effect):
             raise ToolDefinitionError(f"tool {self.name!r}: effect must be an Effect, got {self.effect!r}")
+        reads, writes = tuple(self.reads), tuple(self.writes)
+        object.__setattr__(self, "reads", reads)
+        object.__setattr__(self, "writes", writes)
+        own = (self.state,) if self.state is not None else ()
+        object.__setattr__(self, "states_read", _unique((*own, *reads, *writes)))
+        object.__setattr__(self, "states_written", _unique((*own, *writes)))
+        guarded = _unique((*reads, *writes)) if self.effect is Effect.ISOLATED_WRITE else self.states_read
+        object.__setattr__(self, "read_versions", versions_of(guarded))
+        object.__setattr__(self, "write_versions",
+                           versions_of(self.states_written) if self.effect.writes else ())
+        object.__setattr__(self, "cells_written", tuple(
+            state for state in self.states_written if callable(getattr(state, "mark_changed", None))))
+        object.__setattr__(self, "private_arguments", frozenset(self.private_arguments))
+        object.__setattr__(self, "label", PRIVATE_LABEL if self.private else self.name)
+        object.__setattr__(self, "hide_key", self.private or bool(self.private_arguments))
         try:
             spec = compile_arguments(self.name, self.parameters, self.parameter_order)
         except InvalidArgumentsError as exc:
@@ -150,6 +189,18 @@ class Tool:
         return {"type": "function",
                 "function": {"name": self.name, "description": self.description,
                              "parameters": dict(self.parameters)}}
+
+
+PRIVATE_LABEL = "<private>"
+"""What telemetry, metrics and logs show instead of a private tool's name."""
+
+
+def _unique(states: tuple[object, ...]) -> tuple[object, ...]:
+    out: list[object] = []
+    for state in states:
+        if not any(state is seen for seen in out):
+            out.append(state)
+    return tuple(out)
 
 
 _SEQUENCE_ORIGINS = (list, tuple, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Set, abc.MutableSet,
@@ -209,6 +260,8 @@ def _schema_for(annotation: Any) -> dict[str, Any]:
         return {"type": "null"}
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return _enum_schema([m.value for m in annotation])
+    if _is_pydantic_model(annotation):
+        return _pydantic_schema(annotation)
     if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
         if args == ((),):
             return {"type": "array", "maxItems": 0}
@@ -221,6 +274,43 @@ def _schema_for(annotation: Any) -> dict[str, Any]:
             return {"type": "object", "additionalProperties": _schema_for(args[1])}
         return {"type": "object"}
     return {}
+
+
+def _is_pydantic_model(annotation: Any) -> bool:
+    """Whether ``annotation`` is a pydantic model class (checked without importing pydantic)."""
+    return isinstance(annotation, type) and any(
+        base.__module__.startswith("pydantic") and base.__name__ == "BaseModel" for base in annotation.__mro__)
+
+
+def _pydantic_schema(model: type) -> dict[str, Any]:
+    """The JSON schema pydantic itself gives ``model`` (via ``TypeAdapter``), references inlined."""
+    try:
+        from pydantic import TypeAdapter
+    except ImportError:  # pragma: no cover - a model class implies pydantic is importable
+        raise ToolDefinitionError(
+            f"parameter type {model.__name__} is a pydantic model, but pydantic is not installed "
+            "(pip install 'forethought[pydantic]')") from None
+    schema: dict[str, Any] = TypeAdapter(model).json_schema()
+    inlined: dict[str, Any] = _inline_refs(schema, schema.pop("$defs", {}), 0)
+    return inlined
+
+
+_MAX_REF_DEPTH = 32
+
+
+def _inline_refs(schema: Any, defs: Mapping[str, Any], depth: int) -> Any:
+    """``schema`` with every local ``$ref`` replaced by its definition (recursive models are cut off)."""
+    if isinstance(schema, list):
+        return [_inline_refs(s, defs, depth) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        if depth >= _MAX_REF_DEPTH:
+            return {}
+        target = defs.get(ref.removeprefix("#/$defs/"), {})
+        return _inline_refs({**target, **{k: v for k, v in schema.items() if k != "$ref"}}, defs, depth + 1)
+    return {k: _inline_refs(v, defs, depth) for k, v in schema.items() if k != "title"}
 
 
 def _json_default(fn_name: str, param: str, value: Any) -> Any:
@@ -262,7 +352,8 @@ def schema_from_signature(fn: Callable[..., Any], skip_first: bool = False) -> d
         params = params[1:]
     for param in params:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolDefinitionError(f"{fn_name}: *args/**kwargs cannot be described by a schema")
+            raise ToolDefinitionError(
+                f"{fn_name}: *args/**kwargs cannot be described by a schema; pass parameters= with a JSON schema")
         if param.kind is param.POSITIONAL_ONLY:
             raise ToolDefinitionError(f"{fn_name}: positional-only parameters are not supported")
         schema = _schema_for(hints.get(param.name, param.annotation))
@@ -284,7 +375,9 @@ def schema_from_signature(fn: Callable[..., Any], skip_first: bool = False) -> d
 def tool(fn: ToolFunction, *, name: str | None = None, effect: Effect = Effect.DESTRUCTIVE,
          description: str | None = None, cost_units: float = 1.0, ttl_s: float = 60.0,
          validator: Validator | None = None, partial: PartialRule | None = None,
-         state: StateCell | None = None, threaded: bool | None = None) -> Tool:
+         state: StateCell | None = None, threaded: bool | None = None,
+         parameters: Mapping[str, Any] | None = None, expected_s: float | None = None,
+         reads: Iterable[object] = (), writes: Iterable[object] = ()) -> Tool:
     """Bare use: ``@tool``."""
 
 
@@ -292,29 +385,42 @@ def tool(fn: ToolFunction, *, name: str | None = None, effect: Effect = Effect.D
 def tool(fn: None = None, *, name: str | None = None, effect: Effect = Effect.DESTRUCTIVE,
          description: str | None = None, cost_units: float = 1.0, ttl_s: float = 60.0,
          validator: Validator | None = None, partial: PartialRule | None = None,
-         state: StateCell | None = None, threaded: bool | None = None) -> Callable[[ToolFunction], Tool]:
+         state: StateCell | None = None, threaded: bool | None = None,
+         parameters: Mapping[str, Any] | None = None, expected_s: float | None = None,
+         reads: Iterable[object] = (), writes: Iterable[object] = ()) -> Callable[[ToolFunction], Tool]:
     """With options: ``@tool(effect=Effect.READ_ONLY)``."""
 
 
 def tool(fn: ToolFunction | None = None, *, name: str | None = None, effect: Effect = Effect.DESTRUCTIVE,
          description: str | None = None, cost_units: float = 1.0, ttl_s: float = 60.0,
          validator: Validator | None = None, partial: PartialRule | None = None,
-         state: StateCell | None = None, threaded: bool | None = None) -> Tool | Callable[[ToolFunction], Tool]:
+         state: StateCell | None = None, threaded: bool | None = None,
+         parameters: Mapping[str, Any] | None = None, expected_s: float | None = None,
+         reads: Iterable[object] = (), writes: Iterable[object] = ()) -> Tool | Callable[[ToolFunction], Tool]:
     """Turn a sync or async function into a :class:`Tool`; usable bare or with keyword options.
 
     The effect defaults to DESTRUCTIVE: a tool is speculated only once its author says it is safe.
-    Sync functions run in a worker thread unless ``threaded=False``.
+    Sync functions run in a worker thread unless ``threaded=False``. The schema comes from the signature
+    (a ``functools.wraps`` forwarder is read through to the function it wraps) unless ``parameters`` gives
+    it, which a ``*args, **kwargs`` function needs. ``expected_s`` declares how long a call usually takes
+    (used until the runtime has measured it); ``reads`` and ``writes`` name the states the tool reads and
+    changes (its own ``state`` cell counts as both), so a write to one from any session makes
+    speculations that read it stale.
     """
 
     def build(func: ToolFunction) -> Tool:
         doc = inspect.getdoc(func) or ""
+        fn_name = getattr(func, "__name__", None)
+        if not (name or fn_name):
+            raise ToolDefinitionError(f"{func!r} has no __name__: give the tool a name=")
+        schema = schema_from_signature(func, state is not None) if parameters is None else dict(parameters)
+        is_async = inspect.iscoroutinefunction(inspect.unwrap(func)) or inspect.iscoroutinefunction(func)
         return Tool(
-            name=name or func.__name__, fn=func,
-            parameters=schema_from_signature(func, skip_first=state is not None),
+            name=name or str(fn_name), fn=func, parameters=schema,
             description=description if description is not None else doc.split("\n\n")[0],
             effect=effect, cost_units=cost_units, ttl_s=ttl_s, validator=validator, partial=partial,
-            state=state,
-            threaded=(not inspect.iscoroutinefunction(func)) if threaded is None else threaded,
+            state=state, threaded=(not is_async) if threaded is None else threaded, expected_s=expected_s,
+            reads=tuple(reads), writes=tuple(writes),
         )
 
     return build(fn) if fn is not None else build

@@ -1,7 +1,12 @@
 """Telemetry: every state change of a speculation is an event; events feed counters and Prometheus.
 
-Events carry the tool name and a short hash of the call key, never raw argument values, so a private
-argument cannot leak through telemetry. Subscribers (tests, the bench, loggers) observe behaviour without
+Events carry the tool name and a short hash of the call key, never raw argument values. The hash is keyed
+with a secret each :class:`Telemetry` draws at random (a keyed BLAKE2b, i.e. a MAC), so nobody without
+the secret can test guesses against it (a 4-digit PIN in a key was recovered from an unkeyed 48-bit hash
+in milliseconds); calls of private tools or with private arguments carry no hash at all, and a private
+tool's name is shown as ``"<private>"`` (the runtime passes that label).
+
+Subscribers (tests, the bench, loggers) observe behaviour without
 reaching into the store; a subscriber that raises is logged and never disturbs the call that emitted.
 
 Counting is on the hot path of every call, so it is plain Python arithmetic; the Prometheus view is built
@@ -16,6 +21,7 @@ import bisect
 import enum
 import hashlib
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -79,9 +85,15 @@ class Event:
     at: float = field(default_factory=time.monotonic)
 
 
-def key_hash(key: str) -> str:
-    """A short stable digest of a call key, safe to log (any string, lone surrogates included)."""
-    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+KEY_SECRET_BYTES = 16
+
+
+def key_hash(key: str, secret: bytes = b"") -> str:
+    """A short digest of a call key (any string, lone surrogates included), keyed with ``secret``.
+
+    Unkeyed (``secret=b""``) it is only a fingerprint, not safe against guessing; telemetry always keys it.
+    """
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6, key=secret).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +183,9 @@ class _Collector:
 class Telemetry:
     """Event bus plus Prometheus metrics for one runtime; event times are read from ``clock``."""
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, secret: bytes | None = None) -> None:
         self._now = clock.monotonic
+        self._secret = secret if secret is not None else os.urandom(KEY_SECRET_BYTES)
         self._subscribers: list[Subscriber] = []
         self.by_tool: dict[tuple[EventKind, str], int] = {}
         self.waits: dict[str, _WaitHistogram] = {}
@@ -190,6 +203,10 @@ class Telemetry:
                 self._subscribers.remove(subscriber)
 
         return unsubscribe
+
+    def key_hash(self, key: str) -> str:
+        """The digest events carry for ``key``: keyed with this telemetry's secret."""
+        return key_hash(key, self._secret)
 
     @property
     def counts(self) -> Counter[EventKind]:
@@ -214,8 +231,8 @@ class Telemetry:
             elif kind is _WASTED:
                 self.wasted_s += seconds
         if self._subscribers:
-            self._publish(Event(kind, session, tool, key_hash(key) if key else "", source, confidence, seconds,
-                                detail, self._now()))
+            self._publish(Event(kind, session, tool, key_hash(key, self._secret) if key else "", source,
+                                confidence, seconds, detail, self._now()))
 
     def emit(self, event: Event) -> None:
         """Count and publish an event built by the caller."""

@@ -16,8 +16,10 @@ runtime's overhead, not tool time.
   trivial tool function awaited directly with the same arguments.
 
 Extra results: ``speculate_us`` and ``claim_us`` (the two halves of ``hit_claim_us``), ``miss_execute_us``
-and ``tool_direct_us`` (the two terms of ``miss_claim_us``), and ``hit_claim_cold_us``: one speculate and
-one claim per round with other event-loop work in between, so caches are cold (the single-call case).
+and ``tool_direct_us`` (the two terms of ``miss_claim_us``), ``hit_claim_cold_us``: one speculate and
+one claim per round with other event-loop work in between, so caches are cold (the single-call case), and
+``hit_claim_dict_us``: ``hit_claim_us`` for a tool whose result is a small mutable JSON object (five flight
+records), so the cost of handing every caller its own copy of a served result shows.
 """
 
 from __future__ import annotations
@@ -55,6 +57,16 @@ def _make_tool() -> Tool:
     async def search_flights(origin: str, destination: str, max_price: float = 1000.0) -> str:
         """Find flights (a stand-in that returns at once)."""
         return "no flights"
+
+    return search_flights
+
+
+def _make_dict_tool() -> Tool:
+    @tool(name="search_flights", effect=Effect.READ_ONLY, threaded=False)
+    async def search_flights(origin: str, destination: str, max_price: float = 1000.0) -> dict[str, Any]:
+        """Find flights (a stand-in that returns a small JSON object at once)."""
+        return {"origin": origin, "flights": [{"id": f"F{i}", "price": 99.5 + i, "stops": i % 2, "airline": "Air"}
+                                              for i in range(5)]}
 
     return search_flights
 
@@ -178,9 +190,17 @@ async def run_micro(rounds: int = DEFAULT_ROUNDS, batch: int = DEFAULT_BATCH) ->
         await session.close()
     finally:
         runtime.close()
+    dict_runtime = Runtime([_make_dict_tool()])
+    try:
+        dict_session = dict_runtime.session("micro-dict")
+        await measure_hit(dict_session, calls, warmup)
+        _, _, dict_us = await measure_hit(dict_session, calls, rounds)
+        await dict_session.close()
+    finally:
+        dict_runtime.close()
     return {"key_us": key_us, "hit_claim_us": hit_us, "miss_claim_us": max(0.0, miss_execute_us - direct_us),
             "speculate_us": speculate_us, "claim_us": claim_us, "miss_execute_us": miss_execute_us,
-            "tool_direct_us": direct_us, "hit_claim_cold_us": cold_us}
+            "tool_direct_us": direct_us, "hit_claim_cold_us": cold_us, "hit_claim_dict_us": dict_us}
 
 
 def machine() -> dict[str, Any]:
@@ -220,6 +240,7 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("miss_execute_us", "  execute on a miss, trivial tool"),
     ("tool_direct_us", "  the trivial tool awaited directly"),
     ("hit_claim_cold_us", "speculate + claim, one call, cold caches"),
+    ("hit_claim_dict_us", "speculate + claim, hit, small JSON object result"),
 )
 
 
