@@ -58,11 +58,11 @@ def test_idempotent_or_non_destructive_hints_are_not_read_only() -> None:
 
 def test_policy_overrides_effect_speculation_ttl_and_privacy() -> None:
     server = ServerPolicy(trusted=False, tools={
-        "q": ToolPolicy(effect=Effect.READ_ONLY, ttl_s=5.0, private=True),
+        "q": ToolPolicy(effect=Effect.READ_ONLY, ttl_s=5.0, private=True, cost_units=3.0),
         "r": ToolPolicy(speculate=False),
     })
     q = decide(_tool(None, "q"), server, SETTINGS)
-    assert (q.effect, q.early, q.ttl_s, q.private) == (Effect.READ_ONLY, True, 5.0, True)
+    assert (q.effect, q.early, q.ttl_s, q.private, q.cost_units) == (Effect.READ_ONLY, True, 5.0, True, 3.0)
     trusted = ServerPolicy(trusted=True, tools=server.tools)
     assert not decide(_tool({"readOnlyHint": True}, "r"), trusted, SETTINGS).early  # denied by policy
 

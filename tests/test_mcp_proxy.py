@@ -309,11 +309,14 @@ async def test_store_persists_learning_between_sessions(tmp_path: Path) -> None:
     store = tmp_path / "store.sqlite"
     policy = McpPolicy(trust_all=True)
     for _ in range(2):
-        async with proxied(_probe(tmp_path / "log"), policy, store=store) as (session, _):
+        async with proxied(_probe(tmp_path / "log"), policy, store=store) as (session, handle):
             await session.list_tools()
             for key in ("a", "b", "c"):
                 await session.call_tool("lookup", {"key": key})
+                await session.list_tools()  # listed again, unchanged: what was speculated stays
+                await asyncio.sleep(0.05)
                 await session.call_tool("counted", {"steps": 1})
+    assert handle.stats.hits > 0  # the second session starts from what the first one stored
     with contextlib.closing(sqlite3.connect(store)) as conn:
         assert conn.execute("SELECT SUM(sessions), SUM(calls) FROM mcp_proxy_stats").fetchone() == (2, 12)
 

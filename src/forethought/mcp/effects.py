@@ -100,6 +100,7 @@ class ToolEffect:
     ttl_s: float
     private: bool
     reason: str
+    cost_units: float = 1.0
 
     @property
     def early(self) -> bool:
@@ -114,15 +115,16 @@ def decide(tool: Mapping[str, Any], server: ServerPolicy, settings: ProxySetting
     ttl = override.ttl_s if override is not None and override.ttl_s is not None else settings.ttl_s
     private = override.private if override is not None else False
     speculate = override.speculate if override is not None else True
+    cost = override.cost_units if override is not None and override.cost_units is not None else 1.0
     if override is not None and override.effect is not None:
-        return ToolEffect(override.effect, speculate, ttl, private, "policy")
+        return ToolEffect(override.effect, speculate, ttl, private, "policy", cost)
     annotations = tool.get("annotations")
     read_only = isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
     if read_only and server.trusted:
-        return ToolEffect(Effect.READ_ONLY, speculate, ttl, private, "readOnlyHint on a trusted server")
+        return ToolEffect(Effect.READ_ONLY, speculate, ttl, private, "readOnlyHint on a trusted server", cost)
     if read_only:
-        return ToolEffect(Effect.DESTRUCTIVE, speculate, ttl, private, "readOnlyHint on an untrusted server")
-    return ToolEffect(Effect.DESTRUCTIVE, speculate, ttl, private, "no read-only hint")
+        return ToolEffect(Effect.DESTRUCTIVE, speculate, ttl, private, "readOnlyHint on an untrusted server", cost)
+    return ToolEffect(Effect.DESTRUCTIVE, speculate, ttl, private, "no read-only hint", cost)
 
 
 _SERVER_KEYS = {"trusted", "tools"}

@@ -145,11 +145,14 @@ class SessionSpeculator:
             self._session.end_turn()
 
     async def _rebuild(self, listing: dict[str, Mapping[str, Any]]) -> None:
+        if self._session is not None and listing == self.tools:
+            return  # listed again, unchanged: keep what was learned and speculated
         server = self._policy.server(self.server_name)
         effects = {name: decide(entry, server, self._policy.settings) for name, entry in listing.items()}
         schemas = {name: _schema(entry) for name, entry in listing.items()}
         tools = [Tool(name=name, fn=self._tool_fn(name), parameters=_PARAMETERS,
-                      description=str(listing[name].get("description", "")), effect=e.effect, ttl_s=e.ttl_s)
+                      description=str(listing[name].get("description", "")), effect=e.effect, ttl_s=e.ttl_s,
+                      cost_units=e.cost_units)
                  for name, e in effects.items()]
         await self.close()
         self.tools, self.effects = listing, effects
