@@ -120,3 +120,46 @@ async def test_http_listener_serves_mcp_progress_and_metrics(tmp_path: Path) -> 
     assert done.content[0].text == "done 2" and seen == [1.0, 2.0]  # type: ignore[union-attr]
     assert [r.content[0].text for r in looked] == ["value-of-a"] * 2  # type: ignore[union-attr]
     assert "forethought_mcp_calls_total" in metrics
+
+
+async def test_streamable_http_upstream(tmp_path: Path) -> None:
+    import asyncio
+    import subprocess
+
+    import anyio
+    from mcp.shared.message import SessionMessage
+
+    from forethought.mcp.effects import McpPolicy
+    from forethought.mcp.proxy import Proxy, ProxyConfig
+
+    port = _free_port()
+    upstream = await asyncio.create_subprocess_exec(sys.executable, str(PROBE), str(tmp_path / "log"), str(port),
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        async with httpx2.AsyncClient() as http:
+            for _ in range(400):  # until it listens
+                try:
+                    await http.get(f"http://127.0.0.1:{port}/mcp")
+                    break
+                except httpx2.TransportError:
+                    await asyncio.sleep(0.05)
+        proxy = Proxy(ProxyConfig(url=f"http://127.0.0.1:{port}/mcp", policy=McpPolicy(trust_all=True)))
+        to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+        proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+        serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))
+        async with ClientSession(from_proxy, to_proxy) as session:
+            await session.initialize()
+            await session.list_tools()
+            texts = []
+            for key in ("a", "b", "a", "b"):
+                result = await session.call_tool("lookup", {"key": key})
+                texts.append(result.content[0].text)  # type: ignore[union-attr]
+                await asyncio.sleep(0.05)
+        to_proxy.close()
+        stats = await serving
+        proxy.close()
+    finally:
+        upstream.terminate()
+        await asyncio.wait_for(upstream.wait(), 10)
+    assert texts == ["value-of-a", "value-of-b"] * 2
+    assert stats.calls == 4

@@ -1,7 +1,8 @@
 """A small MCP server for the proxy tests: progress, a slow tool that notes its cancellation, a crash.
 
-Run as ``python probe_server.py LOG_PATH``; every call, and every cancellation it sees, is appended to
-LOG_PATH as one JSON line so a test can count what really reached the upstream.
+Run as ``python probe_server.py LOG_PATH [PORT]`` (with a port: streamable HTTP on 127.0.0.1). Every call,
+and every cancellation it sees, is appended to LOG_PATH as one JSON line, so a test can count what really
+reached the upstream.
 """
 
 from __future__ import annotations
@@ -67,4 +68,7 @@ async def crash() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if len(sys.argv) > 2:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")
