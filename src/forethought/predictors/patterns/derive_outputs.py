@@ -22,9 +22,9 @@ import functools
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from forethought.predictors.patterns.derive_values import DATE_FORMATS, value_key
 from forethought.predictors.patterns.text import NUMBER_WORDS, Atom, parse_number, text_atoms
@@ -151,13 +151,13 @@ class OutputIndex:
     last_by_path: dict[str, Any] = field(default_factory=dict)
     first_by_name: dict[str, Any] = field(default_factory=dict)
     first_path_by_name: dict[str, str] = field(default_factory=dict)
-    by_key: dict[str, list[int]] = field(default_factory=dict)
+    by_key: dict[str, Sequence[int]] = field(default_factory=dict)
     """Lookup key -> positions in :attr:`leaves` of the addressable leaves filed under it."""
     tokens: dict[str, dict[str, tuple[Atom, ...]]] = field(default_factory=dict)
     """Path of a text field -> its atoms by kind (the whole field excluded), for the fields tokenized."""
     truncated: set[str] = field(default_factory=set)
     """Text fields tokenized only in part."""
-    tokens_by_key: dict[str, list[TokenAtom]] = field(default_factory=dict)
+    tokens_by_key: dict[str, Sequence[TokenAtom]] = field(default_factory=dict)
     lists: dict[str, list[Any]] = field(default_factory=dict)
     """Path -> a list node walked (whole, however long)."""
     in_lists: dict[str, tuple[str, int, str | None]] = field(default_factory=dict)
@@ -223,7 +223,7 @@ def _walk(index: OutputIndex, value: Any) -> None:
             budget -= size
         if addressable and (size <= MAX_KEYED_BYTES or (kind is not dict and kind is not list)):
             for key in _leaf_keys(node):
-                by_key.setdefault(key, []).append(position)
+                cast(list[int], by_key.setdefault(key, [])).append(position)
         return size
 
     visit("$", value, True, "$")
@@ -285,7 +285,7 @@ def _tokenize(index: OutputIndex, path: str, leaf: str, text: str) -> None:
             if atom.date is not None:
                 keys.append("d:" + atom.date.isoformat())
             for key in dict.fromkeys(keys):
-                index.tokens_by_key.setdefault(key, []).append(token)
+                cast(list[TokenAtom], index.tokens_by_key.setdefault(key, [])).append(token)
 
 
 @functools.lru_cache(maxsize=OUTPUT_INDEXES)
@@ -300,6 +300,9 @@ def output_index(output: str) -> OutputIndex:
             return index
     _walk(index, value)
     _tokenize_fields(index)
+    # Frozen into tuples: a cached index then holds few objects the garbage collector must keep visiting.
+    index.by_key = {key: tuple(found) for key, found in index.by_key.items()}
+    index.tokens_by_key = {key: tuple(found) for key, found in index.tokens_by_key.items()}
     return index
 
 
