@@ -6,6 +6,7 @@ and may move between releases.
 """
 
 from forethought._calls import ToolCall
+from forethought._clock import Clock, FakeClock, SystemClock
 from forethought._policy import Policy, ToolPolicy, load_policy
 from forethought._runtime import Runtime, Session
 from forethought._store import CallOutcome, SpeculationTicket
@@ -58,11 +59,13 @@ __all__ = [
     "AnthropicMessagesClient",
     "CallError",
     "CallOutcome",
+    "Clock",
     "CodeExecutor",
     "CodePredictor",
     "Effect",
     "EventKind",
     "ExecResult",
+    "FakeClock",
     "FakeLLMClient",
     "FileWorkspace",
     "ForethoughtError",
@@ -92,6 +95,7 @@ __all__ = [
     "StateCell",
     "StepTiming",
     "StreamDroppedError",
+    "SystemClock",
     "Telemetry",
     "Tool",
     "ToolCall",

@@ -50,6 +50,7 @@ class FakeClock:
         self._lock = threading.Lock()
 
     def monotonic(self) -> float:
+        """The current reading (it changes only through :meth:`advance` and :meth:`set`)."""
         return self._now
 
     def __call__(self) -> float:
@@ -72,6 +73,7 @@ class FakeClock:
 
     @property
     def now(self) -> float:
+        """The current reading, as an attribute."""
         return self._now
 
     def __repr__(self) -> str:
