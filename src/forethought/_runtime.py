@@ -43,7 +43,7 @@ from forethought._store import (
     own_arguments,
 )
 from forethought._tools import Effect, Tool, ToolRegistry, invoke_tool
-from forethought._versions import Write, read_token, still_current
+from forethought._versions import Write, end_write, read_token, still_current
 from forethought.errors import CallError, ForethoughtError, ToolExecutionError
 from forethought.telemetry import SAVING_KINDS, EventKind, SessionStats, Telemetry, stats_from
 
@@ -443,7 +443,7 @@ class Session:
                 if partial is not None:
                     return partial
             try:
-                value = await self._run_authoritative(t, own_arguments(t.arguments.given(call)))
+                value = await self._run_authoritative(t, own_arguments(t.arguments.given(call), top=False))
             finally:
                 waited = self._now() - start
                 self._emit(_MISS, t, key, seconds=waited)
@@ -492,7 +492,8 @@ class Session:
             self._finish(entry, _FAILED, type(entry.error).__name__)
             return None
         t = entry.tool
-        if not self._fresh(entry):
+        if ((t.effect is _READ_ONLY and entry.epoch != self._epoch)
+                or (t.read_versions and not still_current(t.read_versions, entry.versions))):  # = not _fresh
             if entry.snapshot is not None:
                 self._finish(entry, _CONFLICT, "a state it read was written since it started")
             else:
@@ -584,12 +585,13 @@ class Session:
         for version in t.write_versions:
             version.begin_write()
         started = self._now()
-        write = Write(t.cells_written, t.write_versions)
+        write = Write(t.cells_written, t.write_versions) if t.threaded else None
         try:
             target = t.state.live if t.state is not None else None
 
-            if t.threaded:
+            if write is not None:
                 def run() -> Any:
+                    assert write is not None
                     if not write.begin():
                         return None  # abandoned before it started: it never runs
                     value = None
@@ -609,7 +611,10 @@ class Session:
             reason = type(exc).__name__ if t.hide_key else f"{type(exc).__name__}: {exc}"
             raise ToolExecutionError(t.name, reason) from exc
         finally:
-            if not t.threaded or write.on_loop:
+            if write is None:
+                if t.cells_written or t.write_versions:
+                    end_write(t.cells_written, t.write_versions)
+            elif write.on_loop:
                 write.end()
             else:
                 write.abandon()  # cancelled or never scheduled: ends it only if its thread never started

@@ -59,10 +59,17 @@ def _copy_tree(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def own_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+def own_arguments(arguments: Mapping[str, Any], top: bool = True) -> Mapping[str, Any]:
     """A private copy of a call's arguments, same values and types: a tool can keep or change what it
-    receives without touching the caller's objects (or a predictor's, shared between guesses)."""
-    return {k: _copy_tree(v) for k, v in arguments.items()}
+    receives without touching the caller's objects (or a predictor's, shared between guesses).
+
+    With ``top=False`` a mapping of immutable values is returned as it is: it is only unpacked into the
+    tool's keyword arguments (a fresh dict) at once, so nothing can change it in between.
+    """
+    for value in arguments.values():
+        if type(value) not in _IMMUTABLE:
+            return {k: _copy_tree(v) for k, v in arguments.items()}
+    return dict(arguments) if top else arguments
 
 
 def isolated(value: Any, strict: bool = False) -> Any:

@@ -24,7 +24,7 @@ from typing import Protocol
 class _Changeable(Protocol):
     def mark_changed(self) -> None: ...
 
-__all__ = ["ReadToken", "StateVersion", "Write", "read_token", "still_current", "versions_of"]
+__all__ = ["ReadToken", "StateVersion", "Write", "end_write", "read_token", "still_current", "versions_of"]
 
 
 class StateVersion:
@@ -139,9 +139,14 @@ class Write:
             if self.ended:
                 return
             self.ended = True
-        try:
-            for cell in self._cells:  # whatever the declared effect: a snapshot must never commit over it
-                cell.mark_changed()
-        finally:
-            for version in self._versions:
-                version.end_write()
+        end_write(self._cells, self._versions)
+
+
+def end_write(cells: tuple[_Changeable, ...], versions: tuple[StateVersion, ...]) -> None:
+    """A write has finished: mark its cells changed and move its versions (a tool on the event loop)."""
+    try:
+        for cell in cells:  # whatever the declared effect: a snapshot must never commit over it
+            cell.mark_changed()
+    finally:
+        for version in versions:
+            version.end_write()
