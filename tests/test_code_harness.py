@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought import Runtime, ToolCall
+from forethought import Agent, Runtime, ToolCall
 from forethought.code.harness import PythonTool, StringField
 from forethought.code.worker.pool import isolation_available
+from forethought.llm.events import MessageDone, TextDelta, ToolCallArgumentsDelta, ToolCallClosed, ToolCallStarted
+from forethought.llm.fake import FakeLLMClient
 from test_code_support import FAST_LIMITS, ToolLog, make_tools, run_plain
 
 _WHY = isolation_available(FAST_LIMITS)
@@ -60,4 +62,34 @@ async def test_the_python_tool_is_never_speculated_itself() -> None:
     assert not ticket.launched
     await session.close()
     outer.close()
+    await python.close()
+
+
+@pytest.mark.skipif(_WHY is not None, reason=f"no OS isolation here: {_WHY}")
+async def test_the_agent_feeds_a_python_call_s_streamed_code_to_the_tool() -> None:
+
+    log = ToolLog()
+    python = PythonTool(make_tools(log))
+    code = "a = fetch('x')\nb = fetch('yy')\nprint(a['n'] + b['n'])"
+    raw = json.dumps({"code": code})
+    call = [ToolCallStarted(0, "c0", "python"), *[ToolCallArgumentsDelta(0, raw[i:i + 4])
+                                                  for i in range(0, len(raw), 4)],
+            ToolCallClosed(0, "c0", "python", {"code": code}, raw), MessageDone("tool_calls")]
+    client = FakeLLMClient([call, [TextDelta("done"), MessageDone("stop")]])
+    fed: list[str] = []
+
+    def hook(event: ToolCallStarted | ToolCallArgumentsDelta) -> None:
+        if isinstance(event, ToolCallArgumentsDelta):
+            fed.append(event.text)
+        python.on_tool_event(event)
+
+    runtime = Runtime([python.tool()])
+    agent = Agent(client, "m", [python.tool()], runtime, on_tool_event=hook)
+    result = await agent.run([{"role": "user", "content": "go"}])
+    plain = await run_plain(code, make_tools())
+    assert "".join(fed) == raw
+    assert result.tool_records[0].output == plain.stdout == "3\n"
+    assert [c[0] for c in log.calls].count("fetch") >= 2  # run (and perhaps speculated) through the REPL
+    await agent.close()
+    runtime.close()
     await python.close()

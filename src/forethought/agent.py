@@ -50,6 +50,7 @@ from forethought.llm.events import (
     MessageDone,
     ResponseStarted,
     TextDelta,
+    ToolCallArgumentsDelta,
     ToolCallClosed,
     ToolCallStarted,
     ToolResultServed,
@@ -176,7 +177,8 @@ class Agent:
                  request_extra: Mapping[str, Any] | None = None, max_steps: int = DEFAULT_MAX_STEPS,
                  session_id: str | None = None, engine_side: bool = False,
                  cache_poster: ToolCachePoster | None = None,
-                 api: Literal["chat", "responses"] = "chat") -> None:
+                 api: Literal["chat", "responses"] = "chat",
+                 on_tool_event: Callable[[ToolCallStarted | ToolCallArgumentsDelta], object] | None = None) -> None:
         self.client: LLMClient = as_llm_client(client, api)
         self.model = model
         self.runtime = runtime
@@ -199,6 +201,9 @@ class Agent:
         self._step_number = 0
         self._watched: set[str] = set()
         self._watchers: set[asyncio.Task[None]] = set()
+        self.on_tool_event = on_tool_event
+        """Sees each tool call's start and argument deltas as they stream (e.g. ``PythonTool.on_tool_event``:
+        code speculation of a ``python`` tool's code)."""
 
     # --- public -----------------------------------------------------------------------------------
 
@@ -263,6 +268,8 @@ class Agent:
         served: list[ToolResultServed] = []
         try:
             async for event in _until_served(stream, served, state):
+                if self.on_tool_event is not None and isinstance(event, ToolCallStarted | ToolCallArgumentsDelta):
+                    self.on_tool_event(event)
                 if isinstance(event, TextDelta):
                     text_parts.append(event.text)
                     if on_text is not None:

@@ -10,8 +10,9 @@ those speculations. The REPL's tools run through their own session (``inner``), 
 waits behind the ``python`` call that contains it. The ``python`` tool itself is ``DESTRUCTIVE``: running
 arbitrary code never happens early.
 
-Everything runs on the event loop: ``feed_arguments`` is a plain function (call it from the stream loop),
-``run`` a coroutine (the tool's function).
+Everything runs on the event loop: ``feed_arguments`` and ``on_tool_event`` are plain functions (call
+them from the stream loop), ``run`` a coroutine (the tool's function). With the :class:`~forethought.Agent`,
+pass ``on_tool_event=python.on_tool_event`` and ``tools=[python.tool()]``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from forethought._tools import Effect, Tool, tool
 from forethought.code.executor import CodeExecutor
 from forethought.code.fence import CodeMode
 from forethought.code.predictor import CodePredictor, CodeTurn
+from forethought.llm.events import ToolCallArgumentsDelta, ToolCallStarted
 
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
@@ -119,6 +121,8 @@ class PythonTool:
         self.predictor = predictor or CodePredictor(mode=CodeMode.WHOLE)
         self.executor = CodeExecutor(self.session, self.namespace)
         self._streams: dict[int, tuple[StringField, CodeTurn, list[str]]] = {}
+        self._python: set[int] = set()
+        self._stale: list[CodeTurn] = []
         self.notes: list[str] = []
 
     def tool(self) -> Tool:
@@ -129,6 +133,19 @@ class PythonTool:
         python.__name__ = self.name
         python.__doc__ = "Run Python code in a persistent REPL; its tools are functions. Returns what it printed."
         return tool(python, name=self.name, effect=Effect.DESTRUCTIVE)
+
+    def on_tool_event(self, event: ToolCallStarted | ToolCallArgumentsDelta) -> None:
+        """The agent's stream hook (``Agent(on_tool_event=...)``): follow the ``python`` calls' arguments."""
+        if isinstance(event, ToolCallStarted):
+            old = self._streams.pop(event.index, None)
+            if old is not None:  # an earlier step's call under this index was never run
+                self._stale.append(old[1])
+            if event.name == self.name:
+                self._python.add(event.index)
+            else:
+                self._python.discard(event.index)
+        elif event.index in self._python:
+            self.feed_arguments(event.index, event.text)
 
     def feed_arguments(self, index: int, delta: str) -> None:
         """Take one argument delta of the message's tool call ``index`` (a ``python`` call)."""
@@ -152,6 +169,9 @@ class PythonTool:
                 turn = candidate
                 del self._streams[index]
                 break
+        for stale in self._stale:
+            await stale.close()
+        self._stale.clear()
         if turn is not None:
             turn.finish()
             self.executor.link = turn.link
@@ -176,7 +196,10 @@ class PythonTool:
         """Drop the speculation of calls that streamed but were not run (a broken or abandoned step)."""
         for _, turn, _ in self._streams.values():
             await turn.close()
+        for stale in self._stale:
+            await stale.close()
         self._streams.clear()
+        self._stale.clear()
 
     async def close(self) -> None:
         await self.end_step()
