@@ -118,7 +118,11 @@ class ReplayProxy:
         else:
             self.stats.call_steps += 1
         upstream = self._http.build_request("POST", self.upstream + "/v1/chat/completions", json=pinned)
-        response = await self._http.send(upstream, stream=True)
+        try:
+            response = await self._http.send(upstream, stream=True)
+        except httpx2.HTTPError as exc:
+            return JSONResponse({"error": {"message": f"vLLM unreachable: {exc!r}", "type": "upstream_error"}},
+                                status_code=502)
         if response.status_code != 200:
             content = await response.aread()
             await response.aclose()
