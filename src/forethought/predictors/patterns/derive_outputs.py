@@ -39,6 +39,7 @@ MAX_FROM_END = 2
 """... and as [-1], [-2]."""
 MAX_KEYED_BYTES = 2048
 """A list or object larger than this (roughly, in bytes) is not filed under its whole value."""
+MIN_DATE_DIGITS = 5
 MAX_WALK_ITEMS = 2000
 """Items of one list whose values are noted for walking it."""
 OUTPUT_INDEXES = 1024
@@ -69,8 +70,10 @@ def _number_keys(number: float) -> tuple[str, ...]:
     return (f"n:{base - 1}", f"n:{base}", f"n:{base + 1}")
 
 
+@functools.lru_cache(maxsize=4096)
 def _date_of(text: str) -> dt.date | None:
-    if len(text) > 24 or not any(ch.isdigit() for ch in text):
+    """``text`` read as a date in one of :data:`DATE_FORMATS` (each has a four-digit year and a day)."""
+    if len(text) > 24 or sum(ch.isdigit() for ch in text) < MIN_DATE_DIGITS:
         return None
     for fmt in DATE_FORMATS:
         try:

@@ -25,6 +25,7 @@ Sources and their locators:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from forethought.predictors.patterns.derive_index import (
     message_memo,
 )
 from forethought.predictors.patterns.derive_outputs import (
+    alnum,
     first_leaf_by_name,
     first_leaf_by_path,
     leaf_name,
@@ -146,8 +148,8 @@ def _pick(atoms: Sequence[Atom], selector: str, n: int) -> Atom | None:
     return atoms[n] if selector == "i" else atoms[-1 - n]
 
 
-def _alnum(text: str) -> str:
-    return "".join(ch for ch in text.lower() if ch.isalnum())
+_alnum = functools.lru_cache(maxsize=1 << 14)(alnum)
+"""Source texts repeat at every step of a session: each is reduced once."""
 
 
 class _Target:

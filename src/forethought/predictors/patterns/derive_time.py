@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from forethought.predictors.patterns.text import Atom, first_date, text_atoms
+from forethought.predictors.patterns.derive_index import atoms_by_kind
+from forethought.predictors.patterns.text import Atom, first_date
 
 WHEN = "when"
 """Atom kind of the times and dates found here."""
@@ -174,8 +175,8 @@ def _dates(text: str, reference: Reference) -> list[tuple[int, int, dt.date]]:
         d = _resolve_yearless(_MONTHS[m.group(2).lower()], int(m.group(1)), reference)
         if d is not None and not any(s <= m.start() < e or m.start() <= s < m.end() for s, e, _ in found):
             found.append((m.start(), m.end(), d))
-    for atom in text_atoms(text, words_too=False):
-        if atom.kind == "date" and isinstance(atom.date, dt.date):
+    for atom in atoms_by_kind(text).get("date", ()):
+        if isinstance(atom.date, dt.date):
             found.append((atom.start, atom.start + len(atom.text), atom.date))
     today = reference.today
     if today is not None:
