@@ -35,6 +35,7 @@ from forethought.code.worker.zygote import send_with_fd
 log = logging.getLogger("forethought.code")
 
 READY_TIMEOUT_S = 20.0
+CLOSE_GRACE_S = 2.0
 _BOOTSTRAP = (
     "import sys, types\n"
     "for name, path in (('forethought', sys.argv[1]), ('forethought.code', sys.argv[2])):\n"
@@ -114,14 +115,16 @@ class Zygote:
             pass
 
     def close(self) -> None:
-        try:
+        """Close the control socket: the zygote kills its children, removes their scratch directories and
+        exits (killed after a grace period if it does not)."""
+        with contextlib.suppress(OSError):
             self.control.close()
-        finally:
-            try:
-                self.process.kill()
-                self.process.wait(5)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
+        try:
+            self.process.wait(CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(CLOSE_GRACE_S)
 
 
 def spawn(zygote: Zygote) -> WorkerProcess | str:

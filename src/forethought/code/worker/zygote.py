@@ -104,7 +104,11 @@ def run(control_fd: int, limits: ShadowLimits) -> None:
                         os.kill(victim, signal.SIGKILL)
             elif fd is not None:
                 os.close(fd)
-    finally:
-        for pid in list(children):
+    finally:  # the pool is gone: no child outlives the zygote, no scratch directory stays behind
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for pid, scratch in list(children.items()):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            shutil.rmtree(scratch, ignore_errors=True)
