@@ -1,9 +1,9 @@
-"""Executing model-written code: the sandboxed shadow that speculates it, and the real run that claims.
+"""Executing model-written code: the OS-isolated shadow worker that speculates it, and the real run that claims.
 
 Public surface: :class:`CodeExecutor` (the real run through a session: claims speculations, runs
 independent calls concurrently, keeps plain execution's observable behaviour), :class:`PlainExecutor` (the
 serial baseline), :class:`ExecResult` / :class:`CallRecord` (what a run produced), :class:`ShadowLimits`
-(the shadow's budgets) and :class:`RealLink` (how a real run and a turn's shadow coordinate). The shadow
+(the shadow worker's limits) and :class:`RealLink` (how a real run and a turn's shadow coordinate). The shadow
 itself is driven by :class:`forethought.code.predictor.CodePredictor`.
 """
 

@@ -1,8 +1,8 @@
 """Control-flow signals of the shadow: why a shadow statement stopped, raised through the shadow's code.
 
-They derive from ``BaseException`` so that model-written ``except Exception:`` never swallows them (and the
-instrumented ``except`` handlers re-raise them even from a bare ``except:``). They never leave the shadow:
-the runner turns each into a decision about the statement that raised it.
+They derive from ``BaseException`` so that model-written ``except Exception:`` does not swallow them (a bare
+``except:`` can; the worker's watchdog then ends the worker, see :mod:`forethought.code.shadow`). They
+never leave the worker: the runner turns each into a decision about the statement that raised it.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ class ShadowSignal(BaseException):
 
 
 class ShadowBlocked(ShadowSignal):
-    """The statement needs something the shadow may not do or know (an unsafe import, a blocked builtin, a
-    value that could not be copied, a non-JSON tool argument). Only statements depending on it are skipped."""
+    """The statement needs something the shadow may not know (a value that did not arrive as data, a non-data
+    tool argument, a call the parent did not speculate). Only statements depending on it are skipped."""
 
 
 class ShadowBudgetExceeded(ShadowBlocked):
-    """The statement ran past its step, time, size or depth budget."""
+    """The statement's Python code ran past its CPU budget (the watchdog's interruption)."""
 
 
 class ShadowToolFailed(ShadowSignal):

@@ -201,10 +201,13 @@ class ShadowClient:
             if type(seq) is not int:
                 raise TypeError("seq")
             self._idle_seq = max(self._idle_seq, seq)
-            for note in message.get("notes", [])[:50]:
+            notes = message.get("notes")
+            for note in notes[:50] if type(notes) is list else []:
                 if type(note) is str and len(self.notes) < 100:
                     self.notes.append(note[:500])
-            stats = message.get("stats", {})
+            stats = message.get("stats")
+            if type(stats) is not dict:
+                stats = {}
             for name in _STAT_FIELDS:
                 value = stats.get(name)
                 if type(value) is int and value >= 0:
