@@ -227,3 +227,28 @@ async def test_the_real_run_is_unaffected_by_what_the_shadow_could_not_do(name: 
     plain = await run_plain(code, make_tools())
     assert streamed.results[0].signature() == plain.signature()
     assert streamed.results[0].error is None
+
+
+@needs_isolation
+async def test_a_policy_cap_that_stops_speculation_is_in_the_turn_s_notes() -> None:
+    from forethought import Policy, Runtime
+    from forethought.code.executor import CodeExecutor
+
+    tools = make_tools()
+    rt = Runtime(tools, Policy(max_calls_per_turn=1))
+    session = rt.session()
+    namespace: dict[str, Any] = {}
+    turn = CodePredictor(mode=CodeMode.WHOLE, limits=FAST_LIMITS).begin(session, namespace)
+    code = "a = fetch('x')\nb = fetch('yy')\nc = fetch('zzz')\nprint(a['n'], b['n'], c['n'])"
+    turn.feed(code + "\n")
+    turn.finish()
+    await turn.settle(5.0)
+    await session.wait_speculations(5.0)
+    result = await CodeExecutor(session, namespace, link=turn.link).run(code)
+    await turn.close()
+    session.end_turn()
+    plain = await run_plain(code, make_tools())
+    assert result.stdout == plain.stdout
+    assert any("not speculated" in n for n in turn.notes), turn.notes
+    await session.close()
+    rt.close()
