@@ -230,3 +230,15 @@ def test_value_keys_used_by_the_index_match_the_schema_aware_keys() -> None:
 def test_an_untrained_predictor_copes_with_an_empty_context() -> None:
     context = PredictionContext("s", [], "", (), {"x": _schema("a")})
     assert all(not p.executable for p in PatternPredictor(config=PatternConfig(top_k=2)).predict_now(context))
+
+
+def test_a_message_value_used_for_another_parameter_this_turn_is_marked() -> None:
+    from forethought.predictors.patterns.derive_rules import Sources
+
+    login = ObservedCall(ToolCall("login", {"username": "mthompson"}), "ok")
+    earlier = ObservedCall(ToolCall("note", {"title": "Old"}), "ok")
+    sources = Sources("log in as 'mthompson' and file 'Urgent'", (earlier, login), turn_start=1)
+    assert sources.used_elsewhere("MThompson", "title")  # case aside, the same value
+    assert not sources.used_elsewhere("mthompson", "username")  # the same parameter may repeat it
+    assert not sources.used_elsewhere("Old", "body")  # used, but in an earlier turn
+    assert not sources.used_elsewhere(["mthompson"], "title")

@@ -58,6 +58,10 @@ MIN_CUE_TRIALS = 2.0
 """A cue word must have been seen this often with the parameter before it can select a constant."""
 MAX_TABLE_RULES = 48
 """Rules replayed per parameter (the best scored): outputs full of common values breed many rules."""
+USED_ELSEWHERE_FACTOR = 0.5
+"""Score factor of a value read from a message that a call of this turn already used for another
+parameter (a name given once is rarely meant twice)."""
+_MESSAGE_RULE = re.compile(r'\["(?:user|prev|sys|all)"')
 BOUND_SLACK = 1e-9
 """Margin on the upper bounds of scores used to skip values that cannot win (far above rounding errors)."""
 
@@ -442,6 +446,11 @@ class ArgumentModel:
         def exact(item: tuple[str, str, Any]) -> float:
             return self._constant_score(*lazy[item[0]], cue_words, stored, scale)
 
+        for value_id, pieces in evidence.items():
+            if value_id in lazy or not pieces:
+                continue
+            if all(_MESSAGE_RULE.match(rule) for _, rule, _ in pieces) and sources.used_elsewhere(pieces[0][2], param):
+                evidence[value_id] = [(score * USED_ELSEWHERE_FACTOR, rule, value) for score, rule, value in pieces]
         return self._best(tool, param, schema, evidence, lazy, exact, limit)
 
     def _add_constants(self, tool: str, param: str, required: bool, cue_words: Sequence[tuple[str, float, set[str]]],

@@ -217,6 +217,7 @@ class Sources:
     _applied: dict[str, tuple[Any, str] | None] = field(default_factory=dict, init=False, repr=False,
                                                         compare=False)
     _walks: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _used_by: dict[str, set[str]] | None = field(default=None, init=False, repr=False, compare=False)
     """Rule key -> the value it gives here and its value key: every rule is replayed at most once here."""
 
     def __post_init__(self) -> None:
@@ -247,6 +248,20 @@ class Sources:
             for observed in self.history[self.turn_start:]:
                 self._used.update(_argument_keys(observed))
         return self._used
+
+    def used_elsewhere(self, value: Any, param: str) -> bool:
+        """Whether a call of this turn already used ``value`` (strings compared lower-cased) for a
+        parameter other than ``param``."""
+        if self._used_by is None:
+            self._used_by = {}
+            for observed in self.history[self.turn_start:]:
+                for name, argument in observed.call.arguments.items():
+                    key = walk_key(argument)
+                    if key is not None:
+                        self._used_by.setdefault(key, set()).add(name)
+        key = walk_key(value)
+        names = self._used_by.get(key) if key is not None else None
+        return bool(names) and param not in names  # type: ignore[operator]
 
     def _unused(self, source: str, kind: str) -> list[Atom]:
         """The atoms of ``kind`` in ``source`` that no call of this turn has used yet."""
