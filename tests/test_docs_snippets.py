@@ -31,8 +31,9 @@ MARKDOWN = DOCS + [p for p in [ROOT / "CHANGELOG.md"] if p.exists()]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 PYTHON_TAGS = {"python", "py", "python3"}
 PUBLIC_MODULES = {"forethought", "forethought.integrations"}
-SNIPPET_TIMEOUT_S = 30
-EXAMPLE_TIMEOUT_S = 60
+SNIPPET_TIMEOUT_S = 120
+"""A guard against a hanging block, not a speed assertion: generous, since a loaded machine is slow."""
+EXAMPLE_TIMEOUT_S = 180
 
 
 @dataclass(frozen=True)
