@@ -126,3 +126,12 @@ def test_predictors_in_two_processes_learn_into_one_model(redis_url: str) -> Non
     assert second.counts.state().values.get("x") == pytest.approx(first.counts.state().values["x"])
     first.close()
     second.close()
+
+
+def test_tiny_decayed_numbers_keep_their_precision(redis_url: str) -> None:
+    store, reference = RedisPatternStore.from_url(redis_url), MemoryPatternStore()
+    for deltas in ({"a": 8.0543264625003e-15}, {"a": 1.2345678901234567e-300}, {"b": 3.0}):
+        store.merge("fp", deltas, 1.0, 0.0, None)
+        reference.merge("fp", deltas, 1.0, 0.0, None)
+    assert store.load("fp") == reference.load("fp")  # exact: HINCRBYFLOAT would have rounded them away
+    store.close()

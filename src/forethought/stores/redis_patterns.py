@@ -11,7 +11,9 @@ Layout per fingerprint (one Cluster hash slot, through the hash tag ``{ft:pat:<f
 * ``{ft:pat:F}:counts`` hash counter -> stored (epoch-scaled) number
 * ``{ft:pat:F}:done:ID`` a marker per applied merge, kept ``DONE_TTL_S``
 
-A merge is one Lua script: it applies the batch only if its marker is new (so a retry after a lost reply
+A merge is one Lua script (plain HGET / HSET of ``%.17g`` numbers: ``HINCRBYFLOAT`` would round its result
+to 17 digits after the decimal point, which loses small decayed numbers): it applies the batch only if
+its marker is new (so a retry after a lost reply
 never counts twice), rescales decaying deltas from the writer's epoch to the stored one, advances the
 clock, and rebases when the stored numbers have grown past ``REBASE_AFTER_HALF_LIVES`` half-lives; the same
 arithmetic as :class:`~forethought.predictors.patterns.store.SqlitePatternStore`.
@@ -49,7 +51,8 @@ if hl ~= nil and epoch ~= stored then factor = 2 ^ ((epoch - stored) / hl) end
 for i = 8, #ARGV, 2 do
   local key, delta = ARGV[i], tonumber(ARGV[i + 1])
   if string.sub(key, 1, #plain) ~= plain then delta = delta * factor end
-  redis.call('HINCRBYFLOAT', KEYS[2], key, string.format('%.17g', delta))
+  local stored_value = tonumber(redis.call('HGET', KEYS[2], key)) or 0
+  redis.call('HSET', KEYS[2], key, string.format('%.17g', stored_value + delta))
 end
 clock = clock + ticks
 if hl ~= nil and (clock - stored) / hl > rebase_after then
