@@ -35,6 +35,12 @@ RETRIES = 2
 """Extra attempts of one merge (with the same marker) after a connection error (never after a timeout)."""
 
 _MERGE = """
+for i = 9, #ARGV, 2 do
+  local d = tonumber(ARGV[i])
+  if d == nil or d ~= d or d == math.huge or d == -math.huge then
+    return redis.error_reply('non-finite delta')  -- checked before any write: scripts do not roll back
+  end
+end
 if redis.call('SET', KEYS[3], '1', 'NX', 'EX', tonumber(ARGV[6])) == false then return 0 end
 local ticks, epoch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local hl = nil
