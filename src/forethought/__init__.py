@@ -13,7 +13,8 @@ from forethought._store import CallOutcome, SpeculationTicket
 from forethought._tools import Effect, PartialRule, StateCell, Tool, tool
 from forethought._version import __version__
 from forethought.agent import Agent, AgentResult, AgentStream, StepTiming, ToolRecord
-from forethought.code import CodeExecutor, CodePredictor, ExecResult, PlainExecutor
+from forethought.code import CodeExecutor, CodePredictor, ExecResult, PlainExecutor, ShadowLimits
+from forethought.code.harness import PythonTool
 from forethought.errors import (
     CallError,
     ForethoughtError,
@@ -87,9 +88,11 @@ __all__ = [
     "Prediction",
     "PredictionContext",
     "Predictor",
+    "PythonTool",
     "Runtime",
     "Session",
     "SessionStats",
+    "ShadowLimits",
     "SnapshotError",
     "SpeculationTicket",
     "StateCell",
