@@ -287,3 +287,14 @@ async def test_proxy_asks_for_the_answer_length_in_engine_tokens() -> None:
     _, error, stats, seen = await _through_proxy(None, messages)
     assert error is None and stats.answer_steps == 1
     assert seen[0]["max_tokens"] == seen[0]["min_tokens"] == 3  # "Here it is." in the fake engine's words
+
+
+def test_a_missing_vllm_venv_is_reported_with_the_way_to_build_it(tmp_path: Any) -> None:
+    from forethought.engines.vllm.server import EngineUnavailable, VllmConfig, locate, serve_command
+
+    with pytest.raises(EngineUnavailable, match="make vllm-venv"):
+        locate(VllmConfig(venv=tmp_path / "absent"))
+    argv = serve_command(VllmConfig(venv=tmp_path, enforce_eager=True), 8123)
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "8123"
+    assert {"--enable-prefix-caching", "--enable-auto-tool-choice", "--enforce-eager"} <= set(argv)
+    assert argv[argv.index("--tool-call-parser") + 1] == "hermes"
