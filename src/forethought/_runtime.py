@@ -3,15 +3,22 @@
 ``Runtime(tools, policy)`` is shared by many sessions (global concurrency, telemetry, thread pools);
 ``runtime.session()`` opens one :class:`Session` with its own isolated store. Predictors call
 ``session.speculate(call, source=..., confidence=...)``; the agent calls ``await session.execute(call)``,
-which claims a matching speculation (a hit) or runs the tool (a miss). Every rule of DESIGN.md's
-invariants 1, 2, 4 and 5 is enforced here:
+which claims a matching speculation (a hit) or runs the tool (a miss). Every rule of the invariants of
+docs/design.md on isolation, the side-effect boundary, authoritative first and failure transparency is
+enforced here:
 
 * an entry is served only to an identical canonical key, at most once, and only while fresh (not expired,
-  no write since a read-only speculation started, validator unchanged, snapshot still current);
+  no write in this session since a read-only speculation started, no write from any session to a state
+  the tool reads, validator unchanged, snapshot still current);
+* what a caller gets is its own: the tool receives a copy of the caller's arguments as spelled, and a
+  served result is the original only for the one exact hit of an unwatched entry, else a copy;
 * DESTRUCTIVE or undeclared tools are never run by ``speculate``; ISOLATED_WRITE runs only on a snapshot;
 * authoritative calls take no speculative slot; a claimed speculation whose tool has not started yet is
-  cancelled, and one running far longer than usual is abandoned for an authoritative run;
-* a speculation that raised, hung or was cancelled is never surfaced: the call runs normally instead.
+  cancelled, and one that has run longer than a fresh call plausibly needs is abandoned for an
+  authoritative run (:meth:`Runtime.claim_wait_limit`);
+* a speculation that raised, hung or was cancelled is never surfaced: the call runs normally instead;
+* a private tool (or one with private arguments) appears in telemetry and logs only as ``"<private>"``
+  (or by name with no key hash), and its errors quote no values.
 
 Accounting: every launched speculation ends exactly once, in :meth:`Session._finish` (unserved) or as a
 hit. Saved time is credited from the speculation's own tool time, never more than it in total.
