@@ -33,6 +33,7 @@ from forethought.engines.vllm.pin import (
 )
 from forethought.engines.vllm.plugin import PREFIX, ToolCachePlugin
 from forethought.engines.vllm.replay import ReplayProxy
+from forethought.engines.vllm.server import EngineUnavailable, VllmConfig, locate, serve_command
 from forethought.errors import UpstreamError, WorkloadError
 from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import MessageDone, ToolCallClosed
@@ -290,8 +291,6 @@ async def test_proxy_asks_for_the_answer_length_in_engine_tokens() -> None:
 
 
 def test_a_missing_vllm_venv_is_reported_with_the_way_to_build_it(tmp_path: Any) -> None:
-    from forethought.engines.vllm.server import EngineUnavailable, VllmConfig, locate, serve_command
-
     with pytest.raises(EngineUnavailable, match="make vllm-venv"):
         locate(VllmConfig(venv=tmp_path / "absent"))
     argv = serve_command(VllmConfig(venv=tmp_path, enforce_eager=True), 8123)
