@@ -277,7 +277,10 @@ class Agent:
                         if inspect.isawaitable(shown):
                             await shown
                 elif isinstance(event, ToolCallStarted | ToolCallClosed):
+                    launched = state.speculated + state.early
                     state.feed(event)
+                    if state.speculated + state.early != launched:
+                        await asyncio.sleep(0)  # let the new runs start: a buffered stream never suspends
                 elif isinstance(event, MessageDone):
                     finish = event.finish_reason or ""
                     usage = event.usage.total_tokens if event.usage is not None else 0
