@@ -242,3 +242,23 @@ def test_a_message_value_used_for_another_parameter_this_turn_is_marked() -> Non
     assert not sources.used_elsewhere("mthompson", "username")  # the same parameter may repeat it
     assert not sources.used_elsewhere("Old", "body")  # used, but in an earlier turn
     assert not sources.used_elsewhere(["mthompson"], "title")
+
+
+# --- calls only ---------------------------------------------------------------------------------------
+
+STATE_TOOLS = {"check": _schema(), "set_mode": _schema("mode")}
+
+
+def _state_session(n: int, state: str) -> RecordedSession:
+    mode = "warm" if state == "frozen" else "cold"
+    return _session(f"c{n}", STATE_TOOLS, ("", [(ToolCall("check", {}), json.dumps({"status": state})),
+                                                (ToolCall("set_mode", {"mode": mode}), "done")]))
+
+
+def test_without_user_text_the_latest_output_words_cue_remembered_values() -> None:
+    # Both values follow the same call: only the words of its output tell them apart.
+    predictor = PatternPredictor()
+    train(predictor, [_state_session(n, "frozen" if n % 2 else "melted") for n in range(12)])
+    for state, mode in (("frozen", "warm"), ("melted", "cold")):
+        predictions, truth = _predictions_at(predictor.copy(), _state_session(99, state), 1)
+        assert truth == ToolCall("set_mode", {"mode": mode}) and predictions[0].call == truth

@@ -88,6 +88,8 @@ _OptionKey = tuple[str, tuple[tuple[str, str], ...]]
 """A predicted call as a key: the tool and its (parameter, value key) pairs in parameter order."""
 
 
+MAX_CUE_CHARS = 2000
+"""Output text read for cue words when there is no user text."""
 SYSTEM_ROLES = ("system", "developer")
 MAX_SYSTEM_CHARS = 8192
 """System text read for values (its start: where dates, names and places are usually stated)."""
@@ -222,6 +224,11 @@ class PatternPredictor:
             tokens.append(TURN_MARK)
         turn_calls = tuple(o.call.name for o in context.history[turn_start:])
         words = message_words(context.user_message)
+        if not context.user_message and context.history:
+            # Calls only (no user text): the words of the latest call and output stand in for the message's.
+            latest = context.history[-1]
+            words = message_words(" ".join(map(str, latest.call.arguments.values())) + " "
+                                  + latest.output[:MAX_CUE_CHARS])
         view = FlowView(tuple(tokens[-(self.config.order + 1):]), words, turn_calls)
         system = system_text(context.messages)
         user_texts = [str(m.get("content") or "") for m in context.messages
