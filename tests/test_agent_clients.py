@@ -157,3 +157,17 @@ def test_transcript_translation() -> None:
     assert instructions == "S"
     assert [i.get("type", i.get("role")) for i in items] == ["user", "assistant", "function_call", "function_call",
                                                              "function_call_output", "function_call_output"]
+
+
+@pytest.mark.parametrize("kind", ["chat", "responses", "anthropic"])
+async def test_closing_the_agent_leaves_the_callers_client_open(server: str, kind: str) -> None:
+    tools, _ = _tools()
+    client = _client(kind, server)
+    agent = Agent(client, "m", tools, Runtime(), api="responses" if kind == "responses" else "chat")
+    await agent.run([{"role": "user", "content": "Weather?"}])
+    await agent.close()
+    assert not client.is_closed()  # the caller's client is the caller's to close
+    again = Agent(client, "m", tools, Runtime(), api="responses" if kind == "responses" else "chat")
+    assert (await again.run([{"role": "user", "content": "Weather?"}])).final_text == "Oslo and Lima are both 24."
+    await again.close()
+    await client.close()
