@@ -2,10 +2,10 @@
 script in examples/.
 
 Each block is executed in a fresh namespace (as ``__main__``, in an empty working directory) by one child
-interpreter, with a per-block time limit; a block that awaits at top level runs under ``asyncio.run``. The
-examples run as scripts, each in its own child process.
-Both may import forethought only through its public surface (``forethought`` and
-``forethought.integrations``). Blocks that are not meant to run are fenced as ``text``, ``sh`` and so on.
+interpreter, started with the examples, with a per-block time limit; a block that awaits
+at top level runs under ``asyncio.run``. The examples run as scripts, each in its own child process. Both
+may import forethought only through its public surface (``forethought`` and ``forethought.integrations``).
+Blocks that are not meant to run are fenced as ``text``, ``sh`` and so on.
 
 The docs also cite tests by ``tests/test_x.py::test_name`` and link files by relative path: each cited
 test and each linked file must exist, so the design document cannot drift away from the suite.
@@ -111,7 +111,7 @@ def alarm(signum, frame):
     raise Timeout(f"ran past {limit} s")
 
 signal.signal(signal.SIGALRM, alarm)
-blocks, limit = json.load(sys.stdin), int(sys.argv[1])
+limit, blocks = int(sys.argv[1]), json.loads(open(sys.argv[2], encoding="utf-8").read())
 results = {}
 real_stdout = sys.stdout
 for block in blocks:
@@ -140,10 +140,9 @@ real_stdout.write("\n@@RESULTS@@" + json.dumps(results))
 '''
 
 
-def _finish(process: subprocess.Popen[str], timeout: float, stdin: str | None = None,
-            ) -> subprocess.CompletedProcess[str]:
+def _finish(process: subprocess.Popen[str], timeout: float) -> subprocess.CompletedProcess[str]:
     try:
-        out, err = process.communicate(stdin, timeout=timeout)
+        out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         out, err = process.communicate()
@@ -153,16 +152,21 @@ def _finish(process: subprocess.Popen[str], timeout: float, stdin: str | None = 
 
 @pytest.fixture(scope="module")
 def children(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
-    """The block runner and every example, all started at once (they mostly wait), each in its own directory."""
-    blocks = [{"id": b.id, "code": b.code} for b in python_blocks()]
+    """The block runner and every example, all started at once (they mostly wait), each in its own directory.
+
+    One runner serves every block: a child interpreter costs about a second of CPU to import forethought,
+    and the blocks are short.
+    """
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": env}
-    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(SNIPPET_TIMEOUT_S)], stdin=subprocess.PIPE,
-                              cwd=tmp_path_factory.mktemp("blocks"), **pipes)  # type: ignore[call-overload]
+    cwd = tmp_path_factory.mktemp("blocks")
+    (cwd / "blocks.json").write_text(json.dumps([{"id": b.id, "code": b.code} for b in BLOCKS]), encoding="utf-8")
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(SNIPPET_TIMEOUT_S), str(cwd / "blocks.json")],
+                              cwd=cwd, **pipes)  # type: ignore[call-overload]
     examples = {path.name: subprocess.Popen([sys.executable, str(path)], cwd=tmp_path_factory.mktemp(path.stem),
                                             **pipes)  # type: ignore[call-overload]
                 for path in EXAMPLES}
-    done = {"@blocks": _finish(runner, SNIPPET_TIMEOUT_S * len(blocks) + 30, json.dumps(blocks))}
+    done = {"@blocks": _finish(runner, SNIPPET_TIMEOUT_S * len(BLOCKS) + 30)}
     done.update({name: _finish(process, EXAMPLE_TIMEOUT_S) for name, process in examples.items()})
     return done
 
