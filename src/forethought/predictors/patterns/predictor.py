@@ -34,6 +34,7 @@ from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.derive_time import first_output_date, reference_now
 from forethought.predictors.patterns.flow import TURN_MARK, FlowModel, FlowView, call_token
+from forethought.predictors.patterns.numbers import NumberSpelling
 from forethought.predictors.patterns.replay import RecordedSession, from_trajectory, train
 from forethought.predictors.patterns.store import PatternStore, tool_set_fingerprint
 from forethought.predictors.patterns.text import message_words
@@ -132,6 +133,7 @@ class PatternPredictor:
         self._since_flush = 0
         self._step_calls: OrderedDict[str, tuple[_Mark, list[ObservedCall]]] = OrderedDict()
         self._steps: OrderedDict[str, tuple[PredictionContext, _Mark, _Step]] = OrderedDict()
+        self.numbers = NumberSpelling()
         if store is not None:
             self.sync()
 
@@ -156,6 +158,7 @@ class PatternPredictor:
         """An independent predictor that knows what this one has learned (and has no store)."""
         clone = PatternPredictor(None, self.fingerprint, self.config)
         clone._load(self.counts.state())
+        clone.numbers = self.numbers.copy()
         return clone
 
     # --- persistence ----------------------------------------------------------------------------------
@@ -350,7 +353,8 @@ class PatternPredictor:
             for candidate in combo.values():
                 confidence *= candidate.score ** self.config.arg_weight
             confidence *= self.config.hint_factor ** len(missing)
-            arguments = {param: c.value for param, c in combo.items() if not c.absent}
+            arguments = {param: self.numbers.spell(tool, param, properties.get(param), c.value)
+                         for param, c in combo.items() if not c.absent}
             key = (tool, tuple([(param, c.key) for param, c in combo.items() if not c.absent]))
             out.append((key, Prediction(ToolCall(tool, arguments), confidence, SOURCE, executable=not missing)))
         return out
@@ -383,6 +387,7 @@ class PatternPredictor:
         self.flow.learn(step.view, self._candidates(context), call.name)
         properties: Mapping[str, Any] = (schema or {}).get("properties") or {}
         self.args.learn(call.name, properties, arguments, step.sources, step.words)
+        self.numbers.learn(call.name, call.arguments)
         self.counts.tick()
         output_index(observed.output)  # indexed now, while learning, rather than in the next prediction
         first_output_date(observed.output)
