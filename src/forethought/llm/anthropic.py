@@ -22,11 +22,11 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from forethought.errors import StreamDroppedError, UpstreamError
+from forethought.errors import UpstreamError
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import LLMEvent, MessageDone, Usage
 from forethought.llm.responses import field
-from forethought.llm.sse import aiter_json
+from forethought.llm.sdk_stream import stream_decoded
 
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_TIMEOUT_S = 600.0
@@ -205,24 +205,6 @@ class AnthropicMessagesClient:
         sdk = self._anthropic
         request = self._client.messages.with_streaming_response.create(
             model=model, max_tokens=max_tokens, messages=turns, stream=True, extra_body=body)
-        try:
-            response = await request.__aenter__()
-        except sdk.APIConnectionError as exc:
-            raise UpstreamError(f"cannot reach {self.base_url}: {exc.message}") from exc
-        except sdk.APIStatusError as exc:
-            raise UpstreamError(f"endpoint answered HTTP {exc.status_code}: {exc.message}") from exc
-        except sdk.AnthropicError as exc:
-            raise UpstreamError(f"endpoint error: {exc}") from exc
-        decoder = AnthropicDecoder()
-        try:
-            async for event, _ in aiter_json(response.http_response):
-                for out in decoder.feed(event):
-                    yield out
-                if decoder.done:
-                    break
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise UpstreamError(f"unparsable stream event from {self.base_url}: {exc!r}") from exc
-        finally:
-            await request.__aexit__(None, None, None)
-        if not decoder.done:
-            raise StreamDroppedError(f"stream from {self.base_url} ended before message_stop")
+        async for event in stream_decoded(request, sdk, sdk.AnthropicError, AnthropicDecoder(), self.base_url,
+                                          "message_stop"):
+            yield event

@@ -20,10 +20,10 @@ from typing import Any
 
 import openai
 
-from forethought.errors import StreamDroppedError, UpstreamError
+from forethought.errors import UpstreamError
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import LLMEvent, MessageDone, Usage
-from forethought.llm.sse import aiter_json
+from forethought.llm.sdk_stream import stream_decoded
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -181,24 +181,6 @@ class OpenAIResponsesClient:
         body: dict[str, Any] = {"input": items, **({"tools": to_responses_tools(tools)} if tools else {}),
                                 **({"instructions": instructions} if instructions else {}), **extra}
         request = self._client.responses.with_streaming_response.create(model=model, stream=True, extra_body=body)
-        try:
-            response = await request.__aenter__()
-        except openai.APIConnectionError as exc:
-            raise UpstreamError(f"cannot reach {self.base_url}: {exc.message}") from exc
-        except openai.APIStatusError as exc:
-            raise UpstreamError(f"endpoint answered HTTP {exc.status_code}: {exc.message}") from exc
-        except openai.OpenAIError as exc:
-            raise UpstreamError(f"endpoint error: {exc}") from exc
-        decoder = ResponsesDecoder()
-        try:
-            async for event, _ in aiter_json(response.http_response):
-                for out in decoder.feed(event):
-                    yield out
-                if decoder.done:
-                    break
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise UpstreamError(f"unparsable stream event from {self.base_url}: {exc!r}") from exc
-        finally:
-            await request.__aexit__(None, None, None)
-        if not decoder.done:
-            raise StreamDroppedError(f"stream from {self.base_url} ended before response.completed")
+        async for event in stream_decoded(request, openai, openai.OpenAIError, ResponsesDecoder(), self.base_url,
+                                          "response.completed"):
+            yield event
