@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from forethought._calls import ToolCall
+from forethought.bench.predict_eval import latency_summary
 from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, train
@@ -108,15 +108,9 @@ def generate_sessions(count: int, output_kb: int = 100, seed: int = 7) -> list[R
 
 
 def _percentiles(samples: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    if not ordered:
-        return {}
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
-
-    return {"p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99), "max_ms": ordered[-1] * 1e3,
-            "mean_ms": statistics.fmean(ordered) * 1e3, "count": len(ordered)}
+    """predict-eval's latency summary (milliseconds) plus the number of samples."""
+    summary = latency_summary(samples)
+    return {**summary, "count": len(samples)} if summary else {}
 
 
 def run_predict_cost(config: CostConfig | None = None) -> dict[str, Any]:
