@@ -6,7 +6,6 @@ give the same messages; in the speculative run the reads were claimed from the s
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +18,8 @@ from langchain_core.messages import AIMessage, convert_to_openai_messages
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 
-from forethought import Effect, Runtime, Session, tool
+from adapter_tools import lookup_and_note_session
+from forethought import Session
 from forethought.integrations import ForethoughtToolNode, tap
 from forethought.serve.http import serve_in_process
 from forethought.serve.scripted import create_scripted_server, parse_script
@@ -32,22 +32,7 @@ SCRIPT = {"ttft_s": 0.0, "chunk_s": 0.001, "fragment_chars": 6, "responses": [
 
 
 def _session() -> tuple[Session, list[str]]:
-    ran: list[str] = []
-
-    @tool(effect=Effect.READ_ONLY)
-    async def lookup(city: str) -> dict[str, Any]:
-        """Temperature of a city."""
-        ran.append(city)
-        await asyncio.sleep(0.005)
-        return {"city": city, "temp": 20 + len(city)}
-
-    @tool
-    def note(text: str) -> str:
-        """Write a note."""
-        ran.append(f"note:{text}")
-        return "ok"
-
-    return Runtime().session(tools=[lookup, note]), ran
+    return lookup_and_note_session()
 
 
 def _graph(url: str, session: Session, speculate: bool) -> Any:

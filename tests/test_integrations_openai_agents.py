@@ -6,7 +6,6 @@ output and tool outputs; in the speculative run the reads were started from the 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +17,8 @@ import openai  # noqa: E402
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel  # noqa: E402
 from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
 
-from forethought import Effect, Runtime, tool  # noqa: E402
+from adapter_tools import lookup_and_note_session  # noqa: E402
+from forethought import Session  # noqa: E402
 from forethought.integrations import ForethoughtModel, agents_tools  # noqa: E402
 from forethought.serve.http import serve_in_process  # noqa: E402
 from forethought.serve.scripted import create_scripted_server, parse_script  # noqa: E402
@@ -32,23 +32,8 @@ SCRIPT = {"ttft_s": 0.0, "chunk_s": 0.001, "fragment_chars": 6, "responses": [
     {"text": "Oslo and Lima are both 24."}]}
 
 
-def _session() -> tuple[Any, list[str]]:
-    ran: list[str] = []
-
-    @tool(effect=Effect.READ_ONLY)
-    async def lookup(city: str) -> dict[str, Any]:
-        """Temperature of a city."""
-        ran.append(city)
-        await asyncio.sleep(0.005)
-        return {"city": city, "temp": 20 + len(city)}
-
-    @tool
-    def note(text: str) -> str:
-        """Write a note."""
-        ran.append(f"note:{text}")
-        return "ok"
-
-    return Runtime().session(tools=[lookup, note]), ran
+def _session() -> tuple[Session, list[str]]:
+    return lookup_and_note_session()
 
 
 @pytest.fixture

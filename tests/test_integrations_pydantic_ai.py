@@ -6,7 +6,6 @@ and tool returns; in the speculative run the reads were started from the stream 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +18,8 @@ from pydantic_ai.messages import ToolReturnPart  # noqa: E402
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
-from forethought import Effect, Runtime, Session, tool  # noqa: E402
+from adapter_tools import lookup_and_note_session  # noqa: E402
+from forethought import Session  # noqa: E402
 from forethought.integrations import ForethoughtToolset, TappedModel  # noqa: E402
 from forethought.serve.http import serve_in_process  # noqa: E402
 from forethought.serve.scripted import create_scripted_server, parse_script  # noqa: E402
@@ -32,22 +32,7 @@ SCRIPT = {"ttft_s": 0.0, "chunk_s": 0.001, "fragment_chars": 6, "responses": [
 
 
 def _session() -> tuple[Session, list[str]]:
-    ran: list[str] = []
-
-    @tool(effect=Effect.READ_ONLY)
-    async def lookup(city: str) -> dict[str, Any]:
-        """Temperature of a city."""
-        ran.append(city)
-        await asyncio.sleep(0.005)
-        return {"city": city, "temp": 20 + len(city)}
-
-    @tool
-    def note(text: str) -> str:
-        """Write a note."""
-        ran.append(f"note:{text}")
-        return "ok"
-
-    return Runtime().session(tools=[lookup, note]), ran
+    return lookup_and_note_session()
 
 
 @pytest.fixture
