@@ -170,7 +170,7 @@ async def test_canonical_keys_match_defaults_and_key_order() -> None:
         stream = Stream(url, step=2)  # grep a.md and grep b.md in one message
         target = await stream.start()
         await raw_post(target, [{"name": "grep", "params": {"n": 1, "file": "b.md"}, "output": "B"},
-                                {"name": "grep", "params": {"file": "a.md", "n": 1.0}, "output": "A"}])
+                                {"name": "grep", "params": {"file": "a.md", "n": 1}, "output": "A"}])
         events = await stream.rest()
     assert [(r.index, r.output) for r in served(events)] == [(0, "A"), (1, "B")]
 

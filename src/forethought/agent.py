@@ -419,7 +419,8 @@ class Agent:
     async def _post_when_done(self, settled: asyncio.Future[SettledSpeculation], step: int) -> None:
         result = await settled
         await self._target_ready.wait()
-        cached = _postable(result) if self.session.has_speculation(result.key) else None
+        cached = (_postable(result, self.runtime.clock.monotonic())
+                  if self.session.has_speculation(result.key) else None)
         target = self._target
         if cached is None or target is None or step != self._step_number or self._poster is None:
             return
@@ -532,19 +533,20 @@ async def _aclose(stream: AsyncIterator[LLMEvent]) -> None:
         await close()
 
 
-def _postable(result: SettledSpeculation) -> CachedOutput | None:
+def _postable(result: SettledSpeculation, now: float) -> CachedOutput | None:
     """The cache entry for a finished speculation, or ``None`` when serving it could differ from serial.
 
     PURE and READ_ONLY results (no validator) are posted as they are; ISOLATED_WRITE results are posted
     ``exclusive``, so the gateway serves them only to a message that has just that call and the commit
     at the claim cannot meet another write. Failed, dropped or nearly expired results are not posted.
+    ``now`` is the runtime's clock (the one ``expires_at`` is on).
     """
     tool = result.tool
     if not result.ok or tool.validator is not None:
         return None
     if tool.effect not in (Effect.PURE, Effect.READ_ONLY, Effect.ISOLATED_WRITE):
         return None
-    remaining = result.expires_at - time.monotonic()
+    remaining = result.expires_at - now
     keep_alive = None if math.isinf(remaining) else remaining - POST_MARGIN_S
     if keep_alive is not None and keep_alive <= 0:
         return None
