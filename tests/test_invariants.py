@@ -1,5 +1,5 @@
-"""DESIGN.md invariants 1, 2, 4 and 5, attacked directly: isolation, side-effect boundary, authoritative
-first, failure transparency. Tools count every execution and know (via ``conftest.PHASE``) whether they
+"""The invariants of docs/design.md ("Invariants") 1 (isolation), 2 (side-effect boundary), 4 (authoritative
+first) and 5 (failure transparency), attacked directly. Tools count every execution and know (via ``conftest.PHASE``) whether they
 run speculatively, so "never ran" and "ran exactly once" are counted, not inferred from timing."""
 
 from __future__ import annotations
