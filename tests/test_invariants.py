@@ -1,6 +1,7 @@
 """The invariants of docs/design.md ("Invariants") 1 (isolation), 2 (side-effect boundary), 4 (authoritative
-first) and 5 (failure transparency), attacked directly. Tools count every execution and know (via ``conftest.PHASE``) whether they
-run speculatively, so "never ran" and "ran exactly once" are counted, not inferred from timing."""
+first) and 5 (failure transparency), attacked directly. Tools count every execution and know (via
+``conftest.PHASE``) whether they run speculatively, so "never ran" and "ran exactly once" are counted, not
+inferred from timing."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Benchmark reports: a rich table on the terminal, the JSON document, and an HTML page with PNG plots.
 
-The JSON document has the shape docs/design.md ("Public surface") promises: ``{"command", "version", "params", "results"}`` with
-``results.arms[ARM]`` and ``results.equivalent``. Plots are drawn with matplotlib's Agg backend (no
-screen needed); the HTML page embeds them by relative path and shows every parameter used.
+The JSON document has the shape docs/design.md ("Public surface") promises: ``{"command", "version",
+"params", "results"}`` with ``results.arms[ARM]`` and ``results.equivalent``. Plots are drawn with
+matplotlib's Agg backend (no screen needed); the HTML page embeds them by relative path and shows every
+parameter used.
 """
 
 from __future__ import annotations
