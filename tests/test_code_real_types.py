@@ -49,8 +49,6 @@ PROGRAMS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="the runtime copies an authoritative call's arguments (own_arguments in "
-                   "_store.py), so a tool that changes its argument does not change the program's object")
 async def test_a_tool_receives_the_program_s_own_objects() -> None:
     code = "xs = ['a']\nn = keep(xs)\nprint(n, xs)"
     streamed = await stream_and_run(code, typed_tools(), mode=CodeMode.WHOLE)

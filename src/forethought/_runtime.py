@@ -412,11 +412,17 @@ class Session:
 
     # --- the authoritative path -------------------------------------------------------------------
 
-    async def execute(self, call: ToolCall) -> Any:
-        """Run ``call`` authoritatively (claiming a speculation when one matches) and return its value."""
-        return (await self.execute_detailed(call)).value
+    async def execute(self, call: ToolCall, *, share_arguments: bool = False) -> Any:
+        """Run ``call`` authoritatively (claiming a speculation when one matches) and return its value.
 
-    async def execute_detailed(self, call: ToolCall) -> CallOutcome:
+        On a miss the tool gets a private copy of the call's argument values (same values and types), so
+        it cannot change objects the caller or a predictor still holds. ``share_arguments=True`` hands it
+        the caller's own objects instead, as a plain function call would (the code executor's real run
+        does this, so a tool that changes a list it was passed changes the program's list).
+        """
+        return (await self.execute_detailed(call, share_arguments=share_arguments)).value
+
+    async def execute_detailed(self, call: ToolCall, *, share_arguments: bool = False) -> CallOutcome:
         """Like :meth:`execute`, also saying whether it was a hit and how long it waited."""
         t, arguments, key = self.resolve(call)
         start = self._now()
@@ -450,7 +456,8 @@ class Session:
                 if partial is not None:
                     return partial
             try:
-                value = await self._run_authoritative(t, own_arguments(t.arguments.given(call), top=False))
+                given = t.arguments.given(call)
+                value = await self._run_authoritative(t, given if share_arguments else own_arguments(given, top=False))
             finally:
                 waited = self._now() - start
                 self._emit(_MISS, t, key, seconds=waited)

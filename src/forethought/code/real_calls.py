@@ -265,7 +265,7 @@ class CallPlane:
             raise _ShapeMismatch
         result = self.link.started(key)
         try:
-            outcome = await self.session.execute_detailed(call)
+            outcome = await self.session.execute_detailed(call, share_arguments=True)
         except BaseException as exc:
             result.set_exception(exc)
             raise
