@@ -26,7 +26,7 @@ from forethought.errors import UpstreamError
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import LLMEvent, MessageDone, Usage
 from forethought.llm.responses import field
-from forethought.llm.sdk_stream import stream_decoded
+from forethought.llm.sdk_stream import SdkClientHolder, stream_decoded
 
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_TIMEOUT_S = 600.0
@@ -160,7 +160,7 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-class AnthropicMessagesClient:
+class AnthropicMessagesClient(SdkClientHolder):
     """:class:`~forethought.llm.chat.LLMClient` over Anthropic Messages (streamed), on the ``anthropic`` SDK.
 
     Give ``base_url`` (without ``/v1``) or an existing ``anthropic.AsyncAnthropic`` as ``client`` (not
@@ -179,22 +179,11 @@ class AnthropicMessagesClient:
                 raise ValueError("AnthropicMessagesClient needs base_url or client")
             client = anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, timeout=timeout,
                                               max_retries=max_retries)
-            self._own = True
+            own = True
         else:
-            self._own = False
-        self._client = client
-        self.base_url = str(client.base_url)
+            own = False
+        self._hold(client, own)
         self.max_tokens = max_tokens
-
-    async def aclose(self) -> None:
-        if self._own:
-            await self._client.close()
-
-    async def __aenter__(self) -> AnthropicMessagesClient:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def stream(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                      **extra: Any) -> AsyncIterator[LLMEvent]:

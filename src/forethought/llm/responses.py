@@ -23,7 +23,7 @@ import openai
 from forethought.errors import UpstreamError
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import LLMEvent, MessageDone, Usage
-from forethought.llm.sdk_stream import stream_decoded
+from forethought.llm.sdk_stream import SdkClientHolder, stream_decoded
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -145,7 +145,7 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-class OpenAIResponsesClient:
+class OpenAIResponsesClient(SdkClientHolder):
     """:class:`~forethought.llm.chat.LLMClient` over the OpenAI Responses API (``POST /v1/responses``, streamed).
 
     Give ``base_url`` (with ``/v1``) or an existing ``openai.AsyncOpenAI`` as ``client`` (it is not closed
@@ -159,21 +159,10 @@ class OpenAIResponsesClient:
                 raise ValueError("OpenAIResponsesClient needs base_url or client")
             client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout,
                                         max_retries=max_retries)
-            self._own = True
+            own = True
         else:
-            self._own = False
-        self._client = client
-        self.base_url = str(client.base_url)
-
-    async def aclose(self) -> None:
-        if self._own:
-            await self._client.close()
-
-    async def __aenter__(self) -> OpenAIResponsesClient:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+            own = False
+        self._hold(client, own)
 
     async def stream(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                      **extra: Any) -> AsyncIterator[LLMEvent]:

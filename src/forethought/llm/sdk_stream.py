@@ -9,7 +9,7 @@ the message is done, and raise :class:`~forethought.errors.StreamDroppedError` w
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from forethought.errors import StreamDroppedError, UpstreamError
 from forethought.llm.events import LLMEvent
@@ -52,3 +52,28 @@ async def stream_decoded(request: Any, sdk: Any, base_error: type[Exception], de
         await request.__aexit__(None, None, None)
     if not decoder.done:
         raise StreamDroppedError(f"stream from {base_url} ended before {last_event}")
+
+
+class SdkClientHolder:
+    """Holds a vendor SDK client for a forethought client: an async context manager that closes the SDK
+    client on :meth:`aclose` only when it created it (a caller's own client is left open)."""
+
+    _client: Any
+    _own: bool
+    base_url: str
+
+    def _hold(self, client: Any, own: bool) -> None:
+        self._client = client
+        self._own = own
+        self.base_url = str(client.base_url)
+
+    async def aclose(self) -> None:
+        """Close the SDK client if this object created it."""
+        if self._own:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
