@@ -5,6 +5,8 @@ This module is the public surface: every name a user constructs or catches is ex
 and may move between releases.
 """
 
+from typing import TYPE_CHECKING
+
 from forethought._calls import ToolCall
 from forethought._clock import Clock, FakeClock, SystemClock
 from forethought._policy import Policy, ToolPolicy, load_policy
@@ -12,9 +14,6 @@ from forethought._runtime import Runtime, Session
 from forethought._store import CallOutcome, SpeculationTicket
 from forethought._tools import Effect, PartialRule, StateCell, Tool, tool
 from forethought._version import __version__
-from forethought.agent import Agent, AgentResult, AgentStream, StepTiming, ToolRecord
-from forethought.code import CodeExecutor, CodePredictor, ExecResult, PlainExecutor, ShadowLimits
-from forethought.code.harness import PythonTool
 from forethought.errors import (
     CallError,
     ForethoughtError,
@@ -30,27 +29,54 @@ from forethought.errors import (
     UpstreamError,
     WorkloadError,
 )
-from forethought.llm import (
-    AnthropicMessagesClient,
-    FakeLLMClient,
-    LLMClient,
-    OpenAIChatClient,
-    OpenAIResponsesClient,
-    scripted_message,
-)
-from forethought.predictors import ModelSpeculator, ObservedCall, Prediction, PredictionContext, Predictor
-from forethought.predictors.patterns import PatternConfig, PatternPredictor
 from forethought.sandbox import FileWorkspace, ObjectState
 from forethought.telemetry import EventKind, SessionStats, Telemetry
 
+if TYPE_CHECKING:
+    from forethought.agent import Agent, AgentResult, AgentStream, StepTiming, ToolRecord
+    from forethought.code import CodeExecutor, CodePredictor, ExecResult, PlainExecutor, ShadowLimits
+    from forethought.code.harness import PythonTool
+    from forethought.llm import (
+        AnthropicMessagesClient,
+        FakeLLMClient,
+        LLMClient,
+        OpenAIChatClient,
+        OpenAIResponsesClient,
+        scripted_message,
+    )
+    from forethought.predictors import ModelSpeculator, ObservedCall, Prediction, PredictionContext, Predictor
+    from forethought.predictors.patterns import PatternConfig, PatternPredictor
+    from forethought.serve.scripted import serve_scripted
+
+_LAZY = {
+    **dict.fromkeys(("Agent", "AgentResult", "AgentStream", "StepTiming", "ToolRecord"), "forethought.agent"),
+    **dict.fromkeys(("CodeExecutor", "CodePredictor", "ExecResult", "PlainExecutor", "ShadowLimits"),
+                    "forethought.code"),
+    "PythonTool": "forethought.code.harness",
+    **dict.fromkeys(("AnthropicMessagesClient", "FakeLLMClient", "LLMClient", "OpenAIChatClient",
+                     "OpenAIResponsesClient", "scripted_message"), "forethought.llm"),
+    **dict.fromkeys(("ModelSpeculator", "ObservedCall", "Prediction", "PredictionContext", "Predictor"),
+                    "forethought.predictors"),
+    **dict.fromkeys(("PatternConfig", "PatternPredictor"), "forethought.predictors.patterns"),
+    "serve_scripted": "forethought.serve.scripted",
+}
+"""Public names imported on first use: the LLM clients and everything that uses them pull in the openai SDK
+(about 0.6 s), and ``serve_scripted`` needs ``forethought[serve]``; ``import forethought`` stays light."""
+
 
 def __getattr__(name: str) -> object:
-    # Names whose modules need an extra (``forethought[serve]``): imported on first use, not by ``import forethought``.
-    if name == "serve_scripted":
-        from forethought.serve.scripted import serve_scripted
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'forethought' has no attribute {name!r}")
+    import importlib
 
-        return serve_scripted
-    raise AttributeError(f"module 'forethought' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
