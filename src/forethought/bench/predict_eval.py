@@ -237,12 +237,65 @@ def _derivations(predictor: PatternPredictor, context: PredictionContext, call: 
         shares[derivation(rule)] = shares.get(derivation(rule), 0) + 1
 
 
+MISS_RANKS = 8
+"""Candidates of a wrong argument looked at for the rank of the right value (``misses``)."""
+
+
+def _miss(predictor: PatternPredictor, context: PredictionContext, predictions: Sequence[Prediction],
+          truth: ToolCall, session_id: str, exact_rank: int | None) -> dict[str, Any]:
+    """One position whose first prediction was not exact, with its category: ``name`` (wrong tool) or
+    ``args`` (right tool), and per wrong argument the right value, the one predicted, the rule of the one
+    predicted and the rank of the right value among the parameter's candidates (None: not derived)."""
+    names = [p.call.name for p in predictions]
+    miss: dict[str, Any] = {"session": session_id, "position": len(context.history),
+                            "user": context.user_message[:300], "truth": {"name": truth.name,
+                                                                          "arguments": dict(truth.arguments)},
+                            "predicted": [{"name": p.call.name, "arguments": dict(p.call.arguments),
+                                           "confidence": round(p.confidence, 4), "executable": p.executable}
+                                          for p in predictions],
+                            "exact_rank": exact_rank,
+                            "truth_name_rank": names.index(truth.name) if truth.name in names else None}
+    if not predictions or predictions[0].call.name != truth.name:
+        miss["category"] = "name"
+        return miss
+    miss["category"] = "args"
+    step = predictor._step(context)
+    schema = context.tools.get(truth.name) or {}
+    properties: Mapping[str, Any] = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    wrong = []
+    guessed = predictions[0].call.arguments
+    for param in predictor.args.parameters(truth.name, properties):
+        wanted = value_key(truth.arguments[param]) if param in truth.arguments else ABSENT_KEY
+        got = value_key(guessed[param]) if param in guessed else ABSENT_KEY
+        if wanted == got:
+            continue
+        found = predictor.args.candidates(truth.name, param, properties.get(param) or {}, param in required,
+                                          step.sources, step.words, MISS_RANKS)
+        rank = next((i for i, c in enumerate(found) if c.key == wanted), None)
+        wrong.append({"param": param, "truth": truth.arguments.get(param, "<absent>"),
+                      "predicted": guessed.get(param, "<absent>"),
+                      "predicted_rule": derivation(found[0].rule) if found else None,
+                      "truth_rank": rank, "truth_rule": derivation(found[rank].rule) if rank is not None else None})
+    miss["wrong"] = wrong
+    return miss
+
+
+def write_misses(path: str, misses: Sequence[Mapping[str, Any]]) -> None:
+    """Write ``misses`` (of :func:`evaluate`) as JSON Lines."""
+    with open(path, "w", encoding="utf-8") as f:
+        for miss in misses:
+            f.write(json.dumps(miss, ensure_ascii=False, default=str) + "\n")
+
+
 def evaluate(predictor: PatternPredictor, sessions: Iterable[RecordedSession], user_text: bool = True,
-             latencies: list[float] | None = None, shares: dict[str, int] | None = None) -> dict[str, Tally]:
+             latencies: list[float] | None = None, shares: dict[str, int] | None = None,
+             misses: list[dict[str, Any]] | None = None) -> dict[str, Tally]:
     """Predict then observe every call of ``sessions`` in order; tallies by domain. Without
     ``user_text`` the predictor sees the calls only (:func:`calls_only`); the time of each prediction
     is appended to ``latencies`` (seconds); ``shares`` counts the derivation of each argument value of
-    the exact first predictions (:func:`derivation`)."""
+    the exact first predictions (:func:`derivation`); ``misses`` gets each position whose first
+    prediction was not exact (:func:`_miss`)."""
     tallies: dict[str, Tally] = {}
     for session in sessions:
         specs = _specs(session)
@@ -256,6 +309,9 @@ def evaluate(predictor: PatternPredictor, sessions: Iterable[RecordedSession], u
             tally.add(predictions, observed.call, same)
             if shares is not None and predictions and same(predictions[0].call):
                 _derivations(predictor, context, predictions[0].call, shares)
+            if misses is not None and not (predictions and same(predictions[0].call)):
+                rank = next((i for i, p in enumerate(predictions) if same(p.call)), None)
+                misses.append(_miss(predictor, context, predictions, observed.call, session.id, rank))
             predictor.observe(context, observed)
     return tallies
 
@@ -274,10 +330,12 @@ def latency_summary(samples: Sequence[float]) -> dict[str, float]:
 
 
 def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
-                     config: PatternConfig | None = None, user_text: bool = True) -> dict[str, Any]:
+                     config: PatternConfig | None = None, user_text: bool = True,
+                     misses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Two-fold interleaved next-call evaluation; ``{"overall": {...}, "by_domain": {DOMAIN: {...}}}``,
     with ``latency`` (per prediction) and ``train_s``. Without ``user_text`` the predictor is trained and
-    tested on the calls and outputs only (what a tool proxy sees)."""
+    tested on the calls and outputs only (what a tool proxy sees). ``misses`` gets every position whose
+    first prediction was not exact, with its category (:func:`evaluate`)."""
     if workload != "bfcl":
         raise WorkloadError(f"predict-eval knows the workload 'bfcl' only, not {workload!r}")
     if folds not in (1, 2):
@@ -301,7 +359,7 @@ def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
                 predictor.observe(context, observed)
         train_s += time.perf_counter() - start
         tested = (recorded[e.id] for e in test_entries)
-        for domain, tally in evaluate(predictor, tested, user_text, latencies, shares).items():
+        for domain, tally in evaluate(predictor, tested, user_text, latencies, shares, misses).items():
             by_domain.setdefault(domain, Tally()).merge(tally)
     overall = Tally()
     for tally in by_domain.values():

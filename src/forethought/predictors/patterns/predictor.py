@@ -35,6 +35,7 @@ from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.derive_time import first_output_date, reference_now
 from forethought.predictors.patterns.flow import TURN_MARK, FlowModel, FlowView, call_token
 from forethought.predictors.patterns.numbers import NumberSpelling
+from forethought.predictors.patterns.repeats import RECENT_CALLS, RecentCalls, RepeatModel, recent_calls
 from forethought.predictors.patterns.replay import RecordedSession, from_trajectory, train
 from forethought.predictors.patterns.store import PatternStore, tool_set_fingerprint
 from forethought.predictors.patterns.text import message_words
@@ -81,6 +82,8 @@ class _Step:
     view: FlowView
     sources: Sources
     words: frozenset[str]
+    recent: RecentCalls
+    """The session's recent calls by tool, to tell a candidate that repeats one (:mod:`repeats`)."""
 
 
 _Mark = tuple[int, int, str]
@@ -91,6 +94,8 @@ _OptionKey = tuple[str, tuple[tuple[str, str], ...]]
 
 MAX_CUE_CHARS = 2000
 """Output text read for cue words when there is no user text."""
+MAX_CANONICAL_CALLS = 8192
+"""Earlier calls whose canonical arguments are remembered (for telling repeats)."""
 SYSTEM_ROLES = ("system", "developer")
 MAX_SYSTEM_CHARS = 8192
 """System text read for values (its start: where dates, names and places are usually stated)."""
@@ -134,6 +139,8 @@ class PatternPredictor:
         self._step_calls: OrderedDict[str, tuple[_Mark, list[ObservedCall]]] = OrderedDict()
         self._steps: OrderedDict[str, tuple[PredictionContext, _Mark, _Step]] = OrderedDict()
         self.numbers = NumberSpelling()
+        self.repeats = RepeatModel(self.counts)
+        self._canonical_of: OrderedDict[int, tuple[ObservedCall, tuple[str, Mapping[str, Any]]]] = OrderedDict()
         if store is not None:
             self.sync()
 
@@ -240,7 +247,22 @@ class PatternPredictor:
                                   (o.output for o in reversed(context.history)))
         sources = Sources(context.user_message, context.history, turn_start, turns.previous_message, system,
                           reference)
-        return _Step(view, sources, words)
+        recent = recent_calls([self._canonical_observed(o, context.tools)
+                               for o in context.history[-RECENT_CALLS:]])
+        return _Step(view, sources, words, recent)
+
+    def _canonical_observed(self, observed: ObservedCall, tools: Mapping[str, Mapping[str, Any]]
+                            ) -> tuple[str, Mapping[str, Any]]:
+        """(tool, canonical arguments) of an earlier call, worked out once per call (every later step reads
+        the same calls)."""
+        known = self._canonical_of.get(id(observed))
+        if known is not None and known[0] is observed:
+            return known[1]
+        value = (observed.call.name, self._canonical(observed.call, tools.get(observed.call.name)))
+        self._canonical_of[id(observed)] = (observed, value)
+        while len(self._canonical_of) > MAX_CANONICAL_CALLS:
+            self._canonical_of.popitem(last=False)
+        return value
 
     def _candidates(self, context: PredictionContext) -> tuple[str, ...]:
         """The tools that may come next: those offered, else every tool seen."""
@@ -355,6 +377,9 @@ class PatternPredictor:
             confidence *= self.config.hint_factor ** len(missing)
             arguments = {param: self.numbers.spell(tool, param, properties.get(param), c.value)
                          for param, c in combo.items() if not c.absent}
+            if tool in step.recent:
+                confidence *= self.repeats.factor(tool, self._canonical(ToolCall(tool, arguments), schema),
+                                                  step.recent)
             key = (tool, tuple([(param, c.key) for param, c in combo.items() if not c.absent]))
             out.append((key, Prediction(ToolCall(tool, arguments), confidence, SOURCE, executable=not missing)))
         return out
@@ -388,6 +413,7 @@ class PatternPredictor:
         properties: Mapping[str, Any] = (schema or {}).get("properties") or {}
         self.args.learn(call.name, properties, arguments, step.sources, step.words)
         self.numbers.learn(call.name, call.arguments)
+        self.repeats.learn(call.name, arguments, step.recent)
         self.counts.tick()
         output_index(observed.output)  # indexed now, while learning, rather than in the next prediction
         first_output_date(observed.output)
