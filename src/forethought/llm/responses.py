@@ -81,7 +81,10 @@ class ResponsesDecoder:
         if kind in ("response.completed", "response.incomplete"):
             response = field(event, "response")
             self.done = True
-            reason = ("tool_calls" if self._calls else "stop") if kind == "response.completed" else "length"
+            # vLLM 0.32 ends a cut-off response with ``response.completed`` whose status is ``incomplete``
+            # (OpenAI sends ``response.incomplete``): the status decides, not the event's name.
+            cut = kind == "response.incomplete" or field(response, "status") == "incomplete"
+            reason = "length" if cut else ("tool_calls" if self._calls else "stop")
             return [*self._assembler.finish(reason),
                     MessageDone(reason, _usage(field(response, "usage")), field(response, "id") or self.response_id)]
         if kind == "response.failed":
@@ -133,6 +136,8 @@ def to_responses_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         tool = {"type": "function", "name": function.get("name"), "parameters": function.get("parameters") or {}}
         if function.get("description"):
             tool["description"] = function["description"]
+        if "strict" in function:  # a Responses function tool carries `strict` at its top level
+            tool["strict"] = bool(function["strict"])
         out.append(tool)
     return out
 
