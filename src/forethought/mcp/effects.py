@@ -4,7 +4,11 @@ The MCP specification calls tool annotations untrusted, so a hint alone never ma
 ``readOnlyHint: true`` makes a tool READ_ONLY only on a server the policy marks ``trusted``. Idempotent or
 non-destructive hints never make a tool read-only, and a tool with no hint (or an untrusted server's tool)
 is DESTRUCTIVE, which never runs early. The policy can override any tool's effect, deny it speculation, and
-set its TTL, cost units and privacy (a private tool's arguments and results are never learned).
+set its TTL, cost units and privacy (a private tool's arguments and results are never learned), and name
+a *validator*: a read-only tool of the same server whose result must be unchanged between the start of a
+speculation and its claim for the speculated result to be served (``validator = "git_status"``: the
+validator gets the call's arguments its schema names; or a table ``{tool = "git_status", arguments = {...},
+copy = ["repo_path"]}``: fixed arguments plus the named ones copied from the call).
 
 A policy file is TOML: forethought's runtime policy keys at the top level, an ``[mcp]`` table with the
 proxy's own settings, and one ``[servers.NAME]`` table per upstream server (``"*"`` for any server)::
@@ -12,11 +16,14 @@ proxy's own settings, and one ``[servers.NAME]`` table per upstream server (``"*
     [mcp]
     guesses = 1
     min_confidence = 0.2
+    max_upstream_ratio = 1.5
 
     [servers.sqlite]
     trusted = true
     [servers.sqlite.tools.read_query]
     ttl_s = 10
+    [servers.git.tools.git_diff_unstaged]
+    validator = "git_status"
 """
 
 from __future__ import annotations
@@ -36,6 +43,27 @@ ANY_SERVER = "*"
 DEFAULT_GUESSES = 1
 DEFAULT_MIN_CONFIDENCE = 0.2
 DEFAULT_TTL_S = 30.0
+DEFAULT_MAX_UPSTREAM_RATIO = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatorSpec:
+    """A read-only call of the same server whose result must not change for a speculation to be served."""
+
+    tool: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    """Fixed arguments of the validator call."""
+    copy: tuple[str, ...] | None = None
+    """Arguments copied from the speculated call (``None``: every one the validator's schema names)."""
+
+    def arguments_for(self, call_arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+        """The validator call's arguments for a speculated call with ``call_arguments``."""
+        names = self.copy
+        if names is None:
+            properties = schema.get("properties")
+            names = tuple(properties) if isinstance(properties, Mapping) else ()
+        copied = {k: call_arguments[k] for k in names if k in call_arguments}
+        return {**copied, **self.arguments}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +73,8 @@ class ServerPolicy:
     trusted: bool = False
     """Whether the server's ``readOnlyHint`` annotations are believed."""
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict)
+    validators: Mapping[str, ValidatorSpec] = field(default_factory=dict)
+    """Tool name -> the validator the policy names for it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +87,8 @@ class ProxySettings:
     """Predictions less confident than this are not run."""
     ttl_s: float = DEFAULT_TTL_S
     """How long a speculated result stays servable unless a tool's policy says otherwise."""
+    max_upstream_ratio: float = DEFAULT_MAX_UPSTREAM_RATIO
+    """The most upstream requests (guesses and validators included) per client call of a session."""
 
     def __post_init__(self) -> None:
         if self.guesses < 0:
@@ -65,6 +97,8 @@ class ProxySettings:
             raise McpPolicyError("mcp.min_confidence must be between 0 and 1")
         if not self.ttl_s > 0:
             raise McpPolicyError("mcp.ttl_s must be > 0")
+        if not self.max_upstream_ratio >= 1.0:
+            raise McpPolicyError("mcp.max_upstream_ratio must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +162,7 @@ def decide(tool: Mapping[str, Any], server: ServerPolicy, settings: ProxySetting
 
 
 _SERVER_KEYS = {"trusted", "tools"}
-_SETTING_KEYS = {"guesses": int, "min_confidence": float, "ttl_s": float}
+_SETTING_KEYS = {"guesses": int, "min_confidence": float, "ttl_s": float, "max_upstream_ratio": float}
 
 
 def policy_from_data(data: Mapping[str, Any], origin: str = "policy") -> McpPolicy:
@@ -168,11 +202,42 @@ def _server(name: str, spec: Any, origin: str) -> ServerPolicy:
     trusted = spec.get("trusted", False)
     if not isinstance(trusted, bool):
         raise McpPolicyError(f"{where}.trusted': expected true or false, got {trusted!r}")
+    raw_tools = spec.get("tools", {})
+    if not isinstance(raw_tools, Mapping):
+        raise McpPolicyError(f"{where}.tools': expected a table of tools")
+    validators: dict[str, ValidatorSpec] = {}
+    plain: dict[str, Any] = {}
+    for tool, table in raw_tools.items():
+        if isinstance(table, Mapping) and "validator" in table:
+            validators[tool] = _validator(table["validator"], f"{where}.tools.{tool}.validator'")
+            table = {k: v for k, v in table.items() if k != "validator"}
+        plain[tool] = table
     try:
-        tools = policy_from_mapping({"tools": spec.get("tools", {})}, f"{origin} (servers.{name})").tools
+        tools = policy_from_mapping({"tools": plain}, f"{origin} (servers.{name})").tools
     except PolicyError as exc:
         raise McpPolicyError(str(exc)) from None
-    return ServerPolicy(trusted, dict(tools))
+    return ServerPolicy(trusted, dict(tools), validators)
+
+
+_VALIDATOR_KEYS = {"tool", "arguments", "copy"}
+
+
+def _validator(raw: Any, where: str) -> ValidatorSpec:
+    if isinstance(raw, str) and raw:
+        return ValidatorSpec(raw)
+    if not isinstance(raw, Mapping):
+        raise McpPolicyError(f"{where}: expected a tool name or a table with 'tool'")
+    unknown = set(raw) - _VALIDATOR_KEYS
+    if unknown:
+        raise McpPolicyError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+    tool, arguments, copy = raw.get("tool"), raw.get("arguments", {}), raw.get("copy")
+    if not isinstance(tool, str) or not tool:
+        raise McpPolicyError(f"{where}: 'tool' must name a tool of the same server")
+    if not isinstance(arguments, Mapping):
+        raise McpPolicyError(f"{where}: 'arguments' must be a table")
+    if copy is not None and (not isinstance(copy, list) or not all(isinstance(c, str) for c in copy)):
+        raise McpPolicyError(f"{where}: 'copy' must be a list of argument names")
+    return ValidatorSpec(tool, dict(arguments), tuple(copy) if copy is not None else None)
 
 
 def load_mcp_policy(path: str | Path | None) -> McpPolicy:

@@ -31,6 +31,7 @@ from forethought.mcp.relay import MessageSource, Relay
 from forethought.mcp.speculation import CallReport, SessionSpeculator
 from forethought.mcp.stats import ProxyStats, StatsStore
 from forethought.mcp.upstream import MessageSink, UpstreamLink
+from forethought.mcp.writeclock import MemoryWriteClock, SqliteWriteClock, WriteClock
 from forethought.predictors.base import Predictor
 from forethought.predictors.patterns import PatternPredictor
 from forethought.predictors.patterns.store import MemoryPatternStore, PatternStore, SqlitePatternStore
@@ -90,10 +91,15 @@ class Proxy:
         self.runtime = Runtime(policy=config.policy.runtime_for(config.name or ""))
         self._patterns: PatternStore = MemoryPatternStore()
         self._stats_store: StatsStore | None = None
+        self._sqlite_clock: SqliteWriteClock | None = None
+        self.clock: WriteClock = MemoryWriteClock()
+        """The write clock of this proxy's sessions, shared through the store with other proxy processes."""
         if config.store is not None:
             try:
                 self._patterns = SqlitePatternStore(config.store)
                 self._stats_store = StatsStore(config.store)
+                self._sqlite_clock = SqliteWriteClock(config.store)
+                self.clock = self._sqlite_clock
             except (sqlite3.Error, OSError) as exc:
                 raise McpProxyError(f"cannot open the pattern store {config.store}: {exc}") from None
         self.finished = ProxyStats()
@@ -119,7 +125,8 @@ class Proxy:
             link = UpstreamLink(up_write)
             self.links.append(link)
             speculator = SessionSpeculator(link, self.config.policy, self.config.name or "", self.runtime,
-                                           self._predictor_for, named=self.config.name is not None)
+                                           self._predictor_for, named=self.config.name is not None,
+                                           clock=self.clock)
             self._live.append(speculator)
             relay = Relay(down_read, down_write, up_read, link, speculator, on_call=self.on_call,
                           exit_detail=lambda: f"{self.config.label!r} exited or closed its connection")
@@ -145,6 +152,8 @@ class Proxy:
         self._patterns.close()
         if self._stats_store is not None:
             self._stats_store.close()
+        if self._sqlite_clock is not None:
+            self._sqlite_clock.close()
 
 
 async def run_stdio(proxy: Proxy) -> ProxyStats:

@@ -10,7 +10,12 @@ calls of early-allowed tools are speculated under the proxy's own request ids.
 A tool is keyed on its exact JSON arguments (one ``payload`` argument holding them, key-sorted), so two calls
 share a speculation only when the upstream cannot tell them apart, and the arguments sent upstream are the
 client's own bytes, never a canonicalised copy. Freshness is the runtime's: a speculation expires after its
-TTL, and any call of a tool that is not read-only (or unknown) makes every read speculated before it stale.
+TTL, any call of a tool that is not read-only (or unknown) makes every read speculated before it stale, and
+each tool's validator (:mod:`~forethought.mcp.freshness`) makes it stale when a write went through another
+proxy sharing the write clock, or when the validator the policy names for it answers differently.
+
+Guesses are bounded twice: at most ``guesses`` launches after each result, and never more upstream requests
+than ``max_upstream_ratio`` times the client's own calls (a guess that would pass the bound is not made).
 """
 
 from __future__ import annotations
@@ -20,19 +25,21 @@ import json
 import logging
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from mcp_types import JSONRPCRequest
 
 from forethought._calls import ToolCall
 from forethought._runtime import Runtime, Session
-from forethought._tools import Tool
+from forethought._tools import Effect, Tool
 from forethought.errors import ForethoughtError
 from forethought.mcp.effects import McpPolicy, ToolEffect, decide
 from forethought.mcp.errors import McpProxyError, UpstreamClosedError, upstream_gone_error
+from forethought.mcp.freshness import PAYLOAD, freshness_validator
 from forethought.mcp.stats import ProxyStats
 from forethought.mcp.upstream import Answer, UpstreamLink
+from forethought.mcp.writeclock import MemoryWriteClock, WriteClock
 from forethought.predictors.base import ObservedCall, PredictionContext, Predictor
 
 log = logging.getLogger(__name__)
@@ -42,8 +49,9 @@ HISTORY = 32
 """Calls of the session the predictor sees (the latest ones)."""
 OUTPUT_CHARS = 4000
 """Characters of a result's text the predictor learns from."""
-_PAYLOAD = "payload"
+_PAYLOAD = PAYLOAD
 _PARAMETERS = {"type": "object", "properties": {_PAYLOAD: {"type": "string"}}, "required": [_PAYLOAD]}
+_READS = (Effect.PURE, Effect.READ_ONLY)
 _CALL_KEYS = frozenset({"name", "arguments", "_meta"})
 _ENVELOPE_PREFIX = "io.modelcontextprotocol/"
 
@@ -99,8 +107,9 @@ class SessionSpeculator:
     """Speculation for one downstream client session in front of one upstream server."""
 
     def __init__(self, link: UpstreamLink, policy: McpPolicy, server_name: str, runtime: Runtime,
-                 predictor_for: PredictorFactory, named: bool = False) -> None:
+                 predictor_for: PredictorFactory, named: bool = False, clock: WriteClock | None = None) -> None:
         self._link = link
+        self._clock: WriteClock = clock if clock is not None else MemoryWriteClock()
         self._policy = policy
         self.server_name = server_name
         self._named = named
@@ -150,15 +159,27 @@ class SessionSpeculator:
         server = self._policy.server(self.server_name)
         effects = {name: decide(entry, server, self._policy.settings) for name, entry in listing.items()}
         schemas = {name: _schema(entry) for name, entry in listing.items()}
+        for name, spec in server.validators.items():
+            guard = effects.get(spec.tool)
+            if name in effects and (guard is None or guard.effect not in _READS):
+                log.warning("%s: validator %s is not a read-only tool of this server: %s never runs early",
+                            name, spec.tool, name)
+                effects[name] = replace(effects[name], speculate=False, reason=f"validator {spec.tool} unusable")
         tools = [Tool(name=name, fn=self._tool_fn(name), parameters=_PARAMETERS,
                       description=str(listing[name].get("description", "")), effect=e.effect, ttl_s=e.ttl_s,
-                      cost_units=e.cost_units)
+                      cost_units=e.cost_units,
+                      validator=freshness_validator(self._link, self._clock, server.validators.get(name),
+                                                    schemas.get(server.validators[name].tool, {})
+                                                    if name in server.validators else {}, self._envelope_now))
                  for name, e in effects.items()]
         await self.close()
         self.tools, self.effects = listing, effects
         self._session = self._runtime.session(tools=tools)
         self._predictor, self.fingerprint = self._predictor_for(schemas)
         self._history.clear()
+
+    def _envelope_now(self) -> Mapping[str, Any]:
+        return self._envelope
 
     def _tool_fn(self, name: str) -> Any:
         link = self._link
@@ -195,9 +216,16 @@ class SessionSpeculator:
             if session is not None:
                 session.end_turn()  # a call the runtime cannot see may change anything
             self._passthrough += 1
-            return CallReport(await self._relay(request), "passthrough")
+            self._clock.tick()
+            try:
+                return CallReport(await self._relay(request), "passthrough")
+            finally:
+                self._clock.tick()
         self._in_flight += 1
         token = _client_request.set(request)
+        writes = self.effects[name].effect not in _READS
+        if writes:
+            self._clock.tick()  # before the write is sent: every proxy sharing the clock stops serving guesses
         try:
             outcome = await session.execute_detailed(ToolCall(name, {_PAYLOAD: payload_of(arguments)}))
         except ForethoughtError as exc:
@@ -206,6 +234,8 @@ class SessionSpeculator:
                 raise
             return CallReport(Answer(error=upstream_gone_error(cause.detail)), "miss")
         finally:
+            if writes:
+                self._clock.tick()  # and again once it has ended: a guess started meanwhile is stale too
             _client_request.reset(token)
             self._in_flight -= 1
         answer = outcome.value
@@ -251,6 +281,7 @@ class SessionSpeculator:
             log.warning("pattern predictor failed to predict", exc_info=True)
             return
         settings = self._policy.settings
+        validators = self._policy.server(self.server_name).validators
         launched = 0
         for p in predictions:
             if launched >= settings.guesses:
@@ -258,6 +289,9 @@ class SessionSpeculator:
             effect = self.effects.get(p.call.name)
             if not p.executable or effect is None or not effect.early or p.confidence < settings.min_confidence:
                 continue
+            cost = 1 + (2 if p.call.name in validators else 0)  # the guess, and its validator at start and claim
+            if not self._within_bound(cost):
+                break
             ticket = session.speculate(ToolCall(p.call.name, {_PAYLOAD: payload_of(p.call.arguments)}),
                                        source=SOURCE, confidence=float(p.confidence))
             launched += ticket.status in ("launched", "deduplicated")
@@ -268,11 +302,18 @@ class SessionSpeculator:
 
     # --- the end --------------------------------------------------------------------------------------
 
+    def _within_bound(self, cost: int) -> bool:
+        """Whether ``cost`` more upstream requests keep the session within ``max_upstream_ratio`` of direct."""
+        link = self._link
+        extra = link.speculative_calls + link.validator_calls - self._hits
+        return extra + cost <= (self._policy.settings.max_upstream_ratio - 1.0) * self._calls
+
     def stats(self) -> ProxyStats:
-        speculative = self._link.speculative_calls
+        link = self._link
+        speculative = link.speculative_calls
         return ProxyStats(sessions=1, calls=self._calls, hits=self._hits, misses=self._misses,
                           passthrough=self._passthrough, saved_s=self._saved_s, speculative_calls=speculative,
-                          extra_upstream_calls=max(0, speculative - self._hits))
+                          extra_upstream_calls=max(0, speculative + link.validator_calls - self._hits))
 
     async def close(self) -> None:
         """Stop every speculation and save what the predictor learned."""

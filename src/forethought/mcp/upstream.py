@@ -73,6 +73,8 @@ class UpstreamLink:
         """``tools/call`` requests the proxy sent on a guess."""
         self.speculative_tools: list[str] = []
         """The tool of each of those requests, in order."""
+        self.validator_calls = 0
+        """``tools/call`` requests of validators the policy names (see :mod:`forethought.mcp.freshness`)."""
 
     def new_id(self) -> str:
         return f"{OWN_ID_PREFIX}{next(self._ids)}"
@@ -86,7 +88,7 @@ class UpstreamLink:
         except Exception as exc:  # the transport's stream is closed or broken
             raise UpstreamClosedError(f"{type(exc).__name__} while sending") from exc
 
-    async def request(self, message: JSONRPCRequest, speculative: bool = False) -> Answer:
+    async def request(self, message: JSONRPCRequest, speculative: bool = False, validator: bool = False) -> Answer:
         """Send ``message`` and wait for its answer (cancelling the wait abandons the request)."""
         if self.gone is not None:
             raise UpstreamClosedError(self.gone)
@@ -95,7 +97,9 @@ class UpstreamLink:
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._pending[message.id] = future
         try:
-            if speculative:
+            if validator:
+                self.validator_calls += 1
+            elif speculative:
                 self.speculative_calls += 1
                 self.speculative_tools.append(str((message.params or {}).get("name")))
             else:
