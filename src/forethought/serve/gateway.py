@@ -57,6 +57,7 @@ from forethought.llm.tool_cache import (
 )
 from forethought.serve.gateway_cache import CacheLimits, PostRejected, ToolOutputCache
 from forethought.serve.gateway_relay import Relay, RelayStats, UpstreamRefused
+from forethought.serve.gateway_state import ScopeStore
 from forethought.serve.http import EventStream
 
 CACHE_ROUTE = "/cache-tool-output/{response_id}"
@@ -177,10 +178,11 @@ async def _read_capped(request: Request, limit: int) -> bytes | None:
 class Gateway:
     """State of one gateway (upstream connection pool, cache, counters) and its Starlette ``app``."""
 
-    def __init__(self, upstream_base_url: str, config: GatewayConfig | None = None) -> None:
+    def __init__(self, upstream_base_url: str, config: GatewayConfig | None = None,
+                 store: ScopeStore | None = None) -> None:
         self.upstream = upstream_base_url.rstrip("/")
         self.config = config or GatewayConfig()
-        self.cache = ToolOutputCache(self.config.limits, deny=self.config.cache_denial)
+        self.cache = ToolOutputCache(self.config.limits, deny=self.config.cache_denial, store=store)
         self.relay_stats = RelayStats()
         self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(self.config.upstream_timeout_s, connect=10.0),
                                         limits=httpx2.Limits(max_connections=None, max_keepalive_connections=256))
@@ -196,15 +198,17 @@ class Gateway:
         ])
 
     async def aclose(self) -> None:
-        """Close the upstream connection pool."""
+        """Close the upstream connection pool and the scope store."""
         await self._http.aclose()
+        await self.cache.store.aclose()
 
     def stats(self) -> dict[str, Any]:
         """Relay counters, cache counters and open responses."""
         return {**dataclasses.asdict(self.relay_stats), "open_responses": len(self.cache),
                 "process_cpu_s": time.process_time(),
                 "posts": self.cache.posts, "entries_cached": self.cache.entries_cached,
-                "posts_rejected": {str(k): v for k, v in sorted(self.cache.rejected.items())}}
+                "posts_rejected": {str(k): v for k, v in sorted(self.cache.rejected.items())},
+                "store": self.cache.store.stats()}
 
     def reset_stats(self) -> None:
         self.relay_stats = RelayStats()
@@ -254,13 +258,13 @@ class Gateway:
         except httpx2.HTTPError as exc:
             self.relay_stats.upstream_errors += 1
             return _error(502, f"cannot reach the upstream at {self.upstream}: {exc!r}", "upstream_unreachable")
-        scope = self.cache.open(body.get("tools"),
-                                expects_posts=request.headers.get(CACHE_CLIENT_HEADER) == CACHE_CLIENT_VALUE)
+        scope = await self.cache.open(body.get("tools"),
+                                      expects_posts=request.headers.get(CACHE_CLIENT_HEADER) == CACHE_CLIENT_VALUE)
 
         async def opener(next_body: dict[str, Any]) -> httpx2.Response:
             return await self._open(json.dumps(next_body, ensure_ascii=False).encode(), headers)
 
-        relay = Relay(body, first, scope, opener, self.cache.close, self.relay_stats,
+        relay = Relay(body, first, scope, opener, self.cache, self.relay_stats,
                       post_wait_s=self.config.post_wait_s, max_continuations=self.config.max_continuations,
                       mark_continuations=self.config.mark_continuations, max_line_bytes=self.config.max_line_bytes)
         stream = EventStream(relay.chunks())
@@ -282,8 +286,8 @@ class Gateway:
     async def _cache_post(self, request: Request) -> Response:
         response_id = str(request.path_params["response_id"])
         try:
-            scope = self.cache.authorize(response_id, request.headers.get(TOKEN_HEADER),
-                                         request.headers.get(SEGMENT_HEADER))
+            scope = await self.cache.authorize(response_id, request.headers.get(TOKEN_HEADER),
+                                               request.headers.get(SEGMENT_HEADER))
         except PostRejected as exc:
             return _error(exc.status, str(exc), f"http_{exc.status}")
         try:
@@ -293,7 +297,7 @@ class Gateway:
             self.cache.reject(exc.status)
             return _error(exc.status, str(exc).replace("request body", "body"), f"http_{exc.status}")
         try:
-            cached = self.cache.post(scope, body)
+            cached = await self.cache.post(scope, body)
         except PostRejected as exc:
             return _error(exc.status, str(exc), f"http_{exc.status}")
         return JSONResponse({"cached": cached})
@@ -414,6 +418,7 @@ def probe_upstream(upstream_base_url: str, timeout_s: float = 5.0) -> None:
         raise UpstreamError(f"the upstream {url} does not answer: {type(exc).__name__}: {exc}") from None
 
 
-def create_gateway(upstream_base_url: str, config: GatewayConfig | None = None) -> Starlette:
+def create_gateway(upstream_base_url: str, config: GatewayConfig | None = None,
+                   store: ScopeStore | None = None) -> Starlette:
     """The Starlette app of a new :class:`Gateway` (use ``Gateway`` to reach its state and close it)."""
-    return Gateway(upstream_base_url, config).app
+    return Gateway(upstream_base_url, config, store).app

@@ -7,34 +7,40 @@ token (sent to the client in response headers). Speculators post entries to
 header names the current message (409), the body size (413), its JSON shape (400), each entry's fields
 (400; an output or entry count over the limits: 413). A post is stored whole or not at all.
 
+Where scopes and entries live is the :class:`~forethought.serve.gateway_state.ScopeStore`'s business: in
+this process (the default), or in Redis so that any replica takes a post for a response another replica
+relays (:mod:`~forethought.serve.gateway_replicas`). This module holds the rules, which are the same for
+every store.
+
 A message waits for posts still on their way only if its client announced posts (request header
 ``x-forethought-cache: post``) or has posted to the response (a client that never posts pays nothing).
 Entries belong to their response's current message (*segment*): when the gateway continues the response
 after serving results, unused entries are dropped, because they were computed for a conversation state
 the continuation has moved past. An entry lives ``keep_alive`` seconds (default and maximum from the
-config). :meth:`ResponseScope.take` matches the closed calls of one message: every call needs an entry —
+config). :func:`match` pairs the closed calls of one message with entries: every call needs an entry —
 same canonical key (:mod:`forethought._calls`, schemas from the request's ``tools``), or an entry without
 ``params`` of the same name when exactly one call of that name is in the message; an ``exclusive`` entry
-serves only a message with a single call. Either every call is matched (and the entries are used up) or
-nothing is.
+serves only a message with a single call. Either every call is matched (and the response moves on to its
+next segment) or nothing is.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import math
 import secrets
-import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from forethought._calls import ArgumentSpec, CallKey, ToolCall, compile_arguments
 from forethought.errors import InvalidArgumentsError
+from forethought.serve.gateway_state import CachedEntry, LocalScopeStore, PostRejected, ScopeStore
 
 ENTRY_FIELDS = frozenset({"name", "params", "output", "keep_alive", "exclusive"})
+
+__all__ = ["CacheLimits", "CachedEntry", "PostRejected", "ResponseScope", "ToolOutputCache", "match"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,50 +64,44 @@ class CacheLimits:
             raise ValueError("size limits must be >= 1 and max_response_s > 0")
 
 
-class PostRejected(Exception):
-    """A post the cache refuses; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass(slots=True, eq=False)
-class _Entry:
-    name: str
-    key: CallKey | None
-    output: str
-    expires: float
-    exclusive: bool
-
-
 def tool_parameters(tools: Any) -> dict[str, Mapping[str, Any] | None]:
-    """Tool name -> parameters schema of the tools a chat request offers (non-functions are skipped)."""
+    """Tool name -> parameters schema of the function tools a request offers (others are skipped).
+
+    Both wire forms: Chat Completions (``{"type": "function", "function": {"name", "parameters"}}``) and
+    the Responses API (``{"type": "function", "name", "parameters"}``).
+    """
     out: dict[str, Mapping[str, Any] | None] = {}
     for entry in tools if isinstance(tools, list) else ():
-        function = entry.get("function") if isinstance(entry, Mapping) else None
+        if not isinstance(entry, Mapping):
+            continue
+        function = entry.get("function")
+        if not isinstance(function, Mapping) and entry.get("type") == "function":
+            function = entry  # the Responses API's flat form
         if isinstance(function, Mapping) and isinstance(function.get("name"), str):
             parameters = function.get("parameters")
             out[function["name"]] = parameters if isinstance(parameters, Mapping) else None
     return out
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ResponseScope:
-    """One relayed response: its id, token, tool specs, current segment and cached entries."""
+    """One relayed response as a replica knows it: id, token, tool specs, segment and post counter.
+
+    The replica that relays the response holds the scope it opened (with the token it sent to the
+    client); a scope found for a post on another replica carries no token (``""``).
+    """
 
     response_id: str
     token: str
     tools: Any
     created: float
-    clock: Callable[[], float]
     segment: int = 0
-    entries: list[_Entry] = field(default_factory=list)
-    posted: asyncio.Event = field(default_factory=asyncio.Event)
     posts: int = 0
-    """Accepted posts over the whole response."""
+    """Accepted posts over the whole response (as last seen by this replica)."""
     expects_posts: bool = False
     """The client announced it will post (``x-forethought-cache: post``)."""
+    posted: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a post for this response is accepted on this replica."""
     _parameters: dict[str, Mapping[str, Any] | None] | None = None
     _specs: dict[str, ArgumentSpec | None] = field(default_factory=dict)
 
@@ -134,114 +134,85 @@ class ResponseScope:
         except InvalidArgumentsError:
             return None
 
-    def add(self, entries: Sequence[_Entry], limit: int) -> None:
-        now = self.clock()
-        self.entries = [e for e in self.entries if e.expires > now]
-        if len(self.entries) + len(entries) > limit:
-            raise PostRejected(413, f"too many cached entries for this response (at most {limit})")
-        self.entries.extend(entries)
-        self.posts += 1
-        self.posted.set()
 
-    def take(self, calls: Sequence[ToolCall | None]) -> list[str] | None:
-        """Outputs for every call of a message (entries used up), or ``None`` (nothing used)."""
-        if not calls or any(c is None for c in calls):
+def match(scope: ResponseScope, entries: Sequence[CachedEntry], calls: Sequence[ToolCall | None],
+          now: float) -> list[str] | None:
+    """Outputs for every call of a message from ``entries`` (live ones of the scope's segment), or ``None``."""
+    if not calls or any(c is None for c in calls):
+        return None
+    live = [e for e in entries if e.expires > now and e.segment == scope.segment]
+    names = Counter(c.name for c in calls if c is not None)
+    alone = len(calls) == 1
+    used: list[int] = []
+    for call in calls:
+        assert call is not None
+        key = scope.key(call)
+        usable = [(i, e) for i, e in enumerate(live) if i not in used and (alone or not e.exclusive)]
+        found = next((i for i, e in usable if key is not None and e.key == key), None)
+        if found is None and names[call.name] == 1:
+            found = next((i for i, e in usable if e.key is None and e.name == call.name), None)
+        if found is None:
             return None
-        now = self.clock()
-        live = [e for e in self.entries if e.expires > now]
-        names = Counter(c.name for c in calls if c is not None)
-        alone = len(calls) == 1
-        used: list[_Entry] = []
-        for call in calls:
-            assert call is not None
-            key = self.key(call)
-            usable = [e for e in live if e not in used and (alone or not e.exclusive)]
-            match = next((e for e in usable if key is not None and e.key == key), None)
-            if match is None and names[call.name] == 1:
-                match = next((e for e in usable if e.key is None and e.name == call.name), None)
-            if match is None:
-                return None
-            used.append(match)
-        self.entries = [e for e in live if e not in used]
-        return [e.output for e in used]
-
-    async def wait_take(self, calls: Sequence[ToolCall | None], wait_s: float) -> list[str] | None:
-        """:meth:`take`, retried on every post for up to ``wait_s`` seconds.
-
-        Only a response whose client announced posts, or has posted, waits: a client that does not use the
-        cache never pays for it.
-        """
-        if not self.posts and not self.expects_posts:
-            return self.take(calls)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        while True:
-            self.posted.clear()
-            outputs = self.take(calls)
-            remaining = deadline - loop.time()
-            if outputs is not None or remaining <= 0 or any(c is None for c in calls):
-                return outputs
-            try:
-                await asyncio.wait_for(self.posted.wait(), remaining)
-            except TimeoutError:
-                return self.take(calls)
-
-    def advance(self) -> int:
-        """The response moves on to its next message: drop unused entries; returns the new segment."""
-        self.entries.clear()
-        self.segment += 1
-        return self.segment
+        used.append(found)
+    return [live[i].output for i in used]
 
 
 class ToolOutputCache:
-    """All open response scopes of one gateway, and the rules for posting into them."""
+    """The rules for opening, posting into, matching and closing response scopes, on a :class:`ScopeStore`."""
 
-    def __init__(self, limits: CacheLimits | None = None, clock: Callable[[], float] = time.monotonic,
-                 deny: Callable[[str], str | None] | None = None) -> None:
+    def __init__(self, limits: CacheLimits | None = None, deny: Callable[[str], str | None] | None = None,
+                 store: ScopeStore | None = None) -> None:
         self.limits = limits or CacheLimits()
-        self._clock = clock
+        self.store: ScopeStore = store or LocalScopeStore(self.limits.finished_memory, self.limits.max_response_s)
         self._deny = deny
         """Why a tool's results may not be served from the cache (the gateway's policy), or ``None``."""
-        self._scopes: dict[str, ResponseScope] = {}
-        self._finished: OrderedDict[str, None] = OrderedDict()
         self.rejected: Counter[int] = Counter()
         self.posts = 0
         self.entries_cached = 0
 
     def __len__(self) -> int:
-        return len(self._scopes)
+        return self.store.open_count()
 
-    def open(self, tools: Any, expects_posts: bool = False) -> ResponseScope:
+    async def open(self, tools: Any, expects_posts: bool = False) -> ResponseScope:
         """A new scope for a response offering ``tools`` (``expects_posts``: its client announced posts)."""
-        now = self._clock()
-        for stale in [s for s in self._scopes.values() if now - s.created > self.limits.max_response_s]:
-            self.close(stale)
-        scope = ResponseScope(f"ftg-{secrets.token_hex(12)}", secrets.token_urlsafe(24), tools, now, self._clock,
+        scope = ResponseScope(f"ftg-{secrets.token_hex(12)}", secrets.token_urlsafe(24), tools, self.store.now(),
                               expects_posts=expects_posts)
-        self._scopes[scope.response_id] = scope
+        await self.store.create(scope)
         return scope
 
-    def close(self, scope: ResponseScope) -> None:
+    async def close(self, scope: ResponseScope) -> None:
         """The response finished: forget its entries; later posts get 410."""
-        if self._scopes.pop(scope.response_id, None) is None:
-            return
-        scope.entries.clear()
-        self._finished[scope.response_id] = None
-        while len(self._finished) > self.limits.finished_memory:
-            self._finished.popitem(last=False)
+        await self.store.finish(scope)
 
-    def authorize(self, response_id: str, token: str | None, segment: str | None) -> ResponseScope:
-        """The scope a post may write to; raises :class:`PostRejected` (404/410/401/403/409)."""
+    async def advance(self, scope: ResponseScope) -> int:
+        """The response moves on to its next message: unused entries are dropped; returns the new segment."""
+        return await self.store.advance(scope)
+
+    async def take(self, scope: ResponseScope, calls: Sequence[ToolCall | None], wait_s: float) -> list[str] | None:
+        """Outputs for every call of a message, retried on every post for up to ``wait_s`` seconds.
+
+        Only a response whose client announced posts, or has posted, waits: a client that does not use the
+        cache never pays for it.
+        """
+        if not calls or any(c is None for c in calls):
+            return None
+        posts, entries = await self.store.snapshot(scope)
+        if not posts and not scope.expects_posts:
+            return match(scope, entries, calls, self.store.now())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            outputs = match(scope, entries, calls, self.store.now())
+            remaining = deadline - loop.time()
+            if outputs is not None or remaining <= 0:
+                return outputs
+            await self.store.wait_post(scope, posts, remaining)
+            posts, entries = await self.store.snapshot(scope)
+
+    async def authorize(self, response_id: str, token: str | None, segment: str | None) -> ResponseScope:
+        """The scope a post may write to; raises :class:`PostRejected` (404/410/401/403/409, 503)."""
         try:
-            scope = self._scopes.get(response_id)
-            if scope is None:
-                if response_id in self._finished:
-                    raise PostRejected(410, f"response {response_id!r} has finished")
-                raise PostRejected(404, f"unknown response id {response_id!r}")
-            if not token:
-                raise PostRejected(401, "missing x-forethought-token header")
-            if not hmac.compare_digest(token.encode(), scope.token.encode()):
-                raise PostRejected(403, "token does not belong to this response")
+            scope = await self.store.authorize(response_id, token)
             if segment is not None and segment.strip() != str(scope.segment):
                 raise PostRejected(409, f"the response is at segment {scope.segment}, not {segment!r}")
         except PostRejected as exc:
@@ -249,11 +220,11 @@ class ToolOutputCache:
             raise
         return scope
 
-    def post(self, scope: ResponseScope, body: Any) -> int:
+    async def post(self, scope: ResponseScope, body: Any) -> int:
         """Validate a parsed body and store its entries in ``scope``; returns how many were cached."""
         try:
             entries = self._entries(scope, body)
-            scope.add(entries, self.limits.max_entries_per_response)
+            await self.store.add(scope, entries, self.limits.max_entries_per_response)
         except PostRejected as exc:
             self.rejected[exc.status] += 1
             raise
@@ -265,15 +236,15 @@ class ToolOutputCache:
         """Count a rejection decided outside :meth:`post` (body too large or not JSON)."""
         self.rejected[status] += 1
 
-    def _entries(self, scope: ResponseScope, body: Any) -> list[_Entry]:
+    def _entries(self, scope: ResponseScope, body: Any) -> list[CachedEntry]:
         if not isinstance(body, list):
             raise PostRejected(400, "body must be a JSON array of {name, params?, output, keep_alive?} objects")
         if len(body) > self.limits.max_entries_per_post:
             raise PostRejected(413, f"too many entries in one post (at most {self.limits.max_entries_per_post})")
-        now = self._clock()
+        now = self.store.now()
         return [self._entry(scope, item, i, now) for i, item in enumerate(body)]
 
-    def _entry(self, scope: ResponseScope, item: Any, i: int, now: float) -> _Entry:
+    def _entry(self, scope: ResponseScope, item: Any, i: int, now: float) -> CachedEntry:
         where = f"entry {i}"
         if not isinstance(item, dict):
             raise PostRejected(400, f"{where} must be an object")
@@ -312,4 +283,4 @@ class ToolOutputCache:
         if not isinstance(exclusive, bool):
             raise PostRejected(400, f"{where}: exclusive must be true or false")
         expires = now + min(float(keep_alive), self.limits.max_keep_alive_s)
-        return _Entry(name, key, output, expires, exclusive)
+        return CachedEntry(name, key, output, expires, exclusive, scope.segment)

@@ -33,7 +33,7 @@ from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import ToolCallClosed
 from forethought.llm.sse import DEFAULT_MAX_LINE_BYTES, aiter_json
 from forethought.llm.tool_cache import CONTINUATION_METADATA, RESULT_FIELD
-from forethought.serve.gateway_cache import ResponseScope
+from forethought.serve.gateway_cache import ResponseScope, ToolOutputCache
 from forethought.serve.http import StreamChunks, StreamCut
 
 Opener = Callable[[dict[str, Any]], Awaitable[httpx2.Response]]
@@ -83,7 +83,7 @@ class Relay:
     """Relays one streamed response, continuing it server-side while the cache can serve its tool calls."""
 
     def __init__(self, body: dict[str, Any], first: httpx2.Response, scope: ResponseScope, opener: Opener,
-                 on_close: Callable[[ResponseScope], None], stats: RelayStats, *, post_wait_s: float,
+                 cache: ToolOutputCache, stats: RelayStats, *, post_wait_s: float,
                  max_continuations: int, mark_continuations: bool,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self.body = body
@@ -92,7 +92,7 @@ class Relay:
         self.scope = scope
         self.stats = stats
         self._opener = opener
-        self._on_close = on_close
+        self._cache = cache
         self._response = first
         self._post_wait_s = post_wait_s
         self._max_continuations = max_continuations
@@ -126,7 +126,7 @@ class Relay:
                         yield self._chunk([], usage=self._usage_body())
                     yield b"data: [DONE]\n\n"
                     return
-                for item in self._continue(segment, outputs):
+                for item in self._continue(segment, outputs, await self._cache.advance(self.scope)):
                     yield item
                 try:
                     self._response = await self._opener(self._continuation_body())
@@ -136,7 +136,7 @@ class Relay:
                     return
         finally:
             await self._response.aclose()
-            self._on_close(self.scope)
+            await self._cache.close(self.scope)
 
     async def _relay(self, segment: _Segment) -> AsyncIterator[bytes]:
         """Forward one upstream message (finish and usage held back); ``segment`` records what it held."""
@@ -196,20 +196,19 @@ class Relay:
         ordered = [segment.closed[i] for i in sorted(segment.closed)]
         calls = [ToolCall(c.name, c.arguments) if c.ok and c.arguments is not None else None for c in ordered]
         started = time.monotonic()
-        outputs = await self.scope.wait_take(calls, self._post_wait_s)
+        outputs = await self._cache.take(self.scope, calls, self._post_wait_s)
         self.stats.post_waits += 1
         self.stats.post_wait_s += time.monotonic() - started
         if outputs is None:
             self.stats.tool_call_endings += 1
         return outputs
 
-    def _continue(self, segment: _Segment, outputs: list[str]) -> list[bytes]:
+    def _continue(self, segment: _Segment, outputs: list[str], next_segment: int) -> list[bytes]:
         """Result chunks for the client; the conversation grows exactly as the client's would."""
         ordered = [segment.closed[i] for i in sorted(segment.closed)]
         text = "".join(segment.text)
         self.messages.append({"role": "assistant", "content": text or None, "tool_calls": [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw}} for c in ordered]})
-        next_segment = self.scope.advance()
         out = []
         for call, output in zip(ordered, outputs, strict=True):
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
