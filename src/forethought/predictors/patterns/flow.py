@@ -7,6 +7,8 @@ Each candidate tool gets a few features, combined by a small softmax whose weigh
   evidence smoothly and a context seen once does not dominate;
 * ``assoc`` / ``assoc_start``: how strongly the words of the latest user message go with the tool being
   used in that turn (smoothed pointwise mutual information), and the same at the start of a turn;
+* ``assoc_first``: at the start of a turn, how strongly the message's words go with the tool being the
+  turn's *first* call (a turn's words name all its tools; this tells which one comes first);
 * ``name_match``: the share of the tool's name words that occur in the user message (works for tools never
   seen before);
 * ``in_turn`` / ``repeat``: whether the tool was already called in this turn / is the last call;
@@ -31,10 +33,10 @@ START_MARK = "<s>"
 ERROR_MARK = "!"
 
 _NO_TOOLS: frozenset[str] = frozenset()
-FEATURES = ("ngram", "assoc", "assoc_start", "name_match", "in_turn", "repeat", "unseen")
+FEATURES = ("ngram", "assoc", "assoc_start", "assoc_first", "name_match", "in_turn", "repeat", "unseen")
 DEFAULT_WEIGHTS: Mapping[str, float] = {
-    "ngram": 1.0, "assoc": 1.0, "assoc_start": 0.5, "name_match": 2.0, "in_turn": -0.5, "repeat": -0.5,
-    "unseen": 0.0,
+    "ngram": 1.0, "assoc": 1.0, "assoc_start": 0.5, "assoc_first": 0.5, "name_match": 2.0, "in_turn": -0.5,
+    "repeat": -0.5, "unseen": 0.0,
 }
 """Starting weights: a sensible predictor before anything is learned."""
 
@@ -81,6 +83,8 @@ class FlowModel:
         """n-gram context key -> tools counted after it (every other tool's count there is 0)."""
         self._word_tools: dict[str, set[str]] = {}
         """user word -> tools counted in a turn with it (every other tool's joint count is 0)."""
+        self._word_firsts: dict[str, set[str]] = {}
+        """user word -> tools counted as the first call of a turn with it."""
         self._known: set[str] = set()
         self._tools: dict[str, tuple[str, str, frozenset[str], int]] = {}
         self._word_keys: dict[str, tuple[str, str]] = {}
@@ -103,6 +107,8 @@ class FlowModel:
             self._info(parts[1])
         elif parts[0] == "w" and len(parts) == 3:
             self._word_tools.setdefault(parts[1], set()).add(parts[2])
+        elif parts[0] == "wf" and len(parts) == 3:
+            self._word_firsts.setdefault(parts[1], set()).add(parts[2])
 
     def _info(self, tool: str) -> tuple[str, str, frozenset[str], int]:
         """What is fixed about ``tool``: the keys of its call count and turn count, its name words and how
@@ -139,18 +145,44 @@ class FlowModel:
                      / (seen + n) for t, p in probs.items()}
         return probs
 
-    def _word_counts(self, words: Iterable[str]) -> list[tuple[str, float, float, Set[str]]]:
+    def _word_counts(self, words: Iterable[str], first: bool = False) -> list[tuple[str, float, float, Set[str]]]:
         """For each word seen at a turn start: the prefix of its joint keys, its count, the count plus the
-        smoothing, and the tools counted with it."""
+        smoothing, and the tools counted with it (``first``: as the first call of the turn)."""
         stored, scale = self.counts.stored(), self.counts.scale
         keys = self._word_keys
+        tools_of = self._word_firsts if first else self._word_tools
         out: list[tuple[str, float, float, Set[str]]] = []
         for word in words:
             key, prefix = keys[word] if word in keys else (SEP.join(("w", word)), SEP.join(("w", word, "")))
             seen = stored[key] * scale if key in stored else 0.0
             if seen > 0:
                 keys[word] = (key, prefix)  # only words counted before: as many as the counters hold
-                out.append((prefix, seen, seen + ASSOC_SMOOTHING, self._word_tools.get(word, _NO_TOOLS)))
+                if first:
+                    prefix = "wf" + prefix[1:]
+                out.append((prefix, seen, seen + ASSOC_SMOOTHING, tools_of.get(word, _NO_TOOLS)))
+        return out
+
+    def _assoc(self, candidates: Sequence[str], priors: Sequence[float],
+               word_counts: Sequence[tuple[str, float, float, Set[str]]]) -> list[float]:
+        """Per candidate: the mean of the best :data:`ASSOC_TOP_WORDS` smoothed PMIs of its words."""
+        stored, scale = self.counts.stored(), self.counts.scale
+        smoothings = [ASSOC_SMOOTHING * prior for prior in priors]
+        # Row-major, one row of len(word_counts) per tool.
+        ratios = [((stored[k] * scale if tool in tools and (k := prefix + tool) in stored else 0.0) + smoothing)
+                  / smoothed / prior
+                  for tool, prior, smoothing in zip(candidates, priors, smoothings, strict=True)
+                  for prefix, _, smoothed, tools in word_counts]
+        pmis = list(map(math.log, ratios))
+        width = len(word_counts)
+        top = min(ASSOC_TOP_WORDS, width)
+        out = []
+        for row in range(len(candidates)):
+            assoc = 0.0
+            if top:
+                values = pmis[row * width:(row + 1) * width]
+                values.sort(reverse=True)
+                assoc = sum(values[:top]) / top
+            out.append(assoc)
         return out
 
     def _rows(self, view: FlowView, candidates: Sequence[str]) -> dict[str, tuple[float, ...]]:
@@ -162,38 +194,33 @@ class FlowModel:
         info = self._tools
         infos = [info[tool] if tool in info else self._info(tool) for tool in candidates]
         priors = [((stored[k] * scale if (k := tool_info[1]) in stored else 0.0) + 1.0) / spread for tool_info in infos]
-        # Smoothed PMI of each word with each tool is log(q), q the ratio below; the feature is the mean of
-        # the best ASSOC_TOP_WORDS.
-        smoothings = [ASSOC_SMOOTHING * prior for prior in priors]
-        # Row-major, one row of len(word_counts) per tool.
-        ratios = [((stored[k] * scale if tool in tools and (k := prefix + tool) in stored else 0.0) + smoothing)
-                  / smoothed / prior
-                  for tool, prior, smoothing in zip(candidates, priors, smoothings, strict=True)
-                  for prefix, _, smoothed, tools in word_counts]
-        pmis = list(map(math.log, ratios))
-        width = len(word_counts)
-        top = min(ASSOC_TOP_WORDS, width)
+        # Smoothed PMI of each word with each tool is log(q), q the ratio of joint to expected counts; the
+        # feature is the mean of the best ASSOC_TOP_WORDS.
+        assocs = self._assoc(candidates, priors, word_counts)
+        turn_start = view.turn_start
+        firsts = [0.0] * len(candidates)
+        if turn_start:
+            first_spread = self.counts.get("T") + max(1, len(candidates))
+            first_priors = [((stored[k] * scale if (k := SEP.join(("tf", tool))) in stored else 0.0) + 1.0)
+                            / first_spread for tool in candidates]
+            firsts = self._assoc(candidates, first_priors, self._word_counts(view.words, first=True))
         floored = [ngram[tool] if ngram[tool] > NGRAM_FLOOR else NGRAM_FLOOR for tool in candidates]
         next_logs = list(map(math.log, floored))
         if self._name_matches[0] is not view.words:
             self._name_matches = (view.words, {})
         name_matches = self._name_matches[1]
         last = view.turn_calls[-1] if view.turn_calls else None
-        turn_start = view.turn_start
         rows: dict[str, tuple[float, ...]] = {}
         for row, (tool, (_, _, words, word_count), next_log) in enumerate(zip(candidates, infos, next_logs,
                                                                               strict=True)):
-            assoc = 0.0
-            if top:
-                values = pmis[row * width:(row + 1) * width]
-                values.sort(reverse=True)
-                assoc = sum(values[:top]) / top
+            assoc = assocs[row]
             if tool not in name_matches:
                 name_matches[tool] = len(words & view.words) / word_count if word_count else 0.0
             rows[tool] = (
                 next_log,
                 assoc,
                 assoc if turn_start else 0.0,
+                firsts[row],
                 name_matches[tool],
                 1.0 if tool in view.turn_calls else 0.0,
                 1.0 if tool == last else 0.0,
@@ -248,8 +275,11 @@ class FlowModel:
         if tool not in view.turn_calls:
             if view.turn_start:
                 self.counts.add("T")
+                self.counts.add(SEP.join(("tf", tool)))
                 for word in view.words:
                     self.counts.add(SEP.join(("w", word)))
+                    self.counts.add(SEP.join(("wf", word, tool)))
+                    self._word_firsts.setdefault(word, set()).add(tool)
             self.counts.add(self._info(tool)[1])
             for word in view.words:
                 self.counts.add(SEP.join(("w", word, tool)))
