@@ -9,12 +9,15 @@ the same cache, protocol, tokens, limits and 4xx answers, imported, not copied) 
 * ``POST /forethought/v1/chat/completions`` — the relaying chat endpoint: a streamed response gets its
   response id and token headers, and when a message's calls close and every one has a posted result, the
   response continues with the results appended;
-* ``GET /forethought/gateway/stats``, ``POST /forethought/gateway/reset`` — its counters.
+* ``GET /forethought/gateway/stats``, ``POST /forethought/gateway/reset`` — its counters;
+* ``POST /forethought/engine/session`` (only with ``FORETHOUGHT_SESSION_PROBE=1``) — a multi-turn request on
+  vLLM's engine client, as one streaming-input session (:mod:`.session`: the KV cache kept between turns) or as
+  a fresh request per turn, token ids in and out: the measurement of docs/engine-vllm.md section 4.
 
-What it does not do is keep the request's KV cache across the tool call: the continuation is a new request
-to vLLM's OpenAI handler (over loopback, from inside the same process), which finds the conversation's
-prefix in vLLM's prefix cache if it is still there. Doing it inside the engine needs an interface vLLM 0.32
-does not have; docs/engine-vllm.md names it.
+The relay's continuation is still a new request to vLLM's OpenAI handler (over loopback, from inside the
+same process), which finds the conversation's prefix in vLLM's prefix cache if it is still there. The
+engine can keep the KV cache across the call (the session route shows it); vLLM 0.32's OpenAI chat handler
+offers no hook to use that for a chat response; docs/engine-vllm.md names the missing interface.
 
 Configuration is the server's environment (this is vLLM's process): ``FORETHOUGHT_UPSTREAM`` (the OpenAI
 base URL the relay sends to, default this server's own ``/v1``; the replay bench points it at its replay
@@ -27,8 +30,12 @@ import os
 from argparse import Namespace
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
+from forethought.engines.vllm.session import Chunk, run_fresh, run_session, scripted
+from forethought.errors import WorkloadError
 from forethought.serve.gateway import CACHE_ROUTE, Gateway, GatewayConfig
 
 PLUGIN_NAME = "forethought"
@@ -36,6 +43,9 @@ PREFIX = "/forethought"
 UPSTREAM_ENV = "FORETHOUGHT_UPSTREAM"
 POST_WAIT_ENV = "FORETHOUGHT_POST_WAIT_S"
 UNSET_UPSTREAM = "http://127.0.0.1:0/v1"
+SESSION_PROBE_ENV = "FORETHOUGHT_SESSION_PROBE"
+SESSION_ROUTE = PREFIX + "/engine/session"
+MAX_SESSION_CHUNKS = 16
 
 
 class ToolCachePlugin:
@@ -50,11 +60,34 @@ class ToolCachePlugin:
         config = GatewayConfig(post_wait_s=float(env.get(POST_WAIT_ENV, GatewayConfig().post_wait_s)),
                                mark_continuations=self.explicit_upstream is not None)
         self.gateway = Gateway(self.explicit_upstream or UNSET_UPSTREAM, config)
+        self.session_probe = env.get(SESSION_PROBE_ENV) == "1"
+        self.engine: Any = None
 
     def attach_router(self, app: Any) -> None:
-        """Add the cache route at the root and the relaying gateway under ``/forethought``."""
+        """Add the cache route at the root, the session route (if enabled) and the gateway under ``/forethought``."""
         app.router.routes.append(Route(CACHE_ROUTE, self.gateway.app, methods=["POST"]))
+        if self.session_probe:  # before the mount, which takes every path under the prefix
+            app.router.routes.append(Route(SESSION_ROUTE, self.session, methods=["POST"]))
         app.router.routes.append(Mount(PREFIX, app=self.gateway.app))
+
+    async def session(self, request: Request) -> JSONResponse:
+        """``{"mode": "session"|"fresh", "chunks": [{"token_ids": [...], "max_tokens": n}, ...],
+        "cache_salt": s}`` -> ``{"mode", "chunks": [{"token_ids", "finish_reason", "num_cached_tokens"}]}``."""
+        try:
+            mode, chunks, salt = parse_session_body(await request.json())
+        except (ValueError, WorkloadError) as exc:
+            return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
+                                           "code": "http_400"}}, status_code=400)
+        if self.engine is None:
+            return JSONResponse({"error": {"message": "the engine client is not ready", "type": "upstream_error",
+                                           "code": "http_503"}}, status_code=503)
+        if mode == "session":
+            outputs = await run_session(self.engine, chunks[0], scripted(chunks), cache_salt=salt)
+        else:
+            outputs = await run_fresh(self.engine, chunks, cache_salt=salt)
+        return JSONResponse({"mode": mode, "chunks": [
+            {"token_ids": list(o.token_ids), "finish_reason": o.finish_reason,
+             "num_cached_tokens": o.num_cached_tokens} for o in outputs]})
 
     async def init_state(self, engine_client: Any, state: Any, args: Namespace) -> None:
         """Point the relay at this server's own OpenAI API unless ``FORETHOUGHT_UPSTREAM`` says otherwise."""
@@ -62,6 +95,29 @@ class ToolCachePlugin:
             host = getattr(args, "host", None) or "127.0.0.1"
             self.gateway.upstream = f"http://{host}:{getattr(args, 'port', 8000)}/v1"
         state.forethought_gateway = self.gateway
+        self.engine = engine_client
 
 
-__all__ = ["PLUGIN_NAME", "ToolCachePlugin"]
+def parse_session_body(body: Any) -> tuple[str, list[Chunk], str | None]:
+    """The session route's mode, chunks and cache salt; :class:`ValueError` for a body it refuses."""
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    mode = body.get("mode")
+    if mode not in ("session", "fresh"):
+        raise ValueError("mode must be 'session' or 'fresh'")
+    raw = body.get("chunks")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_SESSION_CHUNKS:
+        raise ValueError(f"chunks must be a list of 1 to {MAX_SESSION_CHUNKS} objects")
+    chunks = []
+    for item in raw:
+        ids, limit = (item.get("token_ids"), item.get("max_tokens")) if isinstance(item, dict) else (None, None)
+        if not isinstance(ids, list) or not all(type(i) is int and i >= 0 for i in ids) or type(limit) is not int:
+            raise ValueError("each chunk needs token_ids (non-negative integers) and an integer max_tokens")
+        chunks.append(Chunk(tuple(ids), limit))
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise ValueError("cache_salt must be a non-empty string")
+    return mode, chunks, salt
+
+
+__all__ = ["PLUGIN_NAME", "SESSION_PROBE_ENV", "SESSION_ROUTE", "ToolCachePlugin", "parse_session_body"]
