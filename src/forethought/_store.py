@@ -5,8 +5,9 @@ confidence), its expiry and the snapshot it ran against. Entries are invisible t
 authoritative call with the identical key claims them; a claim removes the entry, so a result is served at
 most once. Identical keys are single-flight. Discarding an entry cancels its running work.
 
-The module also defines the two values a session hands back: a :class:`SpeculationTicket` (what became of
-a guess) and a :class:`CallOutcome` (how an authoritative call was served).
+The module also defines the values a session hands back: a :class:`SpeculationTicket` (what became of
+a guess), a :class:`CallOutcome` (how an authoritative call was served) and a :class:`SettledSpeculation`
+(how a watched speculation ended).
 """
 
 from __future__ import annotations
@@ -274,3 +275,32 @@ class SpeculationStore:
 
     def running_count(self) -> int:
         return sum(1 for e in self._entries.values() if e.task is not None and not e.task.done())
+
+
+@dataclass(frozen=True, slots=True)
+class SettledSpeculation:
+    """How one speculation ended, handed to whoever watches it (:meth:`Session.on_settled`).
+
+    ``ok``: the tool finished with ``value``; ``error``: what the speculative run raised (``None`` when ok
+    or cancelled); ``cancelled``: it was stopped (or dropped) before it finished. ``expires_at`` is the
+    time on the runtime's clock after which no claim would be served from it.
+    """
+
+    key: CallKey = field(repr=False)
+    tool: Tool
+    arguments: Mapping[str, Any] = field(repr=False)
+    ok: bool
+    value: Any = field(repr=False)
+    error: BaseException | None = field(repr=False)
+    cancelled: bool
+    expires_at: float
+
+
+def settled_of(entry: Entry) -> SettledSpeculation:
+    """How ``entry`` ended, as its watchers see it (a copy of its value when it succeeded)."""
+    task = entry.task
+    assert task is not None
+    cancelled = task.cancelled() or (entry.started is None and entry.error is None)
+    ok = not cancelled and entry.succeeded()
+    return SettledSpeculation(entry.key, entry.tool, entry.arguments, ok, isolated(task.result()) if ok else None,
+                              None if cancelled else entry.error, cancelled, entry.expires)

@@ -1,0 +1,177 @@
+"""A session's state and bookkeeping: keys, telemetry, breaker records and how unserved guesses end.
+
+:class:`SessionBase` holds what one agent's session keeps between calls (its isolated store, call order,
+turn budget, write epoch, counters) and the one place an unserved speculation is accounted for:
+:meth:`SessionBase._finish` (every launched speculation ends exactly once, there or as a hit), used by
+discards, expiry, turn ends and preemption. :class:`~forethought._session.Session` adds speculation and
+the authoritative call path on top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from forethought._breaker import Outcome
+from forethought._calls import CallKey, ToolCall
+from forethought._ordering import CallOrder
+from forethought._store import Entry, SpeculationStore
+from forethought._tools import Tool, ToolRegistry
+from forethought.errors import CallError
+from forethought.telemetry import SAVING_KINDS, EventKind, SessionStats, stats_from
+
+if TYPE_CHECKING:
+    from forethought._runtime import Runtime
+
+__all__ = ["CLOSE_WAIT_S", "SessionBase"]
+
+CLOSE_WAIT_S = 5.0
+"""How long :meth:`SessionBase.close` waits for cancelled speculative work to stop."""
+
+_NEVER = float("inf")
+_CANCELLED, _EXPIRED, _FAILED, _WASTED = EventKind.CANCELLED, EventKind.EXPIRED, EventKind.FAILED, EventKind.WASTED
+_ERROR, _USEFUL, _WASTE = Outcome.ERROR, Outcome.USEFUL, Outcome.WASTED
+
+
+class SessionBase:
+    """One agent's session state; see :class:`~forethought._session.Session` for what it does."""
+
+    def __init__(self, runtime: Runtime, session_id: str, tools: ToolRegistry) -> None:
+        self.runtime = runtime
+        self.id = session_id
+        self.tools = tools
+        self._lookup = tools.table().get
+        self._now = runtime.clock.monotonic
+        self._store = SpeculationStore()
+        self._order = CallOrder()
+        self._budget = runtime.scheduler.budget()
+        self._slots = runtime.scheduler.session_slots()
+        self._counts: Counter[EventKind] = Counter()
+        self._saved_s = 0.0
+        self._wasted_s = 0.0
+        self._telemetry = runtime.telemetry
+        self._scope = f"session:{session_id}"
+        self._tool_scopes: dict[str, str] = {}
+        self._static_rejections: dict[str, tuple[Tool, str | None]] = {}
+        self._epoch = 0  # bumped at start and end of every authoritative write
+        self._next_expiry = _NEVER  # no entry in the store expires before this
+        self.closed = False
+
+    # --- telemetry --------------------------------------------------------------------------------
+
+    def _emit(self, kind: EventKind, tool: Tool | None, key: str, source: str = "",
+              confidence: float | None = None, seconds: float = 0.0, detail: str = "") -> None:
+        """Count and publish one event; a private tool is shown by its label, with no key hash."""
+        self._counts[kind] += 1
+        if seconds > 0.0:
+            if kind in SAVING_KINDS:
+                self._saved_s += seconds
+            elif kind is _WASTED:
+                self._wasted_s += seconds
+        if tool is None:
+            label, key = "?", ""
+        else:
+            label = tool.label
+            if tool.hide_key:
+                key = ""
+        self._telemetry.record(kind, self.id, label, key, source, confidence, seconds, detail)
+
+    def stats(self) -> SessionStats:
+        return stats_from(self._counts, self._saved_s, self._wasted_s)
+
+    def _tool_scope(self, tool: str) -> str:
+        scope = self._tool_scopes.get(tool)
+        if scope is None:
+            scope = self._tool_scopes[tool] = f"tool:{tool}"
+        return scope
+
+    def _record(self, tool: str, outcome: Outcome) -> None:
+        self.runtime.breaker.record(self._tool_scope(tool), outcome)
+        self.runtime.breaker.record(self._scope, outcome)
+
+    # --- keys -------------------------------------------------------------------------------------
+
+    def resolve(self, call: ToolCall) -> tuple[Tool, dict[str, Any], CallKey]:
+        """Look up the tool and canonicalise the call; raises a :class:`CallError` on bad input."""
+        if type(call) is not ToolCall and not isinstance(call, ToolCall):
+            raise CallError(f"expected a ToolCall, got {type(call).__name__}")
+        try:
+            t = self._lookup(call.name)
+        except TypeError:  # an unhashable name
+            t = None
+        if t is None:
+            t = self.tools.get_tool(call.name)  # raises UnknownToolError
+        arguments, key = t.arguments.keyed(call)
+        return t, arguments, key
+
+    # --- discarding -------------------------------------------------------------------------------
+
+    def _finish(self, entry: Entry, kind: EventKind | None, detail: str = "") -> None:
+        """Account once for an entry that leaves unserved (already out of the store); cancel its work.
+
+        Emits ``kind`` (if any), then WASTED with the tool seconds when the tool ran and served nothing.
+        The breaker counts an error, or waste when the tool ran; a guess stopped before its tool started
+        cost nothing and is not counted. Always returns ``None`` (the claim's "not served").
+        """
+        task = entry.task
+        if task is not None and not task.done():
+            task.cancel()
+        entry.drop_snapshot()
+        name = entry.tool.name
+        if kind is not None:
+            self._emit(kind, entry.tool, entry.key, entry.source, entry.confidence, detail=detail)
+        ran = entry.started is not None and not entry.partial_hits
+        if entry.error is not None:
+            self._record(name, _ERROR)
+        elif ran:
+            self._record(name, _WASTE)
+        if ran:
+            self._emit(_WASTED, entry.tool, entry.key, entry.source, entry.confidence,
+                       seconds=entry.run_seconds, detail=detail)
+
+    def discard(self, key: CallKey) -> bool:
+        """Discard one speculation (cancelling its work); returns whether it existed."""
+        entry = self._store.pop(key)
+        if entry is None:
+            return False
+        task = entry.task
+        if task is not None and not task.done():
+            kind: EventKind | None = _CANCELLED
+        elif entry.error is not None:
+            kind = _FAILED
+        elif entry.started is None:
+            kind = _CANCELLED
+        else:
+            kind = None
+        self._finish(entry, kind, "discarded" if kind is not _FAILED else type(entry.error).__name__)
+        return True
+
+    def _evict_expired(self, now: float) -> None:
+        """Discard every entry whose TTL has passed (EXPIRED, then WASTED if its tool ran); cancel its work.
+
+        Called by :meth:`speculate` once the earliest expiry in the store has passed, so an expired guess
+        stops holding a slot, a snapshot or memory before the turn ends.
+        """
+        for entry in self._store.expired(now):
+            self._store.pop(entry.key)
+            self._finish(entry, _EXPIRED, "TTL passed")
+        self._next_expiry = self._store.earliest_expiry()
+
+    def end_turn(self) -> int:
+        """Turn-end eviction: discard every unclaimed speculation and reset the turn budget."""
+        n = 0
+        for entry in self._store:
+            n += self.discard(entry.key)
+        self._next_expiry = _NEVER
+        self._budget.reset()
+        return n
+
+    async def close(self) -> None:
+        """Discard everything and wait (briefly) until cancelled speculative work has stopped."""
+        self.closed = True
+        tasks = [e.task for e in self._store if e.task is not None and not e.task.done()]
+        self.end_turn()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+        self.runtime.breaker.forget(self._scope)

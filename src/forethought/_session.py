@@ -1,0 +1,475 @@
+"""A session: speculate calls early, serve matching authoritative calls from them, run the rest.
+
+``Runtime(tools, policy)`` is shared by many sessions (global concurrency, telemetry, thread pools);
+``runtime.session()`` opens one :class:`Session` with its own isolated store. Predictors call
+``session.speculate(call, source=..., confidence=...)``; the agent calls ``await session.execute(call)``,
+which claims a matching speculation (a hit) or runs the tool (a miss). Every rule of the invariants of
+docs/design.md on isolation, the side-effect boundary, authoritative first and failure transparency is
+enforced here:
+
+* an entry is served only to an identical canonical key, at most once, and only while fresh (not expired,
+  no write in this session since a read-only speculation started, no write from any session to a state
+  the tool reads, validator unchanged, snapshot still current);
+* what a caller gets is its own: the tool receives a copy of the caller's arguments as spelled, and a
+  served result is the original only for the one exact hit of an unwatched entry, else a copy;
+* DESTRUCTIVE or undeclared tools are never run by ``speculate``; ISOLATED_WRITE runs only on a snapshot;
+* authoritative calls take no speculative slot; a claimed speculation whose tool has not started yet is
+  cancelled, and one that has run longer than a fresh call plausibly needs is abandoned for an
+  authoritative run (:meth:`Runtime.claim_wait_limit`);
+* a speculation that raised, hung or was cancelled is never surfaced: the call runs normally instead;
+* a private tool (or one with private arguments) appears in telemetry and logs only as ``"<private>"``
+  (or by name with no key hash), and its errors quote no values.
+
+Accounting: every launched speculation ends exactly once, in :meth:`Session._finish` (unserved) or as a
+hit. Saved time is credited from the speculation's own tool time, never more than it in total.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from forethought._accounting import SessionBase
+from forethought._breaker import Outcome
+from forethought._calls import CallKey, ToolCall
+from forethought._ordering import CallOrder
+from forethought._scheduler import maybe_await
+from forethought._store import (
+    CallOutcome,
+    Entry,
+    SettledSpeculation,
+    SpeculationTicket,
+    discard_quietly,
+    isolated,
+    own_arguments,
+    settled_of,
+)
+from forethought._tools import Effect, Tool, invoke_tool
+from forethought._versions import Write, end_write, read_token, still_current
+from forethought.errors import CallError, ForethoughtError, ToolExecutionError
+from forethought.telemetry import EventKind
+
+__all__ = ["Session"]
+
+_log = logging.getLogger(__name__)
+
+# Enum members looked up once: attribute access on an Enum class costs ~0.1 µs, and the hot path does many.
+_CANCELLED, _COMMITTED, _CONFLICT = EventKind.CANCELLED, EventKind.COMMITTED, EventKind.CONFLICT
+_DEDUPLICATED, _EXPIRED, _FAILED, _HIT = EventKind.DEDUPLICATED, EventKind.EXPIRED, EventKind.FAILED, EventKind.HIT
+_LAUNCHED, _MISS, _PARTIAL_HIT = EventKind.LAUNCHED, EventKind.MISS, EventKind.PARTIAL_HIT
+_REJECTED, _STALE = EventKind.REJECTED, EventKind.STALE
+_ISOLATED_WRITE, _READ_ONLY = Effect.ISOLATED_WRITE, Effect.READ_ONLY
+_USEFUL = Outcome.USEFUL
+
+
+class Session(SessionBase):
+    """One agent's view: an isolated speculation store and the authoritative call path.
+
+    After :meth:`close` the session speculates nothing more; :meth:`execute` still runs calls plainly.
+    """
+
+    # --- speculation ------------------------------------------------------------------------------
+
+    def speculate(self, call: ToolCall, source: str = "unknown", confidence: float = 1.0) -> SpeculationTicket:
+        """Start ``call`` early if policy, effect, budget and breaker allow; never raises on bad guesses.
+
+        Must be called from the event loop the session's calls run on.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            t, arguments, key = self.resolve(call)
+        except CallError as exc:
+            name = getattr(call, "name", None)
+            known = self.tools.get(name) if isinstance(name, str) else None
+            self._emit(_REJECTED, known, "",
+                       source, confidence if isinstance(confidence, float | int) else None,
+                       detail=type(exc).__name__)
+            return SpeculationTicket("rejected", None, str(exc))
+        reason = self._rejection(t, confidence)
+        if reason is None:
+            existing = self._store.get(key)
+            if existing is not None:
+                useless = self._useless(existing)
+                if useless is None:
+                    existing.sources.append(source)
+                    self._emit(_DEDUPLICATED, t, key, source, confidence)
+                    return SpeculationTicket("deduplicated", key)
+                self._store.pop(key)  # a dead entry is replaced by a fresh run, not joined
+                self._finish(existing, useless[0], useless[1])
+            reason = self._budget.reserve(t.cost_units)
+        if reason is not None:
+            self._emit(_REJECTED, t, key, source,
+                       confidence if isinstance(confidence, float | int) else None, detail=reason)
+            return SpeculationTicket("rejected", key, reason)
+        now = self._now()
+        if now >= self._next_expiry:
+            self._evict_expired(now)
+        # Positional arguments: keywords would double the cost of this constructor on the hot path.
+        entry = Entry(key, call, arguments, own_arguments(t.arguments.given(call)), t, source, confidence, now,
+                      now + t.ttl_s, -1, self._now, [source])
+        entry.task = loop.create_task(self._run_speculation(entry))  # it first runs after we return
+        self._store.add(entry)
+        if entry.expires < self._next_expiry:
+            self._next_expiry = entry.expires
+        self._emit(_LAUNCHED, t, key, source, confidence)
+        return SpeculationTicket("launched", key)
+
+    def _useless(self, entry: Entry) -> tuple[EventKind, str] | None:
+        """Why an entry could no longer be served (expired, failed, stale), or ``None``."""
+        if self._now() >= entry.expires:
+            return _EXPIRED, "replaced by a new guess"
+        if entry.error is not None:
+            return _FAILED, type(entry.error).__name__
+        if entry.started is not None and not self._fresh(entry):
+            return _STALE, "a write happened since it started"
+        return None
+
+    def _fresh(self, entry: Entry) -> bool:
+        """Whether no write can have changed what a started speculation read (any session's, for declared
+        states; this session's, for any READ_ONLY tool)."""
+        t = entry.tool
+        if t.effect is _READ_ONLY and entry.epoch != self._epoch:
+            return False
+        return not t.read_versions or still_current(t.read_versions, entry.versions)
+
+    def _rejection(self, t: Tool, confidence: Any) -> str | None:
+        if self.closed:
+            return "session closed"
+        cached = self._static_rejections.get(t.name)
+        if cached is None or cached[0] is not t:
+            cached = self._static_rejections[t.name] = (t, self._static_rejection(t))
+        if cached[1] is not None:
+            return cached[1]
+        kind = type(confidence)
+        exact = kind is float or kind is int  # the fast path; anything else is checked in full
+        if not (exact or (isinstance(confidence, float | int) and not isinstance(confidence, bool))) or not (
+                0.0 <= confidence <= 1.0):
+            return f"confidence {confidence!r} is not a number between 0 and 1"
+        policy = self.runtime.policy
+        if confidence < policy.min_confidence:
+            return f"confidence {confidence:.2f} below threshold {policy.min_confidence:.2f}"
+        breaker = self.runtime.breaker
+        if not breaker.allows(self._tool_scope(t.name)) or not breaker.allows(self._scope):
+            return "circuit breaker open"
+        return None
+
+    def _static_rejection(self, t: Tool) -> str | None:
+        """Why ``t`` may never be speculated under this runtime's policy (constant per tool)."""
+        policy = self.runtime.policy
+        if not policy.for_tool(t.name).speculate:
+            return "policy denies speculation of this tool"
+        if not t.speculable:
+            return f"effect {t.effect.value} may not run early" + (
+                " (no snapshot state)" if t.effect is _ISOLATED_WRITE else "")
+        if policy.max_concurrent < 1 or policy.max_concurrent_per_session < 1:
+            return "speculation disabled (no speculative slots)"
+        return None
+
+    async def _run_speculation(self, entry: Entry) -> Any:
+        """The speculative task: never raises (errors land in ``entry.error``), except when cancelled."""
+        t = entry.tool
+        runtime = self.runtime
+        async with runtime.scheduler.speculative_slot(self._slots):
+            if entry.dropped:
+                return None
+            entry.epoch = self._epoch
+            if t.read_versions:
+                entry.versions = read_token(t.read_versions)
+            try:
+                async with asyncio.timeout(runtime.policy.speculation_timeout_s):
+                    if t.validator is not None:
+                        entry.freshness = await maybe_await(t.validator(entry.call))
+                    if t.threaded:
+                        value = await runtime.scheduler.run_sync(entry.invoke, speculative=True)
+                    else:
+                        value = entry.invoke()
+                    value = await maybe_await(value)
+            except Exception as exc:
+                entry.error = exc
+                return None
+            finally:
+                if entry.started is not None:
+                    entry.finished = self._now()
+            runtime.note_runtime(t.name, entry.run_seconds)
+            return value
+
+    # --- watching speculations (for the agent, code execution and servers) ------------------------
+
+    def has_speculation(self, key: CallKey) -> bool:
+        """Whether a speculation under ``key`` is waiting in this session's store (launched, not claimed)."""
+        return key in self._store
+
+    def speculation_count(self) -> int:
+        """How many speculations of this turn are waiting unclaimed (running or finished)."""
+        return len(self._store)
+
+    def on_settled(self, key: CallKey, callback: Callable[[SettledSpeculation], object]) -> bool:
+        """Call ``callback`` once the speculation under ``key`` has ended (at once if it already has).
+
+        Returns ``False`` (and never calls back) when no speculation is under ``key``. The callback runs
+        on the event loop; what it raises is logged, never propagated.
+        """
+        entry = self._store.get(key)
+        task = None if entry is None else entry.task
+        if entry is None or task is None:
+            return False
+
+        def done(_: asyncio.Task[Any]) -> None:
+            try:
+                callback(settled_of(entry))
+            except Exception as exc:
+                _log.error("a settled-speculation callback for %s failed: %s", entry.tool.label,
+                           type(exc).__name__, exc_info=not entry.tool.hide_key)
+
+        entry.watched = True
+        task.add_done_callback(done)
+        return True
+
+    async def wait_started(self, key: CallKey, grace_s: float, poll_s: float) -> None:
+        """Give the speculation under ``key`` up to ``grace_s`` to start its tool (or end), polling.
+
+        A claim cancels a speculation whose tool has not started yet; a caller about to claim a guess
+        launched a moment ago waits here so the claim takes it instead of running the call twice.
+        """
+        entry = self._store.get(key)
+        if entry is None or entry.task is None:
+            return
+        for _ in range(int(grace_s / poll_s)):
+            if entry.started is not None or entry.task.done():
+                return
+            await asyncio.sleep(poll_s)
+
+    async def wait_speculations(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until every speculation of this turn has finished running (or ``timeout`` passes)."""
+        tasks = [e.task for e in self._store if e.task is not None and not e.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+    # --- the authoritative path -------------------------------------------------------------------
+
+    async def execute(self, call: ToolCall, *, share_arguments: bool = False) -> Any:
+        """Run ``call`` authoritatively (claiming a speculation when one matches) and return its value.
+
+        On a miss the tool gets a private copy of the call's argument values (same values and types), so
+        it cannot change objects the caller or a predictor still holds. ``share_arguments=True`` hands it
+        the caller's own objects instead, as a plain function call would (the code executor's real run
+        does this, so a tool that changes a list it was passed changes the program's list).
+        """
+        return (await self.execute_detailed(call, share_arguments=share_arguments)).value
+
+    async def execute_detailed(self, call: ToolCall, *, share_arguments: bool = False) -> CallOutcome:
+        """Like :meth:`execute`, also saying whether it was a hit and how long it waited."""
+        t, arguments, key = self.resolve(call)
+        start = self._now()
+        entry = self._store.get(key)
+        if (entry is not None and entry.task is not None and entry.task.done() and t.validator is None
+                and self._order.clear_for(t.effect)):
+            # The common hit: nothing to wait for and no await until it is served, so no other call can be
+            # issued meanwhile and the call needs no place in the session's call order.
+            self._store.pop(key)
+            claimed = self._settle(entry, start, start)
+            if claimed is not None:
+                return claimed
+        ticket, waits = self._order.begin(t.effect)
+        try:
+            ready = start
+            if waits:
+                await asyncio.wait(waits)
+                ready = self._now()
+            entry = self._store.pop(key)
+            if entry is not None:
+                try:
+                    claimed = await self._claim(entry, start, ready)
+                except BaseException:  # the caller was cancelled while the claim waited
+                    if not entry.dropped:
+                        self._finish(entry, _CANCELLED, "claim cancelled")
+                    raise
+                if claimed is not None:
+                    return claimed
+            if t.partial is not None:
+                partial = self._claim_partial(t, arguments, start)
+                if partial is not None:
+                    return partial
+            try:
+                given = t.arguments.given(call)
+                value = await self._run_authoritative(t, given if share_arguments else own_arguments(given, top=False))
+            finally:
+                waited = self._now() - start
+                self._emit(_MISS, t, key, seconds=waited)
+                self._telemetry.observe_wait("miss", waited)
+            return CallOutcome(value, "miss", waited, 0.0)
+        finally:
+            CallOrder.end(ticket)
+
+    async def _claim(self, entry: Entry, start: float, ready: float) -> CallOutcome | None:
+        """Wait for ``entry`` if its tool is running, check its validator, then :meth:`_settle` it.
+
+        ``start`` is when the call was issued, ``ready`` when its ordering let it take effect.
+        """
+        t, task = entry.tool, entry.task
+        assert task is not None
+        if not task.done():
+            if self._now() >= entry.expires:
+                self._finish(entry, _EXPIRED)
+                return None
+            if entry.started is None:
+                self._finish(entry, _CANCELLED, "tool not started when claimed")
+                return None
+            remaining = self.runtime.claim_wait_limit(t) - entry.run_seconds
+            if remaining > 0:
+                await asyncio.wait([task], timeout=remaining)
+            if not task.done():
+                self._finish(entry, _CANCELLED, "running longer than a fresh call plausibly needs")
+                return None
+        if (t.validator is not None and entry.succeeded() and self._now() < entry.expires
+                and not await self._validator_agrees(entry)):
+            self._finish(entry, _STALE, "validator token changed")
+            return None
+        return self._settle(entry, start, ready)
+
+    def _settle(self, entry: Entry, start: float, ready: float) -> CallOutcome | None:
+        """Serve a finished ``entry`` if it is fresh and succeeded; ``None`` sends the caller to the miss path."""
+        task = entry.task
+        assert task is not None
+        if self._now() >= entry.expires:
+            self._finish(entry, _EXPIRED)
+            return None
+        if task.cancelled() or (entry.started is None and entry.error is None):
+            self._finish(entry, _CANCELLED, "cancelled before it finished")
+            return None
+        if entry.error is not None:
+            self._finish(entry, _FAILED, type(entry.error).__name__)
+            return None
+        t = entry.tool
+        if ((t.effect is _READ_ONLY and entry.epoch != self._epoch)
+                or (t.read_versions and not still_current(t.read_versions, entry.versions))):  # = not _fresh
+            if entry.snapshot is not None:
+                self._finish(entry, _CONFLICT, "a state it read was written since it started")
+            else:
+                self._finish(entry, _STALE, "a write happened since it started")
+            return None
+        if entry.snapshot is not None and not self._commit(entry):
+            self._finish(entry, _CONFLICT, "state changed since the snapshot")
+            return None
+        now = self._now()
+        waited = now - start
+        tool_s = entry.run_seconds
+        saved = max(0.0, min(tool_s - (now - ready), tool_s - entry.credited_s))
+        entry.credited_s += saved
+        entry.dropped = True
+        self._record(t.name, _USEFUL)
+        self._emit(_HIT, t, entry.key, entry.source, entry.confidence, saved)
+        self._telemetry.observe_wait("hit", waited)
+        value = task.result()  # served once: the caller gets the original unless a watcher also gets one
+        return CallOutcome(isolated(value) if entry.watched else value, "hit", waited, saved, entry.source)
+
+    async def _validator_agrees(self, entry: Entry) -> bool:
+        """Whether the validator still gives the token seen at speculation start (errors and hangs: no)."""
+        validator = entry.tool.validator
+        assert validator is not None
+        try:
+            async with asyncio.timeout(self.runtime.claim_wait_limit(entry.tool)):
+                return bool(await maybe_await(validator(entry.call)) == entry.freshness)
+        except Exception:
+            return False
+
+    def _commit(self, entry: Entry) -> bool:
+        """Commit a hit's snapshot into the live state (a write: bumps the epoch); ``False`` on conflict."""
+        snapshot = entry.snapshot
+        assert snapshot is not None
+        entry.snapshot = None
+        self._epoch += 1
+        t = entry.tool
+        try:
+            committed = bool(snapshot.commit())
+        except Exception as exc:
+            _log.error("commit of a %s snapshot failed: %s", t.label, type(exc).__name__,
+                       exc_info=not t.hide_key)  # a private call's traceback may quote its values
+            committed = False
+        finally:
+            self._epoch += 1
+        if not committed:
+            discard_quietly(snapshot, t.label, not t.hide_key)
+            return False
+        for version in t.write_versions:
+            version.bump()
+        self._emit(_COMMITTED, entry.tool, entry.key, entry.source, entry.confidence)
+        return True
+
+    def _claim_partial(self, t: Tool, arguments: dict[str, Any], start: float) -> CallOutcome | None:
+        rule = t.partial
+        assert rule is not None
+        if t.state is not None or t.validator is not None:
+            return None
+        for entry in self._store.of_tool(t.name):
+            if not entry.succeeded() or not self._fresh(entry) or self._now() >= entry.expires:
+                continue
+            assert entry.task is not None
+            try:
+                if not rule.covers(entry.arguments, arguments):
+                    continue
+                value = rule.narrow(arguments, isolated(entry.task.result(), strict=True))  # narrow a copy
+            except Exception:
+                continue
+            waited = self._now() - start
+            saved = max(0.0, entry.run_seconds - entry.credited_s - waited)
+            entry.credited_s += saved
+            entry.partial_hits += 1
+            self._record(t.name, _USEFUL)
+            self._emit(_PARTIAL_HIT, t, entry.key, entry.source, entry.confidence, seconds=saved)
+            self._telemetry.observe_wait("partial_hit", waited)
+            return CallOutcome(value, "partial_hit", waited, saved, entry.source)
+        return None
+
+    async def _run_authoritative(self, t: Tool, arguments: Mapping[str, Any]) -> Any:
+        """Run ``t`` on the live state with the caller's own ``arguments``.
+
+        A write counts as in progress, for every session, from before it starts until the tool function
+        has really finished: for a threaded tool that is on the worker thread itself, which keeps running
+        when the awaiting caller is cancelled. Only then do the state's version and its cell move on.
+        """
+        writes = t.effect.writes
+        if writes:
+            self._epoch += 1
+        for version in t.write_versions:
+            version.begin_write()
+        started = self._now()
+        write = Write(t.cells_written, t.write_versions) if t.threaded else None
+        try:
+            target = t.state.live if t.state is not None else None
+
+            if write is not None:
+                def run() -> Any:
+                    assert write is not None
+                    if not write.begin():
+                        return None  # abandoned before it started: it never runs
+                    value = None
+                    try:
+                        value = invoke_tool(t, target, arguments)
+                        return value
+                    finally:
+                        if not ((asyncio.iscoroutine(value) or isinstance(value, asyncio.Future))
+                                and write.hand_to_loop()):
+                            write.end()
+
+                return await maybe_await(await self.runtime.scheduler.run_sync(run, speculative=False))
+            return await maybe_await(invoke_tool(t, target, arguments))
+        except ForethoughtError:
+            raise
+        except Exception as exc:
+            reason = type(exc).__name__ if t.hide_key else f"{type(exc).__name__}: {exc}"
+            raise ToolExecutionError(t.name, reason) from exc
+        finally:
+            if write is None:
+                if t.cells_written or t.write_versions:
+                    end_write(t.cells_written, t.write_versions)
+            elif write.on_loop:
+                write.end()
+            else:
+                write.abandon()  # cancelled or never scheduled: ends it only if its thread never started
+            if writes:
+                self._epoch += 1
+            self.runtime.note_runtime(t.name, self._now() - started)
+
