@@ -20,6 +20,7 @@ than ``max_upstream_ratio`` times the client's own calls (a guess that would pas
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import logging
@@ -37,6 +38,7 @@ from forethought.errors import ForethoughtError
 from forethought.mcp.effects import McpPolicy, ToolEffect, decide
 from forethought.mcp.errors import McpProxyError, UpstreamClosedError, upstream_gone_error
 from forethought.mcp.freshness import PAYLOAD, freshness_validator
+from forethought.mcp.race import GuessRace
 from forethought.mcp.stats import ProxyStats
 from forethought.mcp.upstream import Answer, UpstreamLink
 from forethought.mcp.writeclock import MemoryWriteClock, WriteClock
@@ -110,6 +112,7 @@ class SessionSpeculator:
                  predictor_for: PredictorFactory, named: bool = False, clock: WriteClock | None = None) -> None:
         self._link = link
         self._clock: WriteClock = clock if clock is not None else MemoryWriteClock()
+        self._race = GuessRace(link.request)
         self._policy = policy
         self.server_name = server_name
         self._named = named
@@ -186,14 +189,17 @@ class SessionSpeculator:
 
         async def run(payload: str) -> Answer:
             request = _client_request.get()
-            if request is not None:  # the client's own call: relayed exactly as it came
-                return await link.request(request)
+            if request is not None:  # the client's own call: relayed exactly as it came (or already sent)
+                sent = self._race.own(request)
+                return await (asyncio.shield(sent) if sent is not None else link.request(request))
             params: dict[str, Any] = {"name": name, "arguments": json.loads(payload)}
             if self._envelope:
                 params["_meta"] = dict(self._envelope)
-            answer = await link.request(
+            answer, own = await self._race.guess(_race_key(name, payload), link.request(
                 JSONRPCRequest(jsonrpc="2.0", id=link.new_id(), method="tools/call", params=params),
-                speculative=True)
+                speculative=True))
+            if own:
+                return _Own(answer.result, answer.error)
             if not answer.servable:
                 raise UnservableAnswer(f"{name}: the speculation got an error or a non-final result")
             return answer
@@ -226,8 +232,10 @@ class SessionSpeculator:
         writes = self.effects[name].effect not in _READS
         if writes:
             self._clock.tick()  # before the write is sent: every proxy sharing the clock stops serving guesses
+        payload = payload_of(arguments)
+        self._race.claim(_race_key(name, payload), request)
         try:
-            outcome = await session.execute_detailed(ToolCall(name, {_PAYLOAD: payload_of(arguments)}))
+            outcome = await session.execute_detailed(ToolCall(name, {_PAYLOAD: payload}))
         except ForethoughtError as exc:
             cause = exc.__cause__ if isinstance(exc.__cause__, UpstreamClosedError) else exc
             if not isinstance(cause, UpstreamClosedError):
@@ -236,11 +244,15 @@ class SessionSpeculator:
         finally:
             if writes:
                 self._clock.tick()  # and again once it has ended: a guess started meanwhile is stale too
+            self._race.settled(request)
             _client_request.reset(token)
             self._in_flight -= 1
         answer = outcome.value
         if not isinstance(answer, Answer):  # pragma: no cover - the tool function returns nothing else
             raise McpProxyError(f"{name}: unexpected value {type(answer).__name__} from the runtime")
+        if isinstance(answer, _Own):  # the guess lost the race to the client's own request
+            self._misses += 1
+            return CallReport(Answer(answer.result, answer.error), "miss")
         if outcome.kind == "miss":
             self._misses += 1
         else:
@@ -305,8 +317,8 @@ class SessionSpeculator:
     def _within_bound(self, cost: int) -> bool:
         """Whether ``cost`` more upstream requests keep the session within ``max_upstream_ratio`` of direct."""
         link = self._link
-        extra = link.speculative_calls + link.validator_calls - self._hits
-        return extra + cost <= (self._policy.settings.max_upstream_ratio - 1.0) * self._calls
+        upstream = link.client_calls + link.speculative_calls + link.validator_calls
+        return upstream + cost <= self._policy.settings.max_upstream_ratio * self._calls
 
     def stats(self) -> ProxyStats:
         link = self._link
@@ -328,6 +340,15 @@ class SessionSpeculator:
                     flush()
                 except Exception:
                     log.warning("pattern predictor failed to save", exc_info=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Own(Answer):
+    """The answer to the client's own request, returned through a guess that lost the race to it."""
+
+
+def _race_key(name: str, payload: str) -> str:
+    return f"{name}\0{payload}"
 
 
 def _schema(entry: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -41,8 +41,8 @@ class Answer:
     def servable(self) -> bool:
         """Whether a speculation that got this answer may stand in for the client's own call: a final
         result that does not report a tool error (an error is never served from a guess)."""
-        if self.result is None:
-            return False
+        if self.result is None or not isinstance(self.result.get("content", []), list):
+            return False  # an error, or not a tool result at all
         return not self.result.get("isError") and self.result.get("resultType", "complete") == "complete"
 
     def message(self, request_id: RequestId) -> JSONRPCMessage:

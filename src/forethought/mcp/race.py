@@ -1,0 +1,74 @@
+"""A slow guess never delays a call: a client's call that finds its guess still running races it.
+
+When a client's ``tools/call`` arrives while a speculation of the very same call is still waiting for the
+upstream, the runtime would wait for that speculation (it started earlier, so it usually answers first).
+If it is slow or hangs, the client would wait longer than it would have directly. So the client's own
+request is sent upstream at once as well (verbatim: its id, its ``_meta``), and the speculation returns
+whichever answer comes first. Direct use is the bound: the client's answer is never later than its own
+request's. The other answer, when it comes, is consumed by the upstream link and never reaches the client
+(the client's own request is never abandoned, so its late answer cannot arrive unexpected).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from mcp_types import JSONRPCRequest, RequestId
+
+from forethought.mcp.upstream import Answer
+
+
+class GuessRace:
+    """The running guesses of one session, and the client requests sent while they ran."""
+
+    def __init__(self, send: Callable[[JSONRPCRequest], Awaitable[Answer]]) -> None:
+        self._send = send
+        self._running: dict[str, asyncio.Future[Answer]] = {}
+        """Call key -> where the client's own answer goes while a guess of that call runs."""
+        self._sent: dict[RequestId, asyncio.Task[Answer]] = {}
+        """Client request id -> its request, sent while a guess of it ran."""
+        self._tasks: set[asyncio.Task[Answer]] = set()
+
+    async def guess(self, key: str, answer: Awaitable[Answer]) -> tuple[Answer, bool]:
+        """Await a guess's ``answer``, or the client's own answer to the same call if that comes first.
+
+        Returns the answer and whether it is the client's own.
+        """
+        slot: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._running[key] = slot
+        spec = asyncio.ensure_future(answer)
+        try:
+            await asyncio.wait({spec, slot}, return_when=asyncio.FIRST_COMPLETED)
+            if spec.done():
+                return spec.result(), False
+            return slot.result(), True
+        finally:
+            if self._running.get(key) is slot:
+                del self._running[key]
+            if not spec.done():
+                spec.cancel()  # abandoned: the link consumes its late answer
+
+    def claim(self, key: str, request: JSONRPCRequest) -> None:
+        """The client asks for ``key``: if its guess is still running, send the client's request now."""
+        slot = self._running.get(key)
+        if slot is None or slot.done() or request.id in self._sent:
+            return
+        task = asyncio.ensure_future(self._send(request))
+        self._sent[request.id] = task
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Answer]) -> None:
+            self._tasks.discard(t)
+            if not slot.done() and not t.cancelled() and t.exception() is None:
+                slot.set_result(t.result())
+
+        task.add_done_callback(done)
+
+    def own(self, request: JSONRPCRequest) -> asyncio.Task[Answer] | None:
+        """The client's request if :meth:`claim` already sent it (the authoritative run awaits that one)."""
+        return self._sent.get(request.id)
+
+    def settled(self, request: JSONRPCRequest) -> None:
+        """The client's call is answered: forget its request (still running, it ends on its own)."""
+        self._sent.pop(request.id, None)
