@@ -8,6 +8,8 @@ line with exit status 2; a bench whose arms are not equivalent to serial exits w
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -69,8 +71,15 @@ def main(version: Annotated[bool, typer.Option("--version", callback=_version, i
     _DEBUG = debug
 
 
+BACKOFF_ENV = "FORETHOUGHT_BACKOFF"
+"""Set to ``off`` (or 0/false/no) to turn load back-off off in every command (deterministic tests)."""
+
+
 def _policy(path: Path | None) -> Policy:
-    return load_policy(path) if path is not None else Policy()
+    policy = load_policy(path) if path is not None else Policy()
+    if os.environ.get(BACKOFF_ENV, "").strip().lower() in ("0", "off", "false", "no"):
+        policy = dataclasses.replace(policy, backoff=False)
+    return policy
 
 
 def _run(job: Callable[[], Awaitable[T]]) -> T:
@@ -260,6 +269,10 @@ def gateway(
                                                      "with an error chunk.")] = 16 << 20,
     check_upstream: Annotated[bool, typer.Option("--check-upstream/--no-check-upstream",
                                                  help="Check at start that the upstream answers.")] = True,
+    redis: Annotated[str | None, typer.Option("--redis", help="Keep cache entries and response scopes in this "
+                                              "Redis (redis://...), shared by every replica.")] = None,
+    secret_file: Annotated[Path | None, typer.Option(help="With --redis: file holding the deployment secret "
+                                                          "(>= 16 bytes) that authenticates what Redis holds.")] = None,
 ) -> None:
     """Run the engine-side tool-cache gateway in front of an OpenAI-compatible engine."""
     import logging
@@ -280,8 +293,16 @@ def gateway(
     config = GatewayConfig(post_wait_s=post_wait_s, mark_continuations=mark_continuations,
                            upstream_api_key=upstream_api_key, limits=limits, policy=_policy(policy),
                            body_timeout_s=body_timeout_s, max_line_bytes=max_line_bytes)
-    console.print(f"gateway on http://{host}:{port}/v1 -> {upstream}")
-    serve_forever(create_gateway(upstream, config), host, port, log_level=log_level.lower(),
+    store = None
+    if redis is not None:
+        from forethought.serve.gateway_replicas import RedisScopeStore, load_secret
+        from forethought.stores.errors import StoreError
+
+        if secret_file is None:
+            raise StoreError("--redis needs --secret-file (the deployment secret shared by the replicas)")
+        store = RedisScopeStore.from_url(redis, load_secret(secret_file), max_response_s=limits.max_response_s)
+    console.print(f"gateway on http://{host}:{port}/v1 -> {upstream}" + (" (scopes in Redis)" if store else ""))
+    serve_forever(create_gateway(upstream, config, store), host, port, log_level=log_level.lower(),
                   limits=ServerLimits(limit_concurrency=max_connections, header_timeout_s=header_timeout_s))
 
 

@@ -1,0 +1,156 @@
+"""Gateway response scopes in Redis: the commands, each one Lua script (one round trip, atomic).
+
+The serve-side store (:class:`~forethought.serve.gateway_replicas.RedisScopeStore`) seals what it writes;
+this module moves opaque bytes. Keys of one response share the hash tag ``{<response id>}``, so they live
+in one Cluster slot and every script touches one slot:
+
+* ``<prefix>:{R}:meta``    the sealed scope (token digest, the request's tools), with the response's TTL
+* ``<prefix>:{R}:state``   hash ``seg`` (current message) and ``posts`` (accepted posts)
+* ``<prefix>:{R}:entries`` list of sealed entries posted for the current segment
+* ``<prefix>:{R}:done``    marker of a finished response (late posts get 410)
+
+Result codes of :meth:`RedisScopeBackend.append`: the new post count (>= 1), or :data:`UNKNOWN`,
+:data:`FINISHED`, :data:`MOVED_ON` (the segment changed), :data:`TOO_MANY`. Redis errors leave as
+:class:`~forethought.stores.errors.StoreUnavailableError` (:mod:`~forethought.stores.errors`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forethought.stores.errors import mapped_redis_errors
+
+SOCKET_TIMEOUT_S = 0.25
+UNKNOWN, FINISHED, MOVED_ON, TOO_MANY = -1, -2, -3, -4
+
+_CREATE = """
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('DEL', KEYS[3], KEYS[4])
+redis.call('HSET', KEYS[2], 'seg', 0, 'posts', 0)
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+_LOOKUP = """
+local meta = redis.call('GET', KEYS[1])
+if not meta then
+  if redis.call('EXISTS', KEYS[4]) == 1 then return {false, -2, 0} end
+  return {false, -1, 0}
+end
+local st = redis.call('HMGET', KEYS[2], 'seg', 'posts')
+return {meta, tonumber(st[1]) or 0, tonumber(st[2]) or 0}
+"""
+_APPEND = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if redis.call('EXISTS', KEYS[4]) == 1 then return -2 end
+  return -1
+end
+if (tonumber(redis.call('HGET', KEYS[2], 'seg')) or 0) ~= tonumber(ARGV[1]) then return -3 end
+if redis.call('LLEN', KEYS[3]) + #ARGV - 2 > tonumber(ARGV[2]) then return -4 end
+for i = 3, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
+return redis.call('HINCRBY', KEYS[2], 'posts', 1)
+"""
+_SNAPSHOT = """
+local posts = tonumber(redis.call('HGET', KEYS[1], 'posts')) or 0
+return {posts, redis.call('LRANGE', KEYS[2], 0, -1)}
+"""
+_ADVANCE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+redis.call('DEL', KEYS[3])
+return redis.call('HINCRBY', KEYS[2], 'seg', 1)
+"""
+_FINISH = """
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('SET', KEYS[4], '1', 'PX', ARGV[1])
+return 1
+"""
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+class RedisScopeBackend:
+    """The Redis side of gateway scopes, on a ``redis.asyncio.Redis`` client."""
+
+    def __init__(self, client: Any, prefix: str = "ft:gw") -> None:
+        self._client = client
+        self._prefix = prefix
+        self._create = client.register_script(_CREATE)
+        self._lookup = client.register_script(_LOOKUP)
+        self._append = client.register_script(_APPEND)
+        self._snapshot = client.register_script(_SNAPSHOT)
+        self._advance = client.register_script(_ADVANCE)
+        self._finish = client.register_script(_FINISH)
+        self.operations = 0
+
+    @classmethod
+    def from_url(cls, url: str, socket_timeout_s: float = SOCKET_TIMEOUT_S, prefix: str = "ft:gw") -> RedisScopeBackend:
+        """A backend on a new asyncio client for ``url``: calls give up after ``socket_timeout_s``; one retry after a
+        connection error (a connection Redis closed, e.g. after a restart), none after a timeout."""
+        import redis.asyncio
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        client = redis.asyncio.Redis.from_url(url, socket_timeout=socket_timeout_s,
+                                              socket_connect_timeout=socket_timeout_s, retry_on_timeout=False,
+                                              retry=Retry(NoBackoff(), 1))
+        return cls(client, prefix)
+
+    def key(self, response_id: str, part: str) -> str:
+        """The Redis key of one part (``meta``, ``state``, ``entries``, ``done``) of a response."""
+        return f"{self._prefix}:{{{response_id}}}:{part}"
+
+    def _keys(self, response_id: str) -> list[str]:
+        return [self.key(response_id, part) for part in ("meta", "state", "entries", "done")]
+
+    async def create(self, response_id: str, meta: bytes, ttl_s: float) -> None:
+        """Register a response: its sealed scope, segment 0, no posts, for ``ttl_s``."""
+        self.operations += 1
+        with mapped_redis_errors("create gateway scope"):
+            await self._create(keys=self._keys(response_id), args=[meta, _ms(ttl_s)])
+
+    async def lookup(self, response_id: str) -> tuple[bytes | None, int, int]:
+        """(sealed scope, segment, posts); the scope is ``None`` with segment ``UNKNOWN`` or ``FINISHED``."""
+        self.operations += 1
+        with mapped_redis_errors("look up gateway scope"):
+            meta, segment, posts = await self._lookup(keys=self._keys(response_id))
+        return meta, int(segment), int(posts)
+
+    async def append(self, response_id: str, segment: int, entries: list[bytes], limit: int) -> int:
+        """Append sealed entries for ``segment`` whole or not at all; the post count, or a negative code."""
+        self.operations += 1
+        with mapped_redis_errors("post to gateway scope"):
+            return int(await self._append(keys=self._keys(response_id), args=[segment, limit, *entries]))
+
+    async def snapshot(self, response_id: str) -> tuple[int, list[bytes]]:
+        """(posts, sealed entries of the current segment)."""
+        self.operations += 1
+        keys = self._keys(response_id)
+        with mapped_redis_errors("read gateway scope"):
+            posts, entries = await self._snapshot(keys=[keys[1], keys[2]])
+        return int(posts), list(entries)
+
+    async def posts(self, response_id: str) -> int:
+        """Accepted posts so far (0 for an unknown response)."""
+        self.operations += 1
+        with mapped_redis_errors("read gateway posts"):
+            value = await self._client.hget(self.key(response_id, "state"), "posts")
+        return int(value or 0)
+
+    async def advance(self, response_id: str) -> int:
+        """Drop the current segment's entries; the new segment (``UNKNOWN`` if the response is gone)."""
+        self.operations += 1
+        with mapped_redis_errors("advance gateway scope"):
+            return int(await self._advance(keys=self._keys(response_id)))
+
+    async def finish(self, response_id: str, remember_s: float) -> None:
+        """Forget a response; its ``done`` marker lives ``remember_s``."""
+        self.operations += 1
+        with mapped_redis_errors("finish gateway scope"):
+            await self._finish(keys=self._keys(response_id), args=[_ms(remember_s)])
+
+    async def close(self) -> None:
+        with mapped_redis_errors("close"):
+            await self._client.aclose()
