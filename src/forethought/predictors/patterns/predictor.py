@@ -365,13 +365,17 @@ class PatternPredictor:
                     return []
         missing = sorted(required - set(choices))
         base = {param: found[0] for param, found in choices.items()}
-        combos = [base]
+        # An alternative value counts only as far as the values ranked above it may be wrong: the k-th value
+        # of a parameter is weighed by the product of (1 - score) of the ones before it.
+        combos: list[tuple[dict[str, ArgCandidate], float]] = [(base, 1.0)]
         for param, found in choices.items():
-            for alternative in found[1:]:
-                combos.append({**base, param: alternative})
+            doubt = 1.0
+            for earlier, alternative in zip(found, found[1:], strict=False):
+                doubt *= 1.0 - min(1.0, max(0.0, earlier.score))
+                combos.append(({**base, param: alternative}, doubt))
         out = []
-        for combo in combos:
-            confidence = p_name
+        for combo, factor in combos:
+            confidence = p_name * factor
             for candidate in combo.values():
                 confidence *= candidate.score ** self.config.arg_weight
             confidence *= self.config.hint_factor ** len(missing)
