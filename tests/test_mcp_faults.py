@@ -22,14 +22,15 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install '
 from mcp import ClientSession
 
 from forethought._calls import ToolCall
-from forethought.mcp.effects import McpPolicy
+from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.proxy import Proxy
 from forethought.mcp.speculation import payload_of
 from forethought.mcp.upstream import OWN_ID_PREFIX
 from test_mcp_proxy import _dump, direct, proxied
 
 FAULTY = Path(__file__).with_name("mcp_servers") / "faulty_server.py"
-TRUST = McpPolicy(trust_all=True)
+TRUST = McpPolicy(settings=ProxySettings(guesses=0), trust_all=True)
+"""Every tool may run early, and only the tests' own guesses do (the predictor's are turned off)."""
 SHORT_S = 0.5
 """The client's read timeout on calls that never get a parsable answer (in both arms)."""
 LONG_S = 20.0
