@@ -46,6 +46,11 @@ ABSENT_KEY = "\x00absent"
 """Value key recorded when an optional parameter is left out."""
 ENUM_RULE = '["enum"]'
 VOCAB_RULE = '["vocab"]'
+ENUM_FIRST_RULE = '["enum","first"]'
+VOCAB_FIRST_RULE = '["vocab","first"]'
+"""Pseudo rules: an allowed value (``enum``) or a value used before (``vocab``) that the message mentions,
+the one mentioned last or (``first``) first: "from LAX to JFK" names two values of one vocabulary."""
+PSEUDO_RULES = frozenset((ENUM_RULE, VOCAB_RULE, ENUM_FIRST_RULE, VOCAB_FIRST_RULE))
 PRIOR_WEIGHT = 2.0
 DEFAULT_RATE = 0.2
 MAX_CONSTANT_CHARS = 120
@@ -94,11 +99,17 @@ def _mention_forms(values: Sequence[Any]) -> tuple[tuple[str, str], ...]:
     return tuple((value, _alnum_words(value)) for value in values if isinstance(value, str) and len(value) >= 2)
 
 
-def _mentioned(forms: Sequence[tuple[str, str]], message: str) -> str | None:
-    """The value (of :func:`_mention_forms`) whose words occur last in ``message``; the first on a tie."""
+def _mentioned(forms: Sequence[tuple[str, str]], message: str, first: bool = False) -> str | None:
+    """The value (of :func:`_mention_forms`) whose words occur last (``first``: first) in ``message``; the
+    first in ``forms`` on a tie."""
     text = _alnum_words(message)
     best, best_at = None, -1
     for value, form in forms:
+        if first:
+            at = text.find(form)
+            if at >= 0 and (best_at < 0 or at < best_at):
+                best, best_at = value, at
+            continue
         at = text.rfind(form)
         if at > best_at:
             best, best_at = value, at
@@ -165,7 +176,7 @@ class ArgumentModel:
         parts = key.split(SEP)
         if parts[0] == "r" and len(parts) == 5:
             self._rules.setdefault((parts[1], parts[2]), set()).add(parts[3])
-            if parts[3] not in self._parsed and parts[3] not in (ENUM_RULE, VOCAB_RULE):
+            if parts[3] not in self._parsed and parts[3] not in PSEUDO_RULES:
                 with contextlib.suppress(ValueError, TypeError):  # an unreadable rule fails where it is used
                     self._parsed[parts[3]] = _parse_rule(parts[3])
             if parts[1] != ANY:
@@ -184,7 +195,7 @@ class ArgumentModel:
                 self._table(tool, param)
 
     def _rule(self, key: str) -> Rule | None:
-        if key in (ENUM_RULE, VOCAB_RULE):
+        if key in PSEUDO_RULES:
             return None
         rule = self._parsed.get(key)
         if rule is None:
@@ -244,10 +255,10 @@ class ArgumentModel:
         the pseudo rules): a rule found by coincidence in a large output is then not replayed forever."""
         if len(keys) <= MAX_TABLE_RULES:
             return keys
-        real = sorted(keys - {ENUM_RULE, VOCAB_RULE})
+        real = sorted(keys - PSEUDO_RULES)
         scores = {key: self.rule_score(tool, param, key) for key in real}
         real.sort(key=lambda key: -scores[key])  # stable: equal scores stay in key order
-        return {*real[:MAX_TABLE_RULES], *(keys & {ENUM_RULE, VOCAB_RULE})}
+        return {*real[:MAX_TABLE_RULES], *(keys & PSEUDO_RULES)}
 
     def _table(self, tool: str, param: str) -> _Table:
         """The rules to try for the parameter, sorted, with the enum pseudo rule: those known here, else
@@ -258,7 +269,8 @@ class ArgumentModel:
         version = (rules_at, len(self._rules.get(rules_at, ())))
         cached = self._tables.get(level)
         if cached is None or cached[0] != version:
-            keys = tuple(sorted({*self._best_rules(tool, param, self._rules.get(rules_at, set())), ENUM_RULE}))
+            keys = tuple(sorted({*self._best_rules(tool, param, self._rules.get(rules_at, set())), ENUM_RULE,
+                                 ENUM_FIRST_RULE}))
             rules = tuple(self._rule(key) for key in keys)
             table = _Table(keys, rules, tuple(self._record(tool, param, key) for key in keys),
                            tuple(i for i, rule in enumerate(rules) if rule is None))
@@ -298,10 +310,12 @@ class ArgumentModel:
         return cached[1]
 
     def _pseudo(self, key: str, tool: str, param: str, schema: Mapping[str, Any], sources: Sources) -> Any:
-        if key == ENUM_RULE:
+        first = key in (ENUM_FIRST_RULE, VOCAB_FIRST_RULE)
+        if key in (ENUM_RULE, ENUM_FIRST_RULE):
             enum = schema.get("enum")
-            return _mentioned(self._enum(tool, param, enum), sources.user_message) if isinstance(enum, list) else None
-        return _mentioned(self._vocabulary(tool, param), sources.user_message)
+            return (_mentioned(self._enum(tool, param, enum), sources.user_message, first)
+                    if isinstance(enum, list) else None)
+        return _mentioned(self._vocabulary(tool, param), sources.user_message, first)
 
     def _pseudo_keyed(self, key: str, tool: str, param: str, schema: Mapping[str, Any], sources: Sources
                       ) -> tuple[Any, str] | None:
@@ -335,12 +349,12 @@ class ArgumentModel:
                     for past, past_truth in recent:
                         self._trial(tool, param, rule.key, past.apply_keyed(rule), past_truth)
             tried = known if len(known) <= MAX_TABLE_RULES else {*self._table(tool, param).keys, *found_now}
-            keys = sorted({*tried, ENUM_RULE, VOCAB_RULE})
+            keys = sorted({*tried, *PSEUDO_RULES})
             rules = [self._rule(key) for key in keys]
             for key, parsed, produced in zip(keys, rules, sources.apply_all(rules), strict=True):
                 if parsed is None:
                     produced = self._pseudo_keyed(key, tool, param, schema, sources)
-                if self._trial(tool, param, key, produced, truth) and key in (ENUM_RULE, VOCAB_RULE):
+                if self._trial(tool, param, key, produced, truth) and key in PSEUDO_RULES:
                     known.add(key)
             recent.append((sources, truth))
             self._count_constant(tool, param, truth, words)

@@ -19,6 +19,9 @@ Sources and their locators:
 * ``out``: a field of an earlier call's JSON output (a path such as ``invoice.booking_id`` or
   ``files[-1]``): of the latest call of a tool, of the latest output holding that field, or n steps back.
 * ``tok``: an atom inside a text field of the latest output of a tool (a path or id in a listing).
+* ``ord``: the item of a list in an earlier output (a path pattern such as ``watchlist[#]`` or
+  ``items[#].id``) at the position the user message names by an ordinal ("the second file", "the last
+  one"; :mod:`derive_ordinal`): of the latest call of a tool, or n steps back.
 * ``walk``: the next item, not yet used this turn, of the list (an array in a recent output, or the
   same field of its items) that the latest value of a parameter came from: one call per item.
 """
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forethought.predictors.base import ObservedCall
+from forethought.predictors.patterns.derive_ordinal import at_ordinal, message_ordinal, ordinal_path
 from forethought.predictors.patterns.derive_index import (
     MAX_FROM_END,
     MAX_ORDINAL,
@@ -100,7 +104,7 @@ class Rule:
     @property
     def generic(self) -> bool:
         """Whether the rule names no tool, so its record carries over to tools never seen."""
-        return not (self.source in ("out", "tok", "arg") and self.locator[:1] == ("tool",))
+        return not (self.source in ("out", "tok", "arg", "ord") and self.locator[:1] == ("tool",))
 
 
 def _atom_values(atom: Atom) -> Iterator[tuple[str, Any]]:
@@ -372,6 +376,7 @@ class Sources:
         observed = self.history[i]
         index = output_index(observed.output)
         keys = target.lookup_keys()
+        ordinal = message_ordinal(self.user_message)
         for position in index.candidates(keys)[:MAX_EXPLAINED_LEAVES]:
             path, leaf = index.leaves[position]
             name = leaf_name(path)
@@ -380,6 +385,8 @@ class Sources:
                     name in output_index(later.output).first_by_name for later in self.history[i + 1:]):
                 locators.append(("key", name))
             add("out", locators, json_variants(leaf))
+            if ordinal is not None and (pattern := ordinal_path(path, ordinal)) is not None:
+                add("ord", [(*loc, pattern) for loc in call_locators], json_variants(leaf))
         if self._last_of_tool.get(observed.call.name) != i:
             return
         for token in index.token_candidates(keys):
@@ -448,6 +455,8 @@ class Sources:
             return None if atom is None else atom_value(atom.text, atom.date, rule.transform, rule.wrap)
         if rule.source == "out":
             value = self._apply_output(rule)
+        elif rule.source == "ord":
+            value = self._apply_ordinal(rule)
         elif rule.source == "arg":
             value = self._apply_argument(rule)
         elif rule.source == "walk":
@@ -510,6 +519,16 @@ class Sources:
         if selector == "r" and path in index.truncated:
             return None
         return _pick(atoms, selector, int(n))
+
+    def _apply_ordinal(self, rule: Rule) -> Any:
+        """The item an ``ord`` rule points at: its list, at the position the user message names."""
+        ordinal = message_ordinal(self.user_message)
+        observed = None if ordinal is None else self._call_at(rule.locator[:-1])
+        if observed is None or ordinal is None:
+            return None
+        leaves = first_leaf_by_path(observed.output)
+        path = at_ordinal(rule.locator[-1], ordinal)
+        return apply_transform(rule.transform, leaves[path]) if path in leaves else None
 
     def _apply_output(self, rule: Rule) -> Any:
         locator = rule.locator
