@@ -13,8 +13,9 @@ engine (``upstream_base_url`` includes ``/v1``, as for an OpenAI client):
 * ``POST /cache-tool-output/{response_id}`` with ``[{"name", "params"?, "output", "keep_alive"?,
   "exclusive"?}]`` and the response's token answers ``{"cached": n}`` (:mod:`.gateway_cache` has the rules
   and the 4xx answers).
-* ``POST /v1/responses`` (the Responses API) is proxied, streamed or not, each streamed line capped like
-  the relay's (no cache-served continuation there: the Responses stream carries no served-result chunk).
+* ``POST /v1/responses`` (the Responses API) with ``stream: true`` is relayed on the same cache and the
+  same headers (:mod:`.gateway_responses`: served results arrive as ``response.forethought_tool_result``
+  events); non-streaming requests are proxied as they are.
 * ``GET /v1/models`` is proxied; ``GET /health``; ``GET /gateway/stats`` (relay and cache counters, and
   the process's CPU seconds); ``GET /metrics`` (the same counters in the Prometheus text format);
   ``POST /gateway/reset`` zeroes the counters.
@@ -55,8 +56,9 @@ from forethought.llm.tool_cache import (
     SEGMENT_HEADER,
     TOKEN_HEADER,
 )
-from forethought.serve.gateway_cache import CacheLimits, PostRejected, ToolOutputCache
+from forethought.serve.gateway_cache import CacheLimits, PostRejected, ResponseScope, ToolOutputCache
 from forethought.serve.gateway_relay import Relay, RelayStats, UpstreamRefused
+from forethought.serve.gateway_responses import ResponsesRelay
 from forethought.serve.gateway_state import ScopeStore
 from forethought.serve.http import EventStream
 
@@ -225,9 +227,8 @@ class Gateway:
             headers["authorization"] = f"Bearer {self.config.upstream_api_key}"
         return headers
 
-    async def _open(self, content: bytes, headers: dict[str, str]) -> httpx2.Response:
-        request = self._http.build_request("POST", self.upstream + "/chat/completions", content=content,
-                                           headers=headers)
+    async def _open(self, content: bytes, headers: dict[str, str], path: str = "/chat/completions") -> httpx2.Response:
+        request = self._http.build_request("POST", self.upstream + path, content=content, headers=headers)
         response = await self._http.send(request, stream=True)
         if response.status_code != 200:
             content = await response.aread()
@@ -267,11 +268,7 @@ class Gateway:
         relay = Relay(body, first, scope, opener, self.cache, self.relay_stats,
                       post_wait_s=self.config.post_wait_s, max_continuations=self.config.max_continuations,
                       mark_continuations=self.config.mark_continuations, max_line_bytes=self.config.max_line_bytes)
-        stream = EventStream(relay.chunks())
-        stream.headers[RESPONSE_ID_HEADER] = scope.response_id
-        stream.headers[TOKEN_HEADER] = scope.token
-        stream.headers[CACHE_PATH_HEADER] = CACHE_ROUTE.format(response_id=scope.response_id)
-        return stream
+        return self._scoped(EventStream(relay.chunks()), scope)
 
     async def _passthrough(self, body: dict[str, Any], headers: dict[str, str]) -> Response:
         try:
@@ -303,7 +300,8 @@ class Gateway:
         return JSONResponse({"cached": cached})
 
     async def _responses(self, request: Request) -> Response:
-        """The Responses API, proxied as it is (streamed bodies line by line, each line capped)."""
+        """The Responses API: streamed requests relayed with the cache (:mod:`.gateway_responses`), others
+        proxied as they are."""
         try:
             raw, body = await self._request_body(request)
         except _BadBody as exc:
@@ -311,6 +309,8 @@ class Gateway:
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object")
         headers = self._headers(request)
+        if body.get("stream") and isinstance(body.get("input", ""), str | list):
+            return await self._relayed_responses(request, raw, body, headers)
         upstream = self._http.build_request("POST", self.upstream + "/responses", content=raw, headers=headers)
         try:
             response = await self._http.send(upstream, stream=True)
@@ -323,6 +323,35 @@ class Gateway:
             return Response(content, status_code=response.status_code,
                             media_type=response.headers.get("content-type", "application/json"))
         return EventStream(_proxied_lines(response, self.config.max_line_bytes))
+
+    async def _relayed_responses(self, request: Request, raw: bytes, body: dict[str, Any],
+                                 headers: dict[str, str]) -> Response:
+        try:
+            first = await self._open(raw, headers, "/responses")
+        except UpstreamRefused as exc:
+            return Response(exc.body, status_code=exc.status, media_type="application/json")
+        except httpx2.HTTPError as exc:
+            self.relay_stats.upstream_errors += 1
+            return _error(502, f"cannot reach the upstream at {self.upstream}: {exc!r}", "upstream_unreachable")
+        scope = await self.cache.open(body.get("tools"),
+                                      expects_posts=request.headers.get(CACHE_CLIENT_HEADER) == CACHE_CLIENT_VALUE)
+
+        async def opener(next_body: dict[str, Any]) -> httpx2.Response:
+            return await self._open(json.dumps(next_body, ensure_ascii=False).encode(), headers, "/responses")
+
+        relay = ResponsesRelay(body, first, scope, opener, self.cache, self.relay_stats,
+                               post_wait_s=self.config.post_wait_s, max_continuations=self.config.max_continuations,
+                               mark_continuations=self.config.mark_continuations,
+                               max_line_bytes=self.config.max_line_bytes)
+        return self._scoped(EventStream(relay.chunks()), scope)
+
+    @staticmethod
+    def _scoped(stream: EventStream, scope: ResponseScope) -> EventStream:
+        """``stream`` with the headers that tell the client where to post for ``scope``."""
+        stream.headers[RESPONSE_ID_HEADER] = scope.response_id
+        stream.headers[TOKEN_HEADER] = scope.token
+        stream.headers[CACHE_PATH_HEADER] = CACHE_ROUTE.format(response_id=scope.response_id)
+        return stream
 
     async def _metrics(self, request: Request) -> Response:
         registry = CollectorRegistry(auto_describe=False)

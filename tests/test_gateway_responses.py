@@ -1,0 +1,186 @@
+"""The Responses API through the gateway with the engine-side cache, driven by the real ``openai`` SDK.
+
+The scripted engine speaks the Responses wire format; a user's own loop streams
+``AsyncOpenAI().responses.create(stream=True)`` through the gateway, posts its guesses to the response's
+cache path, appends each ``response.output_item.done`` item and each served
+``response.forethought_tool_result`` item to its input, and runs a tool itself only when the stream ends
+with calls nobody served. Whatever was served, the transcript and every request the engine saw equal
+those of the same loop talking to the engine directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import urljoin
+
+import openai
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from forethought.llm.tool_cache import (
+    CACHE_CLIENT_HEADER,
+    CACHE_CLIENT_VALUE,
+    CACHE_PATH_HEADER,
+    CONTINUATION_METADATA,
+    RESPONSE_ID_HEADER,
+    TOKEN_HEADER,
+    CachedOutput,
+    CacheTarget,
+    HttpToolCachePoster,
+)
+from forethought.serve.gateway import Gateway, GatewayConfig
+from forethought.serve.gateway_responses import RESULT_EVENT
+from forethought.serve.http import serve_in_process
+from forethought.serve.scripted import create_scripted_server, parse_script
+
+SCRIPT = {"ttft_s": 0.0, "chunk_s": 0.0, "fragment_chars": 8, "responses": [
+    {"text": "Let me look.", "calls": [{"name": "weather", "arguments": {"city": "Paris"}}]},
+    {"calls": [{"name": "weather", "arguments": {"city": "Rome"}}, {"name": "clock", "arguments": {"tz": "CET"}}]},
+    {"text": "Sunny in Paris, rain in Rome, and it is noon."},
+]}
+TOOLS = [{"type": "function", "name": "weather", "parameters": {
+             "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+         {"type": "function", "name": "clock", "parameters": {
+             "type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}]
+INPUT = [{"role": "user", "content": "Weather in Paris and Rome, and the time?"}]
+POST_WAIT_S = 0.5
+
+
+def run_tool(name: str, arguments: Mapping[str, Any]) -> str:
+    """The user's own tool (deterministic)."""
+    return json.dumps({"tool": name, **arguments, "answer": len(json.dumps(dict(arguments)))}, sort_keys=True)
+
+
+def guesses(turn: int) -> list[CachedOutput]:
+    """What a speculator posts for a model turn: the right outputs for the calls that turn will make."""
+    return [CachedOutput(c["name"], run_tool(c["name"], c["arguments"]), c["arguments"])
+            for c in SCRIPT["responses"][turn].get("calls", [])]  # type: ignore[index]
+
+
+class Recorder:
+    """ASGI middleware keeping the JSON body of every request to ``/v1/responses``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.bodies: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/responses":
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        while not messages or messages[-1].get("more_body"):
+            messages.append(await receive())
+        self.bodies.append(json.loads(b"".join(m.get("body", b"") for m in messages)))
+        replay = iter(messages)
+
+        async def again() -> Message:
+            return next(replay, None) or await receive()
+
+        await self.app(scope, again, send)
+
+
+@contextlib.asynccontextmanager
+async def engine() -> AsyncIterator[tuple[Recorder, str]]:
+    recorder = Recorder(create_scripted_server(parse_script(SCRIPT)))
+    async with serve_in_process(recorder) as url:
+        yield recorder, url + "/v1"
+
+
+async def converse(base_url: str, post: Sequence[int] = ()) -> tuple[list[Any], int, list[str]]:
+    """The user's loop; posts right guesses for the model turns in ``post``.
+
+    Returns the transcript (input items, in order), the HTTP requests it made, and the event types seen.
+    """
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+    poster = HttpToolCachePoster()
+    transcript: list[Any] = list(INPUT)
+    turn, requests, kinds = 0, 0, []
+    try:
+        while True:
+            announce = {CACHE_CLIENT_HEADER: CACHE_CLIENT_VALUE} if turn in post else {}  # it will post
+            raw = await client.responses.with_raw_response.create(model="m", input=transcript, tools=TOOLS,
+                                                                  stream=True, extra_headers=announce)
+            requests += 1
+            target = None
+            if RESPONSE_ID_HEADER in raw.headers:
+                target = CacheTarget(urljoin(base_url, raw.headers[CACHE_PATH_HEADER]),
+                                     raw.headers[RESPONSE_ID_HEADER], raw.headers[TOKEN_HEADER])
+                if turn in post:
+                    await poster.post(target, guesses(turn))
+            calls: list[dict[str, Any]] = []
+            results = 0
+            async for event in raw.parse():
+                kinds.append(event.type)
+                if event.type == "response.output_item.done":
+                    item = event.item.to_dict()
+                    transcript.append(item)
+                    calls += [item] if item["type"] == "function_call" else []
+                elif event.type == RESULT_EVENT:
+                    transcript.append(dict(event.item))  # type: ignore[attr-defined]
+                    results += 1
+                    if results == len(calls):  # the gateway continues with the next model turn
+                        turn, calls, results = turn + 1, [], 0
+                        if target is not None and turn in post:
+                            await poster.post(target.next_segment(event.segment), guesses(turn))  # type: ignore[attr-defined]
+            if not calls:
+                return transcript, requests, kinds
+            transcript += [{"type": "function_call_output", "call_id": c["call_id"],
+                            "output": run_tool(c["name"], json.loads(c["arguments"]))} for c in calls]
+            turn += 1
+    finally:
+        await poster.aclose()
+        await client.close()
+
+
+def engine_inputs(recorder: Recorder) -> list[Any]:
+    """What the engine was asked, request by request (the gateway's continuation mark set aside)."""
+    marks = [(b.get("metadata") or {}).get(CONTINUATION_METADATA) for b in recorder.bodies]
+    assert all(m in (None, "true") for m in marks)
+    return [b["input"] for b in recorder.bodies]
+
+
+async def test_served_results_continue_the_response_and_the_transcript_equals_the_plain_loop() -> None:
+    async with engine() as (plain_engine, plain_url):
+        plain, plain_requests, _ = await converse(plain_url)
+    for post, client_requests, continuations, served in (((0, 1), 1, 2, 3), ((0,), 2, 1, 1), ((1,), 2, 1, 2),
+                                                         ((), 3, 0, 0)):
+        async with engine() as (recorder, upstream):
+            gateway = Gateway(upstream, GatewayConfig(post_wait_s=POST_WAIT_S))
+            async with serve_in_process(gateway.app) as url:
+                transcript, requests, kinds = await converse(url + "/v1", post)
+            stats = gateway.stats()
+            await gateway.aclose()
+        assert transcript == plain, post
+        assert engine_inputs(recorder) == engine_inputs(plain_engine), post  # the engine saw the same requests
+        assert requests == client_requests and stats["continuations"] == continuations, post
+        assert kinds.count(RESULT_EVENT) == stats["served_calls"] == served, post
+        assert kinds.count("response.created") == requests and kinds.count("response.completed") == requests
+    assert plain_requests == 3
+
+
+async def test_a_wrong_guess_is_never_served_and_the_stream_ends_with_the_calls() -> None:
+    async with engine() as (_, upstream):
+        gateway = Gateway(upstream, GatewayConfig(post_wait_s=POST_WAIT_S))
+        async with serve_in_process(gateway.app) as url:
+            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0,
+                                        default_headers={CACHE_CLIENT_HEADER: CACHE_CLIENT_VALUE})
+            raw = await client.responses.with_raw_response.create(model="m", input=INPUT, tools=TOOLS, stream=True)
+            target = CacheTarget(urljoin(url, raw.headers[CACHE_PATH_HEADER]), raw.headers[RESPONSE_ID_HEADER],
+                                 raw.headers[TOKEN_HEADER])
+            poster = HttpToolCachePoster()
+            assert await poster.post(target, [CachedOutput("weather", "cloudy", {"city": "Lyon"})]) == 1
+            events = [event async for event in raw.parse()]
+            await poster.aclose()
+            await client.close()
+        stats = gateway.stats()
+        await gateway.aclose()
+    assert RESULT_EVENT not in [e.type for e in events]
+    final = events[-1]
+    assert final.type == "response.completed"
+    assert [item.type for item in final.response.output] == ["message", "function_call"]  # type: ignore[union-attr]
+    assert stats["continuations"] == 0 and stats["tool_call_endings"] == 1 and stats["open_responses"] == 0
+    numbers = [e.sequence_number for e in events]
+    assert numbers == sorted(set(numbers))
