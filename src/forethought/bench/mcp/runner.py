@@ -200,11 +200,12 @@ async def mcp_bench(config: McpBenchConfig, progress: Callable[[str], None] = la
             progress(f"{entry.id}: " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in ARMS))
     calls = [c.name for e in test for calls in e.ground_truth for c in calls]
     share = sum(c in read_only for c in calls) / len(calls) if calls else 0.0
-    return _results(config, totals, read_only) | {"read_only_call_share": round(share, 4), "time_saved_bound": round(
-        share * config.latency_s / (config.latency_s + config.think_s), 4)}
+    bound = share * config.latency_s / (config.latency_s + config.think_s)
+    return _results(asdict(config), totals, read_only) | {"read_only_call_share": round(share, 4),
+                                                          "time_saved_bound": round(bound, 4)}
 
 
-def _results(config: McpBenchConfig, totals: dict[str, ArmTotals], read_only: frozenset[str]) -> dict[str, Any]:
+def _results(params: dict[str, Any], totals: dict[str, ArmTotals], read_only: frozenset[str]) -> dict[str, Any]:
     direct = totals["direct"]
     arms: dict[str, Any] = {}
     for arm, t in totals.items():
@@ -221,7 +222,7 @@ def _results(config: McpBenchConfig, totals: dict[str, ArmTotals], read_only: fr
             "early_non_read_runs": t.early_non_read,
             "identical_to_direct": t.identical,
         }
-    return {"params": asdict(config) | {"read_only_tools": sorted(read_only)}, "arms": arms,
+    return {"params": params | {"read_only_tools": sorted(read_only)}, "arms": arms,
             "equivalent": all(t.identical for t in totals.values())}
 
 
