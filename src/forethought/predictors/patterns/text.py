@@ -33,7 +33,10 @@ NEIGHBOUR_CHARS = 40
 
 _WORD = re.compile(r"[A-Za-z0-9][\w'\-]*")
 _QUOTED = [
-    re.compile(r"(?<![\w])'([^'\n]+?)'(?![\w])"),
+    # Single quotes: an apostrophe between letters inside ("'I've done it'") does not close the quote, a
+    # closing quote may follow sentence punctuation straight before a word ("'Done!'said"), and a typed
+    # quote may close a curly one or the other way round.
+    re.compile(r"(?<![\w])['‘]((?:[^'’\n]|(?<=\w)['’](?=\w))+?)(?:['’](?![\w])|(?<=[.?!])['’])"),
     re.compile(r'"([^"\n]+?)"'),
     re.compile(r"[‘]([^’\n]+?)[’]"),
     re.compile(r"[“]([^”\n]+?)[”]"),
