@@ -18,7 +18,8 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-ATOM_KINDS = ("quoted", "file", "number", "id", "hashtag", "mention", "url", "path", "date", "proper", "word")
+ATOM_KINDS = ("quoted", "file", "number", "id", "hashtag", "mention", "url", "path", "date", "compound", "proper",
+              "word")
 """Kinds of atom, from most to least specific. ``word`` atoms are addressed only by their cues."""
 
 _KIND_RANK = {kind: i for i, kind in enumerate(ATOM_KINDS)}
@@ -51,6 +52,10 @@ _FILE_HINT = re.compile(r"\.[A-Za-z]")
 """What every file name matched by _FILE has: a dot before a letter."""
 _URL = re.compile(r"\b(?:https?|ftp)://[^\s'\"<>]+[^\s'\"<>.,;:!?)]")
 _PATH = re.compile(r"(?<![\w])((?:~|\.{1,2})?/[\w.\-]+(?:/[\w.\-]+)*/?|[\w.\-]+(?:/[\w.\-]+)+/?)")
+_CAPITALISED = r"[A-Z][a-zA-Z0-9&\-]*(?:\s+[A-Z][a-zA-Z0-9&\-]*)*"
+_COMPOUND = re.compile(rf"\b((?:\d+\s+)?{_CAPITALISED}(?:,\s+{_CAPITALISED})+(?:\s+\d{{3,}})?)")
+"""Capitalised names joined by commas, maybe with a leading and a trailing number: an address such as
+"12 Elm St, Springfield, IL 62704", a place such as "Paris, France"."""
 _PROPER = re.compile(r"\b([A-Z][a-zA-Z0-9&\-]*(?:\s+(?:of\s+|the\s+|de\s+)?[A-Z][a-zA-Z0-9&\-]*)*\.?)")
 
 _MONTHS = {name: i + 1 for i, name in enumerate(
@@ -240,6 +245,8 @@ def text_atoms(text: str, words_too: bool = True) -> list[Atom]:
         add("date", start, end, text[start:end], date=date)
     if not words_too:
         return [entry[3] for entry in sorted(found.values())]
+    for m in _COMPOUND.finditer(text) if ", " in text else ():
+        add("compound", m.start(1), m.end(1), m.group(1))
     for m in _PROPER.finditer(text):
         add("proper", m.start(1), m.end(1), m.group(1).rstrip("."))
     word_rank = _KIND_RANK["word"]
