@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -249,6 +250,9 @@ async def test_with_redis_down_a_replica_serves_locally_answers_503_elsewhere_an
         down = [g.stats()["store"] for g in gateways]
         assert all(s["degraded"] and s["errors"] >= 1 for s in down) and down[0]["local_only"] == 1
         assert {e.kind for e in events} == {"degraded"} and all(e.store == "gateway-scopes" for e in events)
+        async with httpx2.AsyncClient() as http:
+            metrics = (await http.get(urls[0] + "/metrics")).text
+        assert "forethought_gateway_store_degraded 1.0" in metrics
 
         redis_server.start()
         engine.gate.clear()

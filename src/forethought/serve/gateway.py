@@ -399,6 +399,10 @@ class _GatewayCollector:
         yield rejected
         yield GaugeMetricFamily("forethought_gateway_open_responses", "Responses being relayed now.",
                                 value=float(len(cache)))
+        for name, value in sorted(cache.store.stats().items()):  # kind aside: the store's health and round trips
+            if isinstance(value, int | float):
+                yield GaugeMetricFamily(f"forethought_gateway_store_{name}",
+                                        f"Scope store ({cache.store.kind}): {name}.", value=float(value))
 
 
 async def _proxied_lines(response: httpx2.Response, max_line_bytes: int) -> Any:
