@@ -306,3 +306,16 @@ def test_a_short_secret_is_refused(tmp_path: Path, content: bytes) -> None:
     path.write_bytes(content)
     with pytest.raises(StoreError, match="at least 16"):
         load_secret(path)
+
+
+async def test_the_entry_bound_of_a_response_holds_across_replicas(redis_url: str) -> None:
+    from forethought.serve.gateway_cache import CacheLimits
+
+    limits = CacheLimits(max_entries_per_response=2)
+    async with gated() as (engine, upstream), \
+            replicas(upstream, redis_url, post_wait_s=0.0, limits=limits) as (_, urls):
+        stream = Stream(urls[0])
+        target = await stream.start()
+        assert (await raw_post(target, CD * 2)).json() == {"cached": 2}
+        assert (await raw_post(via(target, urls[0], urls[1]), CD)).status_code == 413
+        assert [r.output for r in served(await finish(stream, engine))] == ["moved to docs"]

@@ -311,21 +311,25 @@ def predict_eval(
     workload: Annotated[str, typer.Option(help="Workload to evaluate next-call prediction on.")] = "bfcl",
     no_user_text: Annotated[bool, typer.Option("--no-user-text", help="Show the predictor the calls and "
                                                "outputs only, as a tool proxy sees them.")] = False,
+    policy: Annotated[Path | None, typer.Option("--policy", help="TOML policy file: predictions of tools it "
+                                                "does not let speculate, or below its min_confidence, are "
+                                                "not made.")] = None,
     json_path: JsonOption = None,
 ) -> None:
     """Next-call prediction accuracy of the pattern predictor (two-fold, interleaved ids)."""
     from forethought.bench.predict_eval import print_predict_eval, run_predict_eval
     from forethought.bench.report import document, write_json
 
+    rules = None if policy is None else _policy(policy)  # a bad file: one line on stderr, status 2
     try:
-        results = run_predict_eval(workload=workload, user_text=not no_user_text)
+        results = run_predict_eval(workload=workload, user_text=not no_user_text, policy=rules)
     except ForethoughtError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     print_predict_eval(console, results)
     if json_path:
-        write_json(json_path, document("predict-eval", {"workload": workload, "user_text": not no_user_text},
-                                       results))
+        write_json(json_path, document("predict-eval", {"workload": workload, "user_text": not no_user_text,
+                                                        "policy": None if policy is None else str(policy)}, results))
 
 
 @app.command("model")

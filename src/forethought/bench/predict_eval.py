@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from forethought._calls import ArgumentSpec, ToolCall, compile_arguments
+from forethought._policy import Policy
 from forethought._tools import Tool
 from forethought._trajectory import Trajectory
 from forethought.errors import ForethoughtError, InvalidArgumentsError, WorkloadError
@@ -288,14 +289,21 @@ def write_misses(path: str, misses: Sequence[Mapping[str, Any]]) -> None:
             f.write(json.dumps(miss, ensure_ascii=False, default=str) + "\n")
 
 
+def admitted(policy: Policy, predictions: Sequence[Prediction]) -> list[Prediction]:
+    """The predictions a runtime under ``policy`` could run early: the tool may speculate
+    (``speculate = true``) and the confidence reaches ``min_confidence``."""
+    return [p for p in predictions
+            if policy.for_tool(p.call.name).speculate and p.confidence >= policy.min_confidence]
+
+
 def evaluate(predictor: PatternPredictor, sessions: Iterable[RecordedSession], user_text: bool = True,
              latencies: list[float] | None = None, shares: dict[str, int] | None = None,
-             misses: list[dict[str, Any]] | None = None) -> dict[str, Tally]:
+             misses: list[dict[str, Any]] | None = None, policy: Policy | None = None) -> dict[str, Tally]:
     """Predict then observe every call of ``sessions`` in order; tallies by domain. Without
     ``user_text`` the predictor sees the calls only (:func:`calls_only`); the time of each prediction
     is appended to ``latencies`` (seconds); ``shares`` counts the derivation of each argument value of
     the exact first predictions (:func:`derivation`); ``misses`` gets each position whose first
-    prediction was not exact (:func:`_miss`)."""
+    prediction was not exact (:func:`_miss`). With a ``policy``, only :func:`admitted` predictions count."""
     tallies: dict[str, Tally] = {}
     for session in sessions:
         specs = _specs(session)
@@ -305,6 +313,8 @@ def evaluate(predictor: PatternPredictor, sessions: Iterable[RecordedSession], u
             predictions = predictor.predict_now(context)
             if latencies is not None:
                 latencies.append(time.perf_counter() - start)
+            if policy is not None:
+                predictions = admitted(policy, predictions)
             same = _same_call(specs, observed.call)
             tally.add(predictions, observed.call, same)
             if shares is not None and predictions and same(predictions[0].call):
@@ -331,11 +341,12 @@ def latency_summary(samples: Sequence[float]) -> dict[str, float]:
 
 def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
                      config: PatternConfig | None = None, user_text: bool = True,
-                     misses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                     misses: list[dict[str, Any]] | None = None, policy: Policy | None = None) -> dict[str, Any]:
     """Two-fold interleaved next-call evaluation; ``{"overall": {...}, "by_domain": {DOMAIN: {...}}}``,
     with ``latency`` (per prediction) and ``train_s``. Without ``user_text`` the predictor is trained and
     tested on the calls and outputs only (what a tool proxy sees). ``misses`` gets every position whose
-    first prediction was not exact, with its category (:func:`evaluate`)."""
+    first prediction was not exact, with its category (:func:`evaluate`). With a ``policy``, predictions it
+    would not let run early are not made (:func:`admitted`)."""
     if workload != "bfcl":
         raise WorkloadError(f"predict-eval knows the workload 'bfcl' only, not {workload!r}")
     if folds not in (1, 2):
@@ -359,7 +370,7 @@ def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
                 predictor.observe(context, observed)
         train_s += time.perf_counter() - start
         tested = (recorded[e.id] for e in test_entries)
-        for domain, tally in evaluate(predictor, tested, user_text, latencies, shares, misses).items():
+        for domain, tally in evaluate(predictor, tested, user_text, latencies, shares, misses, policy).items():
             by_domain.setdefault(domain, Tally()).merge(tally)
     overall = Tally()
     for tally in by_domain.values():
@@ -370,7 +381,7 @@ def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
             "latency": latency_summary(latencies), "train_s": train_s,
             "derivations": {kind: count / max(1, sum(shares.values()))
                             for kind, count in sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))},
-            "folds": folds, "top_k": top_k, "user_text": user_text}
+            "folds": folds, "top_k": top_k, "user_text": user_text, "policy": policy is not None}
 
 
 def print_predict_eval(console: Console, results: Mapping[str, Any]) -> None:
