@@ -319,3 +319,17 @@ async def test_the_entry_bound_of_a_response_holds_across_replicas(redis_url: st
         assert (await raw_post(target, CD * 2)).json() == {"cached": 2}
         assert (await raw_post(via(target, urls[0], urls[1]), CD)).status_code == 413
         assert [r.output for r in served(await finish(stream, engine))] == ["moved to docs"]
+
+
+async def test_a_response_never_relayed_to_its_end_is_forgotten_after_its_maximum_life(redis_url: str) -> None:
+    from forethought.serve.gateway_cache import ToolOutputCache
+
+    clock = Clock()
+    store = RedisScopeStore.from_url(redis_url, SECRET, clock=clock, max_response_s=60.0)
+    cache = ToolOutputCache(store=store)
+    abandoned = await cache.open([])  # its stream never started, so nothing will finish it
+    assert len(cache) == 1
+    clock.t += 61.0
+    await cache.open([])
+    assert len(cache) == 1 and abandoned.response_id not in store._mine
+    await store.aclose()

@@ -136,6 +136,8 @@ class RedisScopeStore:
     # --- the protocol ---------------------------------------------------------------------------------
 
     async def create(self, scope: ResponseScope) -> None:
+        for stale in [s for s in self._mine.values() if scope.created - s.created > self._max_response_s]:
+            del self._mine[stale.response_id]  # never relayed to its end (its keys expire by their TTL)
         key = self._backend.key(scope.response_id, "meta")
         try:
             meta = self._sealer.seal(key, encode({"token": self._token_digest(scope.token), "tools": scope.tools,
