@@ -17,6 +17,10 @@ from typing import Any
 from urllib.parse import urljoin
 
 import openai
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from forethought.llm.tool_cache import (
@@ -32,7 +36,7 @@ from forethought.llm.tool_cache import (
 )
 from forethought.serve.gateway import Gateway, GatewayConfig
 from forethought.serve.gateway_responses import RESULT_EVENT
-from forethought.serve.http import serve_in_process
+from forethought.serve.http import EventStream, serve_in_process
 from forethought.serve.scripted import create_scripted_server, parse_script
 
 SCRIPT = {"ttft_s": 0.0, "chunk_s": 0.0, "fragment_chars": 8, "responses": [
@@ -184,3 +188,57 @@ async def test_a_wrong_guess_is_never_served_and_the_stream_ends_with_the_calls(
     assert stats["continuations"] == 0 and stats["tool_call_endings"] == 1 and stats["open_responses"] == 0
     numbers = [e.sequence_number for e in events]
     assert numbers == sorted(set(numbers))
+
+
+async def test_a_refused_continuation_and_a_failed_response_end_the_stream_clearly() -> None:
+    async def responses(request: Request) -> Response:
+        body = await request.json()
+        if any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in body["input"]):
+            return JSONResponse({"error": {"message": "overloaded"}}, status_code=500)
+        call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather",
+                "arguments": '{"city": "Paris"}', "status": "completed"}
+        failed = body.get("metadata", {}).get("fail") == "yes"
+
+        async def events() -> AsyncIterator[bytes]:
+            def event(kind: str, **fields: Any) -> bytes:
+                return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
+
+            response = {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}
+            yield event("response.created", sequence_number=1, response=response)
+            if failed:
+                yield event("response.failed", sequence_number=2, response={**response, "status": "failed"})
+                return
+            yield event("response.output_item.done", sequence_number=2, output_index=0, item=call)
+            yield event("response.completed", sequence_number=3,
+                        response={**response, "status": "completed", "output": [call]})
+
+        return EventStream(events())
+
+    upstream = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+    async with serve_in_process(upstream) as engine_url:
+        gateway = Gateway(engine_url + "/v1", GatewayConfig(post_wait_s=POST_WAIT_S))
+        async with serve_in_process(gateway.app) as url:
+            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0,
+                                        default_headers={CACHE_CLIENT_HEADER: CACHE_CLIENT_VALUE})
+            raw = await client.responses.with_raw_response.create(model="m", input="hi", tools=TOOLS, stream=True)
+            target = CacheTarget(urljoin(url, raw.headers[CACHE_PATH_HEADER]), raw.headers[RESPONSE_ID_HEADER],
+                                 raw.headers[TOKEN_HEADER])
+            poster = HttpToolCachePoster()
+            await poster.post(target, [CachedOutput("weather", "sunny", {"city": "Paris"})])
+            await poster.aclose()
+            seen = []
+            try:
+                async for event in raw.parse():
+                    seen.append(event.type)
+            except openai.APIError as exc:
+                assert "continuation was refused" in str(exc)
+            else:
+                raise AssertionError("the refused continuation did not surface")
+            assert seen == ["response.created", "response.output_item.done", RESULT_EVENT]
+            failed = [e.type async for e in await client.responses.create(
+                model="m", input="hi", tools=TOOLS, stream=True, metadata={"fail": "yes"})]
+            assert failed == ["response.created", "response.failed"]
+            await client.close()
+        stats = gateway.stats()
+        await gateway.aclose()
+    assert stats["upstream_errors"] == 1 and stats["open_responses"] == 0
