@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,10 +18,25 @@ from typing import Any
 import pytest
 
 from forethought._clock import FakeClock
+from forethought._pressure import NO_PRESSURE, LoopPressure, Pressure
 from forethought._runtime import Session
 
 __all__ = ["PHASE", "ExecLog", "FakeClock", "FakeSnapshot", "FakeState", "Gate", "settle", "speculate_marked",
            "spin"]
+
+os.environ["FORETHOUGHT_BACKOFF"] = "off"  # servers the tests start as processes: no load back-off
+
+
+@pytest.fixture(autouse=True)
+def _no_load_backoff(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's load must not change what a test sees: the real load signal reads as idle, except in
+    tests marked ``real_pressure`` (which exercise it)."""
+    if request.node.get_closest_marker("real_pressure") is None:
+        def idle(self: LoopPressure) -> Pressure:
+            return NO_PRESSURE
+
+        monkeypatch.setattr(LoopPressure, "pressure", idle)
+
 
 PHASE: contextvars.ContextVar[str] = contextvars.ContextVar("phase", default="authoritative")
 """Set to "speculative" around ``speculate`` calls: the speculative task copies it at creation, so an

@@ -27,8 +27,8 @@ from forethought.workloads.bfcl import BfclEntry, build_session, load_bfcl, stat
 
 ENTRIES = load_bfcl("multi_turn_base")
 
-# Never let the breaker or budgets silence speculation: the point is to exercise every path.
-POLICY = Policy(max_calls_per_turn=10_000, max_cost_per_turn=1e9,
+# Never let the breaker, budgets or the price of waste silence speculation: the point is to exercise every path.
+POLICY = Policy(max_calls_per_turn=10_000, max_cost_per_turn=1e9, waste_weight=0.0,
                 breaker=BreakerPolicy(max_waste_rate=1.0, max_error_rate=1.0))
 
 Plan = Callable[[Session, Sequence[ToolCall], int], Any]

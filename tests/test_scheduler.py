@@ -24,17 +24,21 @@ def test_turn_budget_counts_calls_and_cost() -> None:
 
 async def test_slots_bound_global_and_per_session_concurrency() -> None:
     scheduler = Scheduler(Policy(max_concurrent=3, max_concurrent_per_session=2))
+    capacity = scheduler.capacity
     gate = Gate()
     running: list[str] = []
 
-    async def job(name: str, slots: asyncio.Semaphore) -> None:
-        async with scheduler.speculative_slot(slots):
+    async def job(name: str, owner: str) -> None:
+        slot = capacity.request(owner, 0.0, lambda: None)
+        try:
+            await capacity.wait(slot)
             running.append(name)
             await gate.wait()
+        finally:
+            capacity.release(slot)
 
-    a, b = scheduler.session_slots(), scheduler.session_slots()
-    tasks = [asyncio.ensure_future(job(f"a{i}", a)) for i in range(4)]
-    tasks += [asyncio.ensure_future(job(f"b{i}", b)) for i in range(4)]
+    tasks = [asyncio.ensure_future(job(f"a{i}", "a")) for i in range(4)]
+    tasks += [asyncio.ensure_future(job(f"b{i}", "b")) for i in range(4)]
     await spin(10)
     assert running == ["a0", "a1", "b0"]
     assert scheduler.speculative_running == 3

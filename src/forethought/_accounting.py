@@ -31,6 +31,7 @@ CLOSE_WAIT_S = 5.0
 
 _NEVER = float("inf")
 _CANCELLED, _EXPIRED, _FAILED, _WASTED = EventKind.CANCELLED, EventKind.EXPIRED, EventKind.FAILED, EventKind.WASTED
+_PREEMPTED = EventKind.PREEMPTED
 _ERROR, _USEFUL, _WASTE = Outcome.ERROR, Outcome.USEFUL, Outcome.WASTED
 
 
@@ -46,7 +47,6 @@ class SessionBase:
         self._store = SpeculationStore()
         self._order = CallOrder()
         self._budget = runtime.scheduler.budget()
-        self._slots = runtime.scheduler.session_slots()
         self._counts: Counter[EventKind] = Counter()
         self._saved_s = 0.0
         self._wasted_s = 0.0
@@ -56,6 +56,8 @@ class SessionBase:
         self._static_rejections: dict[str, tuple[Tool, str | None]] = {}
         self._epoch = 0  # bumped at start and end of every authoritative write
         self._next_expiry = _NEVER  # no entry in the store expires before this
+        self._prepared: set[str] = set()  # tools whose prepare hook ran this turn
+        self._prepare_tasks: set[asyncio.Task[None]] = set()
         self.closed = False
 
     # --- telemetry --------------------------------------------------------------------------------
@@ -117,7 +119,13 @@ class SessionBase:
         task = entry.task
         if task is not None and not task.done():
             task.cancel()
+        if entry.slot is not None:
+            self.runtime.scheduler.capacity.release(entry.slot)  # a task cancelled before it ran never does
         entry.drop_snapshot()
+        if kind is not _PREEMPTED:  # a preempted guess never learned whether it was right
+            hit = entry.claimed or entry.partial_hits > 0
+            for source, confidence in entry.votes:
+                self.runtime.calibration.record(source, confidence, hit)
         name = entry.tool.name
         if kind is not None:
             self._emit(kind, entry.tool, entry.key, entry.source, entry.confidence, detail=detail)
@@ -165,12 +173,16 @@ class SessionBase:
             n += self.discard(entry.key)
         self._next_expiry = _NEVER
         self._budget.reset()
+        self._prepared.clear()
         return n
 
     async def close(self) -> None:
         """Discard everything and wait (briefly) until cancelled speculative work has stopped."""
         self.closed = True
-        tasks = [e.task for e in self._store if e.task is not None and not e.task.done()]
+        tasks: list[asyncio.Task[Any]] = [e.task for e in self._store if e.task is not None and not e.task.done()]
+        for task in self._prepare_tasks:
+            task.cancel()
+            tasks.append(task)
         self.end_turn()
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)

@@ -8,6 +8,7 @@ file and fails fast with a message that names the offending key.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -73,7 +74,15 @@ class BreakerPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """Global speculation limits plus per-tool overrides."""
+    """Global speculation limits plus per-tool overrides.
+
+    Worth (see :mod:`forethought._worth`): a guess is admitted only when its expected seconds saved minus
+    its expected cost reach ``min_value_s``; ``waste_weight`` is what one wasted tool second (times the
+    tool's cost units) costs against one saved second. Back-off: with ``backoff`` on, event-loop lag and
+    the load average per core between the ``low`` and ``high`` of ``backoff_lag_ms`` and
+    ``backoff_load_per_core`` raise the price of waste up to ``backoff_factor`` times, and above ``high``
+    only certain guesses (P(hit) of at least 0.99) run.
+    """
 
     max_concurrent: int = 16
     max_concurrent_per_session: int = 8
@@ -83,6 +92,12 @@ class Policy:
     speculation_timeout_s: float = 30.0
     claim_wait_floor_s: float = 0.5
     claim_wait_factor: float = 3.0
+    waste_weight: float = 0.1
+    min_value_s: float = 0.0
+    backoff: bool = True
+    backoff_lag_ms: tuple[float, float] = (5.0, 40.0)
+    backoff_load_per_core: tuple[float, float] = (1.5, 3.0)
+    backoff_factor: float = 20.0
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict)
 
@@ -94,9 +109,16 @@ class Policy:
             raise PolicyError("min_confidence must be between 0 and 1")
         if not self.speculation_timeout_s > 0:
             raise PolicyError("speculation_timeout_s must be > 0")
-        for name in ("max_cost_per_turn", "claim_wait_floor_s", "claim_wait_factor"):
+        for name in ("max_cost_per_turn", "claim_wait_floor_s", "claim_wait_factor", "waste_weight",
+                     "backoff_factor"):
             if not getattr(self, name) >= 0:
                 raise PolicyError(f"{name} must be >= 0")
+        if math.isnan(self.min_value_s):
+            raise PolicyError("min_value_s must be a number")
+        for name in ("backoff_lag_ms", "backoff_load_per_core"):
+            pair = getattr(self, name)
+            if len(pair) != 2 or not 0 <= pair[0] <= pair[1]:
+                raise PolicyError(f"{name} must be [low, high] with 0 <= low <= high")
 
     def for_tool(self, name: str) -> ToolPolicy:
         return self.tools.get(name, _DEFAULT_TOOL_POLICY)
@@ -133,6 +155,14 @@ def policy_from_mapping(data: Mapping[str, Any], origin: str = "policy") -> Poli
             if not isinstance(value, Mapping):
                 raise PolicyError(f"{where}: expected a table of tools")
             kwargs["tools"] = {name: _tool_policy(name, spec, origin) for name, spec in value.items()}
+        elif key == "backoff":
+            if not isinstance(value, bool):
+                raise PolicyError(f"{where}: expected true or false, got {value!r}")
+            kwargs[key] = value
+        elif key in ("backoff_lag_ms", "backoff_load_per_core"):
+            if not isinstance(value, list) or len(value) != 2:
+                raise PolicyError(f"{where}: expected [low, high]")
+            kwargs[key] = (float(_number(where, value[0])), float(_number(where, value[1])))
         elif key in _GLOBAL_KEYS:
             integer = key.startswith("max_concurrent") or key == "max_calls_per_turn"
             kwargs[key] = _number(where, value, integer=integer)

@@ -11,22 +11,29 @@ The invariants a session enforces are listed in :mod:`forethought._session`.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterable
 
 from forethought._accounting import CLOSE_WAIT_S
 from forethought._breaker import CircuitBreaker
 from forethought._clock import SYSTEM_CLOCK, Clock
 from forethought._policy import Policy
+from forethought._pressure import NO_PRESSURE, LoopPressure, Pressure, PressureSignal
 from forethought._scheduler import Scheduler
 from forethought._session import Session
 from forethought._store import CallOutcome, SettledSpeculation, SpeculationTicket
 from forethought._tools import Tool, ToolRegistry
-from forethought.telemetry import SessionStats, Telemetry, stats_from
+from forethought._worth import Calibration, Worth, worth
+from forethought.telemetry import Event, EventKind, SessionStats, Telemetry, stats_from
 
 __all__ = ["CLOSE_WAIT_S", "RUNTIME_EWMA_WEIGHT", "CallOutcome", "Runtime", "Session", "SessionStats",
            "SettledSpeculation", "SpeculationTicket", "stats_from"]
 
 RUNTIME_EWMA_WEIGHT = 0.3
+UNMEASURED_RUN_S = 1.0
+"""The runtime assumed for a tool that has never run and declares no ``expected_s`` (for pricing guesses)."""
+
+_log = logging.getLogger(__name__)
 
 
 class Runtime:
@@ -34,11 +41,14 @@ class Runtime:
 
     ``clock`` is what every TTL, claim timing and (unless ``breaker`` is given) breaker cool-down reads;
     the default is the system's monotonic clock, tests pass a :class:`~forethought._clock.FakeClock`.
+    ``pressure`` is where the load level comes from (default: the event loop's lag and the load average,
+    as the policy's back-off settings say; tests pass a :class:`~forethought._pressure.FixedPressure`).
+    ``calibration`` holds the observed hit rate of every guess source and confidence bin.
     """
 
     def __init__(self, tools: Iterable[Tool] = (), policy: Policy | None = None,
                  telemetry: Telemetry | None = None, breaker: CircuitBreaker | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, pressure: PressureSignal | None = None) -> None:
         self.policy = policy or Policy()
         self.clock = clock or SYSTEM_CLOCK
         self.tools = ToolRegistry(self._with_policy(tools))
@@ -46,6 +56,10 @@ class Runtime:
         self.scheduler = Scheduler(self.policy)
         self.breaker = breaker or CircuitBreaker(self.policy.breaker, self.clock)
         self.tool_runtime_ewma: dict[str, float] = {}
+        self.calibration = Calibration()
+        self.pressure_signal: PressureSignal = pressure or LoopPressure(self.policy.backoff_lag_ms,
+                                                                        self.policy.backoff_load_per_core)
+        self._pressure_state = "normal"
         self._ids = itertools.count(1)
 
     def _with_policy(self, tools: Iterable[Tool]) -> list[Tool]:
@@ -66,6 +80,39 @@ class Runtime:
         self.tool_runtime_ewma[tool] = seconds if old is None else (
             old + RUNTIME_EWMA_WEIGHT * (seconds - old))
 
+    def typical_run_s(self, t: Tool) -> float:
+        """The tool's typical runtime: measured once it has run, else declared, else :data:`UNMEASURED_RUN_S`."""
+        measured = self.tool_runtime_ewma.get(t.name)
+        if measured is not None:
+            return measured
+        return t.expected_s if t.expected_s is not None else UNMEASURED_RUN_S
+
+    def pressure(self) -> Pressure:
+        """The load level now (none when the policy turns back-off off); a change of state is reported once,
+        as a BACKOFF event and a log line."""
+        if not self.policy.backoff:
+            return NO_PRESSURE
+        signal = self.pressure_signal
+        signal.start()
+        now = signal.pressure()
+        state = now.state
+        if state != self._pressure_state:
+            self._pressure_state = state
+            _log.info("forethought: %s", now.reason)
+            self.telemetry.emit(Event(EventKind.BACKOFF, "", "", "", detail=now.reason))
+        return now
+
+    def price(self, t: Tool, source: str, confidence: float, eta_s: float | None) -> tuple[Worth, Pressure]:
+        """What a guess of ``t`` from ``source`` at ``confidence`` is worth now, and the load it was priced at.
+
+        The waste weight rises with the load level, up to ``backoff_factor`` times the policy's.
+        """
+        pressure = self.pressure()
+        policy = self.policy
+        weight = policy.waste_weight * (1.0 + policy.backoff_factor * pressure.level)
+        p_hit = self.calibration.p_hit(source, confidence)
+        return worth(p_hit, self.typical_run_s(t), eta_s, t.cost_units, weight), pressure
+
     def claim_wait_limit(self, tool: Tool | str) -> float:
         """How long a speculation may have run, in all, before a claim stops waiting for it.
 
@@ -83,5 +130,6 @@ class Runtime:
         return self.policy.claim_wait_floor_s + self.policy.claim_wait_factor * typical
 
     def close(self, wait: bool = False) -> None:
-        """Stop the worker pools; with ``wait``, return only once every tool thread has finished."""
+        """Stop the worker pools and the load watch; with ``wait``, return once every tool thread has finished."""
+        self.pressure_signal.stop()
         self.scheduler.close(wait)

@@ -1,20 +1,21 @@
 """Spare-capacity execution: where speculative work may run, how much, and how authoritative work skips it.
 
-Speculative runs take a slot from a global semaphore and from their session's semaphore, and sync tools
-run on a thread pool reserved for speculation. Authoritative calls take no slot and use their own pool, so
-they never queue behind speculative work. Per-turn budgets bound how many calls and cost units a session
-may speculate between two turns.
+Speculative runs hold a slot of the runtime's :class:`~forethought._capacity.PriorityCapacity` (a global
+and a per-session limit, granted most valuable first, worse holders preempted), and sync tools run on a
+thread pool reserved for speculation. Authoritative calls take no slot and use their own pool, so they
+never queue behind speculative work. Per-turn budgets bound how many calls and cost units a session may
+speculate between two turns.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from forethought._capacity import PriorityCapacity
 from forethought._policy import Policy
 
 T = TypeVar("T")
@@ -41,6 +42,11 @@ class TurnBudget:
         self.cost += cost
         return None
 
+    def refund(self, cost: float) -> None:
+        """Give back one call of ``cost`` (a guess that was preempted before it ran)."""
+        self.calls = max(0, self.calls - 1)
+        self.cost = max(0.0, self.cost - cost)
+
     def reset(self) -> None:
         self.calls = 0
         self.cost = 0.0
@@ -51,30 +57,17 @@ class Scheduler:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._global = asyncio.Semaphore(max(1, policy.max_concurrent))
+        self.capacity = PriorityCapacity(max(1, policy.max_concurrent), max(1, policy.max_concurrent_per_session))
         self._spec_pool: ThreadPoolExecutor | None = None
         self._auth_pool: ThreadPoolExecutor | None = None
-        self.speculative_running = 0
 
-    def session_slots(self) -> asyncio.Semaphore:
-        return asyncio.Semaphore(max(1, self.policy.max_concurrent_per_session))
+    @property
+    def speculative_running(self) -> int:
+        """How many speculations hold a slot now."""
+        return self.capacity.running
 
     def budget(self) -> TurnBudget:
         return TurnBudget(self.policy.max_calls_per_turn, self.policy.max_cost_per_turn)
-
-    @contextlib.asynccontextmanager
-    async def speculative_slot(self, session_slots: asyncio.Semaphore) -> AsyncIterator[None]:
-        """Hold one session slot and one global slot for a speculative run.
-
-        The session slot is taken first: a session that is already at its own limit waits without holding a
-        global slot, so it cannot starve other sessions of global capacity.
-        """
-        async with session_slots, self._global:
-            self.speculative_running += 1
-            try:
-                yield
-            finally:
-                self.speculative_running -= 1
 
     async def run_sync(self, fn: Callable[[], T], speculative: bool) -> T:
         """Run a blocking callable on the pool of its lane."""

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable
 from typing import Any
 
-from forethought._accounting import SessionBase
 from forethought._breaker import Outcome
 from forethought._calls import CallKey, ToolCall
+from forethought._live import LiveState
 from forethought._ordering import CallOrder
 from forethought._scheduler import maybe_await
 from forethought._store import (
@@ -41,17 +42,19 @@ from forethought._store import (
     Entry,
     SettledSpeculation,
     SpeculationTicket,
-    discard_quietly,
     isolated,
     own_arguments,
     settled_of,
 )
-from forethought._tools import Effect, Tool, invoke_tool
-from forethought._versions import Write, end_write, read_token, still_current
-from forethought.errors import CallError, ForethoughtError, ToolExecutionError
+from forethought._tools import Effect, Tool
+from forethought._versions import read_token, still_current
+from forethought.errors import CallError
 from forethought.telemetry import EventKind
 
-__all__ = ["Session"]
+__all__ = ["CERTAIN", "Session"]
+
+CERTAIN = 0.99
+"""A guess at least this likely to hit still runs when the runtime backs off completely."""
 
 _log = logging.getLogger(__name__)
 
@@ -59,12 +62,12 @@ _log = logging.getLogger(__name__)
 _CANCELLED, _COMMITTED, _CONFLICT = EventKind.CANCELLED, EventKind.COMMITTED, EventKind.CONFLICT
 _DEDUPLICATED, _EXPIRED, _FAILED, _HIT = EventKind.DEDUPLICATED, EventKind.EXPIRED, EventKind.FAILED, EventKind.HIT
 _LAUNCHED, _MISS, _PARTIAL_HIT = EventKind.LAUNCHED, EventKind.MISS, EventKind.PARTIAL_HIT
-_REJECTED, _STALE = EventKind.REJECTED, EventKind.STALE
+_PREEMPTED, _PREPARED, _REJECTED, _STALE = EventKind.PREEMPTED, EventKind.PREPARED, EventKind.REJECTED, EventKind.STALE
 _ISOLATED_WRITE, _READ_ONLY = Effect.ISOLATED_WRITE, Effect.READ_ONLY
 _USEFUL = Outcome.USEFUL
 
 
-class Session(SessionBase):
+class Session(LiveState):
     """One agent's view: an isolated speculation store and the authoritative call path.
 
     After :meth:`close` the session speculates nothing more; :meth:`execute` still runs calls plainly.
@@ -72,9 +75,14 @@ class Session(SessionBase):
 
     # --- speculation ------------------------------------------------------------------------------
 
-    def speculate(self, call: ToolCall, source: str = "unknown", confidence: float = 1.0) -> SpeculationTicket:
-        """Start ``call`` early if policy, effect, budget and breaker allow; never raises on bad guesses.
+    def speculate(self, call: ToolCall, source: str = "unknown", confidence: float = 1.0, *,
+                  eta_s: float | None = None) -> SpeculationTicket:
+        """Start ``call`` early if policy, effect, worth, budget and breaker allow; never raises on bad guesses.
 
+        ``eta_s``: when the caller expects the model's own call, in seconds from now (``None``: unknown);
+        a hit can hide no more tool time than that. The guess is priced by its calibrated chance of a hit
+        (:meth:`Runtime.price`); one worth less than the policy's ``min_value_s`` is rejected, and when the
+        turn budget is used up a more valuable guess takes the place of a worse one still waiting.
         Must be called from the event loop the session's calls run on.
         """
         loop = asyncio.get_running_loop()
@@ -88,17 +96,28 @@ class Session(SessionBase):
                        detail=type(exc).__name__)
             return SpeculationTicket("rejected", None, str(exc))
         reason = self._rejection(t, confidence)
+        value = 0.0
         if reason is None:
             existing = self._store.get(key)
             if existing is not None:
                 useless = self._useless(existing)
                 if useless is None:
-                    existing.sources.append(source)
+                    self._join(existing, source, confidence, eta_s)
                     self._emit(_DEDUPLICATED, t, key, source, confidence)
                     return SpeculationTicket("deduplicated", key)
                 self._store.pop(key)  # a dead entry is replaced by a fresh run, not joined
                 self._finish(existing, useless[0], useless[1])
-            reason = self._budget.reserve(t.cost_units)
+            priced, pressure = self.runtime.price(t, source, confidence, eta_s)
+            value = priced.value
+            if pressure.level >= 1.0 and priced.p_hit < CERTAIN:
+                reason = "backing off: " + pressure.reason
+            elif value < self.runtime.policy.min_value_s:
+                reason = (f"worth {1000 * value:.2f} ms (P(hit) {priced.p_hit:.2f}, hides {priced.hide_s:.3f} s) "
+                          f"below {1000 * self.runtime.policy.min_value_s:.2f} ms")
+            else:
+                reason = self._budget.reserve(t.cost_units)
+                if reason is not None and self._make_room(value):
+                    reason = self._budget.reserve(t.cost_units)
         if reason is not None:
             self._emit(_REJECTED, t, key, source,
                        confidence if isinstance(confidence, float | int) else None, detail=reason)
@@ -108,13 +127,45 @@ class Session(SessionBase):
             self._evict_expired(now)
         # Positional arguments: keywords would double the cost of this constructor on the hot path.
         entry = Entry(key, call, arguments, own_arguments(t.arguments.given(call)), t, source, confidence, now,
-                      now + t.ttl_s, -1, self._now, [source])
+                      now + t.ttl_s, -1, self._now, [(source, confidence)])
+        entry.value = value
+        entry.slot = self.runtime.scheduler.capacity.request(self, value, lambda: self._preempt(entry))
         entry.task = loop.create_task(self._run_speculation(entry))  # it first runs after we return
         self._store.add(entry)
         if entry.expires < self._next_expiry:
             self._next_expiry = entry.expires
         self._emit(_LAUNCHED, t, key, source, confidence)
         return SpeculationTicket("launched", key)
+
+    def _join(self, entry: Entry, source: str, confidence: float, eta_s: float | None) -> None:
+        """A second guess of the same call: counted for calibration, and the entry is worth the better price."""
+        entry.votes.append((source, confidence))
+        priced, _ = self.runtime.price(entry.tool, source, confidence, eta_s)
+        if priced.value > entry.value:
+            entry.value = priced.value
+            if entry.slot is not None and not entry.claimed:
+                entry.slot.value = priced.value
+
+    def _make_room(self, value: float) -> bool:
+        """Preempt this turn's least valuable guess still waiting for a slot, if ``value`` beats it clearly."""
+        waiting = [e for e in self._store if e.started is None and e.slot is not None and not e.slot.holding]
+        if not waiting:
+            return False
+        worst = min(waiting, key=lambda e: e.value)
+        if value <= worst.value + self.runtime.scheduler.capacity.margin_s:
+            return False
+        self._preempt(worst)
+        return True
+
+    def _preempt(self, entry: Entry) -> None:
+        """Cancel ``entry`` for a more valuable guess (called by the capacity, or to free turn budget)."""
+        if entry.claimed or entry.dropped:
+            return
+        if self._store.get(entry.key) is entry:
+            self._store.pop(entry.key)
+        if entry.started is None:
+            self._budget.refund(entry.tool.cost_units)
+        self._finish(entry, _PREEMPTED, "preempted by a more valuable guess")
 
     def _useless(self, entry: Entry) -> tuple[EventKind, str] | None:
         """Why an entry could no longer be served (expired, failed, stale), or ``None``."""
@@ -171,7 +222,11 @@ class Session(SessionBase):
         """The speculative task: never raises (errors land in ``entry.error``), except when cancelled."""
         t = entry.tool
         runtime = self.runtime
-        async with runtime.scheduler.speculative_slot(self._slots):
+        capacity = runtime.scheduler.capacity
+        slot = entry.slot
+        assert slot is not None
+        try:
+            await capacity.wait(slot)
             if entry.dropped:
                 return None
             entry.epoch = self._epoch
@@ -194,6 +249,8 @@ class Session(SessionBase):
                     entry.finished = self._now()
             runtime.note_runtime(t.name, entry.run_seconds)
             return value
+        finally:
+            capacity.release(slot)
 
     # --- watching speculations (for the agent, code execution and servers) ------------------------
 
@@ -242,8 +299,9 @@ class Session(SessionBase):
             await asyncio.sleep(poll_s)
 
     async def wait_speculations(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
-        """Wait until every speculation of this turn has finished running (or ``timeout`` passes)."""
-        tasks = [e.task for e in self._store if e.task is not None and not e.task.done()]
+        """Wait until every speculation and prepare hook of this turn has finished (or ``timeout`` passes)."""
+        tasks: list[asyncio.Task[Any]] = [e.task for e in self._store if e.task is not None and not e.task.done()]
+        tasks += self._prepare_tasks
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
 
@@ -269,6 +327,7 @@ class Session(SessionBase):
             # The common hit: nothing to wait for and no await until it is served, so no other call can be
             # issued meanwhile and the call needs no place in the session's call order.
             self._store.pop(key)
+            entry.claimed = True
             claimed = self._settle(entry, start, start)
             if claimed is not None:
                 return claimed
@@ -280,6 +339,9 @@ class Session(SessionBase):
                 ready = self._now()
             entry = self._store.pop(key)
             if entry is not None:
+                entry.claimed = True
+                if entry.slot is not None:
+                    entry.slot.value = math.inf  # its own call waits on it now: never preempted
                 try:
                     claimed = await self._claim(entry, start, ready)
                 except BaseException:  # the caller was cancelled while the claim waited
@@ -360,6 +422,9 @@ class Session(SessionBase):
         entry.credited_s += saved
         entry.dropped = True
         self._record(t.name, _USEFUL)
+        calibration = self.runtime.calibration
+        for source, confidence in entry.votes:
+            calibration.record(source, confidence, True)
         self._emit(_HIT, t, entry.key, entry.source, entry.confidence, saved)
         self._telemetry.observe_wait("hit", waited)
         value = task.result()  # served once: the caller gets the original unless a watcher also gets one
@@ -374,29 +439,6 @@ class Session(SessionBase):
                 return bool(await maybe_await(validator(entry.call)) == entry.freshness)
         except Exception:
             return False
-
-    def _commit(self, entry: Entry) -> bool:
-        """Commit a hit's snapshot into the live state (a write: bumps the epoch); ``False`` on conflict."""
-        snapshot = entry.snapshot
-        assert snapshot is not None
-        entry.snapshot = None
-        self._epoch += 1
-        t = entry.tool
-        try:
-            committed = bool(snapshot.commit())
-        except Exception as exc:
-            _log.error("commit of a %s snapshot failed: %s", t.label, type(exc).__name__,
-                       exc_info=not t.hide_key)  # a private call's traceback may quote its values
-            committed = False
-        finally:
-            self._epoch += 1
-        if not committed:
-            discard_quietly(snapshot, t.label, not t.hide_key)
-            return False
-        for version in t.write_versions:
-            version.bump()
-        self._emit(_COMMITTED, entry.tool, entry.key, entry.source, entry.confidence)
-        return True
 
     def _claim_partial(self, t: Tool, arguments: dict[str, Any], start: float) -> CallOutcome | None:
         rule = t.partial
@@ -422,54 +464,3 @@ class Session(SessionBase):
             self._telemetry.observe_wait("partial_hit", waited)
             return CallOutcome(value, "partial_hit", waited, saved, entry.source)
         return None
-
-    async def _run_authoritative(self, t: Tool, arguments: Mapping[str, Any]) -> Any:
-        """Run ``t`` on the live state with the caller's own ``arguments``.
-
-        A write counts as in progress, for every session, from before it starts until the tool function
-        has really finished: for a threaded tool that is on the worker thread itself, which keeps running
-        when the awaiting caller is cancelled. Only then do the state's version and its cell move on.
-        """
-        writes = t.effect.writes
-        if writes:
-            self._epoch += 1
-        for version in t.write_versions:
-            version.begin_write()
-        started = self._now()
-        write = Write(t.cells_written, t.write_versions) if t.threaded else None
-        try:
-            target = t.state.live if t.state is not None else None
-
-            if write is not None:
-                def run() -> Any:
-                    assert write is not None
-                    if not write.begin():
-                        return None  # abandoned before it started: it never runs
-                    value = None
-                    try:
-                        value = invoke_tool(t, target, arguments)
-                        return value
-                    finally:
-                        if not ((asyncio.iscoroutine(value) or isinstance(value, asyncio.Future))
-                                and write.hand_to_loop()):
-                            write.end()
-
-                return await maybe_await(await self.runtime.scheduler.run_sync(run, speculative=False))
-            return await maybe_await(invoke_tool(t, target, arguments))
-        except ForethoughtError:
-            raise
-        except Exception as exc:
-            reason = type(exc).__name__ if t.hide_key else f"{type(exc).__name__}: {exc}"
-            raise ToolExecutionError(t.name, reason) from exc
-        finally:
-            if write is None:
-                if t.cells_written or t.write_versions:
-                    end_write(t.cells_written, t.write_versions)
-            elif write.on_loop:
-                write.end()
-            else:
-                write.abandon()  # cancelled or never scheduled: ends it only if its thread never started
-            if writes:
-                self._epoch += 1
-            self.runtime.note_runtime(t.name, self._now() - started)
-

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forethought._calls import CallKey, ToolCall
+from forethought._capacity import SlotRequest
 from forethought._tools import Snapshot, Tool, invoke_tool
 
 _SNAPSHOT_LOCK = threading.Lock()
@@ -157,6 +158,9 @@ class Entry:
     the versions of the states the tool reads when it started (``None``: one was being written);
     ``watched``: someone asked to be told when it settles, so even its exact hit is served a copy. ``now`` is the
     session's clock (:class:`~forethought._clock.Clock`'s ``monotonic``), which every timestamp here is on.
+    ``votes`` are the (source, confidence) of every guess that asked for this call (for calibration);
+    ``value`` its worth in expected seconds (:mod:`forethought._worth`), ``slot`` its claim on capacity,
+    ``claimed``: an authoritative call with its key took it out of the store.
     """
 
     key: CallKey
@@ -170,8 +174,11 @@ class Entry:
     expires: float
     epoch: int
     now: Callable[[], float]
-    sources: list[str] = field(default_factory=list)
+    votes: list[tuple[str, float]] = field(default_factory=list)
     task: asyncio.Task[Any] | None = None
+    value: float = 0.0
+    slot: SlotRequest | None = None
+    claimed: bool = False
     snapshot: Snapshot | None = None
     freshness: Any = None
     started: float | None = None

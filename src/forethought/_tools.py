@@ -124,6 +124,9 @@ class Tool:
     writes: tuple[object, ...] = ()
     private: bool = False
     private_arguments: frozenset[str] = frozenset()
+    prepare: Callable[[Mapping[str, Any]], Any] | None = None
+    """A hook that warms what a call of this tool will need (a connection, a cache) and never changes
+    state: run for a hint whose arguments are not all known, with the ones that are (sync or async)."""
     arguments: ArgumentSpec = field(init=False, repr=False, compare=False)
     label: str = field(init=False, repr=False, compare=False)
     """The name telemetry and logs may show: ``"<private>"`` for a private tool."""
@@ -151,6 +154,8 @@ class Tool:
             raise ToolDefinitionError(f"tool {self.name!r}: cost_units must be >= 0 and ttl_s > 0")
         if self.expected_s is not None and not self.expected_s >= 0:
             raise ToolDefinitionError(f"tool {self.name!r}: expected_s must be >= 0")
+        if self.prepare is not None and not callable(self.prepare):
+            raise ToolDefinitionError(f"tool {self.name!r}: prepare is not callable")
         if not isinstance(self.effect, Effect):
             raise ToolDefinitionError(f"tool {self.name!r}: effect must be an Effect, got {self.effect!r}")
         reads, writes = tuple(self.reads), tuple(self.writes)
@@ -377,7 +382,8 @@ def tool(fn: ToolFunction, *, name: str | None = None, effect: Effect = Effect.D
          validator: Validator | None = None, partial: PartialRule | None = None,
          state: StateCell | None = None, threaded: bool | None = None,
          parameters: Mapping[str, Any] | None = None, expected_s: float | None = None,
-         reads: Iterable[object] = (), writes: Iterable[object] = ()) -> Tool:
+         reads: Iterable[object] = (), writes: Iterable[object] = (),
+         prepare: Callable[[Mapping[str, Any]], Any] | None = None) -> Tool:
     """Bare use: ``@tool``."""
 
 
@@ -387,7 +393,8 @@ def tool(fn: None = None, *, name: str | None = None, effect: Effect = Effect.DE
          validator: Validator | None = None, partial: PartialRule | None = None,
          state: StateCell | None = None, threaded: bool | None = None,
          parameters: Mapping[str, Any] | None = None, expected_s: float | None = None,
-         reads: Iterable[object] = (), writes: Iterable[object] = ()) -> Callable[[ToolFunction], Tool]:
+         reads: Iterable[object] = (), writes: Iterable[object] = (),
+         prepare: Callable[[Mapping[str, Any]], Any] | None = None) -> Callable[[ToolFunction], Tool]:
     """With options: ``@tool(effect=Effect.READ_ONLY)``."""
 
 
@@ -396,7 +403,8 @@ def tool(fn: ToolFunction | None = None, *, name: str | None = None, effect: Eff
          validator: Validator | None = None, partial: PartialRule | None = None,
          state: StateCell | None = None, threaded: bool | None = None,
          parameters: Mapping[str, Any] | None = None, expected_s: float | None = None,
-         reads: Iterable[object] = (), writes: Iterable[object] = ()) -> Tool | Callable[[ToolFunction], Tool]:
+         reads: Iterable[object] = (), writes: Iterable[object] = (),
+         prepare: Callable[[Mapping[str, Any]], Any] | None = None) -> Tool | Callable[[ToolFunction], Tool]:
     """Turn a sync or async function into a :class:`Tool`; usable bare or with keyword options.
 
     The effect defaults to DESTRUCTIVE: a tool is speculated only once its author says it is safe.
@@ -405,7 +413,8 @@ def tool(fn: ToolFunction | None = None, *, name: str | None = None, effect: Eff
     it, which a ``*args, **kwargs`` function needs. ``expected_s`` declares how long a call usually takes
     (used until the runtime has measured it); ``reads`` and ``writes`` name the states the tool reads and
     changes (its own ``state`` cell counts as both), so a write to one from any session makes
-    speculations that read it stale.
+    speculations that read it stale. ``prepare`` is a hook run for a hint of this tool whose arguments
+    are incomplete (see :attr:`Tool.prepare`).
     """
 
     def build(func: ToolFunction) -> Tool:
@@ -420,7 +429,7 @@ def tool(fn: ToolFunction | None = None, *, name: str | None = None, effect: Eff
             description=description if description is not None else doc.split("\n\n")[0],
             effect=effect, cost_units=cost_units, ttl_s=ttl_s, validator=validator, partial=partial,
             state=state, threaded=(not is_async) if threaded is None else threaded, expected_s=expected_s,
-            reads=tuple(reads), writes=tuple(writes),
+            reads=tuple(reads), writes=tuple(writes), prepare=prepare,
         )
 
     return build(fn) if fn is not None else build

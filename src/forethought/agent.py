@@ -43,6 +43,7 @@ from forethought._runtime import Runtime, Session, SettledSpeculation
 from forethought._store import SpeculationTicket
 from forethought._tools import Effect, Tool
 from forethought.errors import ForethoughtError, LLMError, UpstreamError
+from forethought.feed import GuessFeed
 from forethought.llm.chat import LLMClient
 from forethought.llm.dispatch import STREAM_SOURCE, EarlyDispatch, PendingCall, render_error, render_output
 from forethought.llm.events import (
@@ -59,13 +60,10 @@ from forethought.llm.sdk import as_llm_client
 from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster, ToolCachePoster
 from forethought.predictors.base import (
     ObservedCall,
-    Prediction,
     PredictionContext,
     Predictor,
-    StreamingPredictor,
     reports_failure,
 )
-from forethought.telemetry import Event, EventKind
 
 DEFAULT_MAX_STEPS = 32
 _log = logging.getLogger(__name__)
@@ -178,7 +176,8 @@ class Agent:
                  session_id: str | None = None, engine_side: bool = False,
                  cache_poster: ToolCachePoster | None = None,
                  api: Literal["chat", "responses"] = "chat",
-                 on_tool_event: Callable[[ToolCallStarted | ToolCallArgumentsDelta], object] | None = None) -> None:
+                 on_tool_event: Callable[[ToolCallStarted | ToolCallArgumentsDelta], object] | None = None,
+                 chain_depth: int = 1) -> None:
         self.client: LLMClient = as_llm_client(client, api)
         self.model = model
         self.runtime = runtime
@@ -204,6 +203,9 @@ class Agent:
         self.on_tool_event = on_tool_event
         """Sees each tool call's start and argument deltas as they stream (e.g. ``PythonTool.on_tool_event``:
         code speculation of a ``python`` tool's code)."""
+        self.feed = GuessFeed(self.session, self.predictors, chain_depth=chain_depth,
+                              on_ticket=self._on_ticket if engine_side else None)
+        """Runs the predictors each step (priced by when the call is due, thinned under load, chained)."""
 
     # --- public -----------------------------------------------------------------------------------
 
@@ -258,7 +260,7 @@ class Agent:
             self._target_ready = asyncio.Event()
             stream = self.client.stream(self.model, transcript, self.openai_tools or None, **self.request_extra)
         context = self._context(transcript)
-        predictor_tasks = [asyncio.create_task(self._run_predictor(p, context)) for p in self.predictors]
+        self.feed.start(context)
         started = time.monotonic()
         state = EarlyDispatch(self.session, enabled=self.early_dispatch, started=started,
                               on_speculated=self._on_ticket if self.engine_side else None)
@@ -292,7 +294,7 @@ class Agent:
                         "x-forethought-response-id/token headers (use OpenAIChatClient.for_gateway(url) "
                         "against `forethought gateway`, or engine_side=False)")
         except BaseException:
-            await self._abandon(state, predictor_tasks)
+            await self._abandon(state)
             with contextlib.suppress(Exception):
                 await _aclose(stream)
             raise
@@ -300,8 +302,7 @@ class Agent:
             self._carry = stream
             finish = "tool_calls"
         generated = time.monotonic()
-        for task in predictor_tasks:
-            task.cancel()
+        self.feed.stop(generated - started)
         text = "".join(text_parts)
         ordered = state.ordered()
         assistant: dict[str, Any] = {"role": "assistant", "content": text or None}
@@ -362,33 +363,6 @@ class Agent:
             return render_error(exc), False, "error", "", 0.0, 0.0
         return (render_output(outcome.value), not reports_failure(outcome.value), outcome.kind, outcome.source,
                 outcome.waited_s + outcome.saved_s, outcome.saved_s)
-
-    async def _run_predictor(self, predictor: Predictor, context: PredictionContext) -> None:
-        """Feed one predictor's guesses into the session as they arrive.
-
-        A predictor that raises is reported (a PREDICTOR_FAILED event and one warning naming it) and ignored
-        for the rest of this step; its failure never reaches the agent's caller.
-        """
-        try:
-            if isinstance(predictor, StreamingPredictor):
-                async for prediction in predictor.predict_stream(context):
-                    self._speculate(prediction, predictor.name)
-            else:
-                for prediction in await predictor.predict(context):
-                    self._speculate(prediction, predictor.name)
-        except Exception as exc:
-            _log.warning("predictor %s failed and is ignored for this step: %s", predictor.name,
-                         type(exc).__name__)
-            self.session.runtime.telemetry.emit(
-                Event(EventKind.PREDICTOR_FAILED, self.session.id, "", "", predictor.name,
-                      detail=type(exc).__name__))
-
-    def _speculate(self, prediction: Prediction, name: str) -> None:
-        if prediction.executable:
-            ticket = self.session.speculate(prediction.call, source=prediction.source or name,
-                                            confidence=prediction.confidence)
-            if self.engine_side and ticket.key is not None and ticket.status != "rejected":
-                self._watch(ticket.key)
 
     # --- engine side ------------------------------------------------------------------------------
 
@@ -451,10 +425,9 @@ class Agent:
             raise UpstreamError(f"the gateway served results for calls {[s.tool_call_id for s in served]}, "
                                 f"but the message has calls {[p.id for p in ordered]}")
 
-    async def _abandon(self, state: EarlyDispatch, predictor_tasks: list[asyncio.Task[None]]) -> None:
+    async def _abandon(self, state: EarlyDispatch) -> None:
         """The stream failed: stop guessing, let issued reads finish, drop every speculation."""
-        for task in predictor_tasks:
-            task.cancel()
+        await self.feed.cancel()
         await state.abandon()
 
 

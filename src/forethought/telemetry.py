@@ -57,6 +57,12 @@ class EventKind(enum.Enum):
     EARLY_DISPATCH = "early_dispatch"
     PREDICTOR_FAILED = "predictor_failed"
     """A predictor raised; its guesses for that step are ignored (``source`` names it, ``detail`` the error type)."""
+    PREEMPTED = "preempted"
+    """A queued or running speculation was cancelled to make room for a more valuable one."""
+    PREPARED = "prepared"
+    """A tool's ``prepare`` hook ran for a hint (``detail``: "ok" or the error type)."""
+    BACKOFF = "backoff"
+    """The runtime's load level changed state (normal, reduced, off); ``detail`` says why."""
 
     # Members are singletons compared by identity; the C identity hash keeps the hot-path counting (dict
     # and set lookups keyed by kind) cheaper than Enum's Python-level hash of the member name.
@@ -118,6 +124,7 @@ class SessionStats:
     stale: int = 0
     conflicts: int = 0
     committed: int = 0
+    preempted: int = 0
     saved_s: float = 0.0
     wasted_s: float = 0.0
 
@@ -132,7 +139,8 @@ _STAT_FIELDS = {EventKind.LAUNCHED: "launched", EventKind.DEDUPLICATED: "dedupli
                 EventKind.REJECTED: "rejected", EventKind.HIT: "hits", EventKind.PARTIAL_HIT: "partial_hits",
                 EventKind.MISS: "misses", EventKind.WASTED: "wasted", EventKind.CANCELLED: "cancelled",
                 EventKind.EXPIRED: "expired", EventKind.FAILED: "failed", EventKind.STALE: "stale",
-                EventKind.CONFLICT: "conflicts", EventKind.COMMITTED: "committed"}
+                EventKind.CONFLICT: "conflicts", EventKind.COMMITTED: "committed",
+                EventKind.PREEMPTED: "preempted"}
 
 
 def stats_from(counts: Counter[EventKind], saved_s: float, wasted_s: float) -> SessionStats:

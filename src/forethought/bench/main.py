@@ -28,6 +28,7 @@ from forethought.bench.lag import LagMonitor, machine_snapshot
 from forethought.bench.metrics import ArmMetrics, arm_metrics, median
 from forethought.bench.oracle import OraclePredictor
 from forethought.bench.predict_eval import record_trajectories
+from forethought.bench.reliability import merge_reliability, print_reliability
 from forethought.bench.report import (
     document,
     plot_efficiency,
@@ -273,6 +274,8 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
         "trajectories": [t.id for t in trajectories],
         "latency_sweep": sweep,
         "measured": _measured(repeats[0]),
+        "reliability": {arm.name: merge_reliability(runs[arm.name].reliability for runs in repeats)
+                        for arm in arms if arm.speculate},
     }
     if config.load > 0:
         if console is not None:
@@ -312,6 +315,8 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
         print_arms(console, f"forethought bench — {config.workload}, {len(trajectories)} trajectories, "
                    f"{config.agents} agents, mean tool latency {config.tool_latency_s:g} s "
                    f"(time scale {config.time_scale:g})", arms_out)
+        print_reliability(console, results["reliability"], "all" if "all" in results["reliability"] else
+                          next(iter(results["reliability"]), ""))
         console.print(f"equivalence with serial: {'[green]OK[/green]' if equivalent else '[red]DIFFERS[/red]'}")
         for line in words:
             console.print(("[bold red]" if line.startswith(("WARNING", "NOT")) else "") + line, markup=True)

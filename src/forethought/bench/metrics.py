@@ -51,6 +51,12 @@ class ArmMetrics:
     """Hits (served speculations) whose call changes backend state: committed snapshots."""
     state_changing_saved_s: float = 0.0
     """Tool seconds those state-changing hits saved."""
+    launched: int = 0
+    rejected: int = 0
+    preempted: int = 0
+    """Guesses cancelled to make room for more valuable ones."""
+    backoffs: int = 0
+    """Changes of the runtime's load state (normal, reduced, off) during the arm."""
 
 
 def _overlapped(record: ToolRecord) -> bool:
@@ -136,6 +142,10 @@ def arm_metrics(serial: ArmRun, arm: ArmRun,
         equivalent=all(equivalent(by_id[r.trajectory_id], r) for r in arm.runs),
         state_changing_hits=len(changing := _state_changing_hits(arm, state_changing or {})),
         state_changing_saved_s=sum(rec.saved_s for rec in changing),
+        launched=sum(s.launched for s in stats),
+        rejected=sum(s.rejected for s in stats),
+        preempted=sum(s.preempted for s in stats),
+        backoffs=arm.backoffs,
     )
 
 

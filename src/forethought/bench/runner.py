@@ -18,12 +18,14 @@ from typing import Any
 from forethought._policy import Policy
 from forethought._runtime import Runtime, SessionStats
 from forethought._trajectory import Trajectory
+from forethought._worth import ReliabilityRow
 from forethought.agent import Agent, StepTiming, ToolRecord
 from forethought.bench.arms import Arm
 from forethought.llm.chat import OpenAIChatClient
 from forethought.predictors.base import Predictor
 from forethought.predictors.model import ModelSpeculator
 from forethought.predictors.patterns.predictor import PatternPredictor
+from forethought.telemetry import EventKind
 from forethought.workloads.base import Workload
 from forethought.workloads.latency import LatencyModel
 
@@ -60,6 +62,10 @@ class ArmRun:
     speculator_tokens: int = 0
     speculator_first_close_s: float = 0.0
     runtime_stats: SessionStats = field(default_factory=SessionStats)
+    reliability: tuple[ReliabilityRow, ...] = ()
+    """Predicted against observed hit rates of the arm's guess sources (its runtime's calibration)."""
+    backoffs: int = 0
+    """How often the arm's runtime changed load state (normal, reduced, off)."""
 
 
 def _request_extra(trajectory: Trajectory, arm: Arm, repeat: int) -> dict[str, Any]:
@@ -121,7 +127,9 @@ class ArmContext:
         return ArmRun(self.arm, tuple(self.runs), self.elapsed_s,
                       speculator_tokens=speculator.stats.tokens if speculator else 0,
                       speculator_first_close_s=speculator.stats.mean_first_close_s if speculator else 0.0,
-                      runtime_stats=self.runtime.stats())
+                      runtime_stats=self.runtime.stats(),
+                      reliability=tuple(self.runtime.calibration.table()),
+                      backoffs=self.runtime.telemetry.counts.get(EventKind.BACKOFF, 0))
 
     async def aclose(self) -> None:
         self.runtime.close()

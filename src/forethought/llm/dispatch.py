@@ -94,6 +94,8 @@ class EarlyDispatch:
         """Take one event of the message (only call starts and closes matter here)."""
         if isinstance(event, ToolCallStarted):
             self.calls.setdefault(event.index, PendingCall(event.index, event.id, event.name))
+            if self.enabled:  # the name is out, the arguments are still coming: warm what the call needs
+                self.session.prepare(event.name, {}, STREAM_SOURCE)
         elif isinstance(event, ToolCallClosed):
             self.closed(event)
 

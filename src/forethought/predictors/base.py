@@ -49,6 +49,9 @@ class PredictionContext:
     """The tools exactly as offered to the main model (a speculator model is offered the same)."""
     request_extra: Mapping[str, Any] = field(default_factory=dict)
     """Extra request fields the main model call carries (routing metadata a speculator model repeats)."""
+    load_level: float = 0.0
+    """How loaded the runtime is, 0 (idle) to 1 (speculating only certain calls): a costly predictor
+    (a speculator model) draws fewer samples as it rises, and none at 1."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ At the start of each step the speculator model gets the same messages and tools 
 its own OpenAI-compatible endpoint, ``lambda`` times in parallel. Every tool call any sample proposes is
 handed over as a :class:`Prediction` the moment its arguments close. Tokens are counted. With
 ``adaptive=True`` lambda follows the observed per-sample hit rate: the smallest number of samples that
-would have caught the true call with probability ``target_coverage``, within ``[1, max_samples]``.
+would have caught the true call with probability ``target_coverage``, within ``[1, max_samples]``. Under
+load (the context's ``load_level``) lambda shrinks with the spare capacity left, to none at level 1.
 """
 
 from __future__ import annotations
@@ -98,8 +99,16 @@ class ModelSpeculator:
     async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
         return [p async for p in self.predict_stream(context)]
 
+    def samples_under(self, load_level: float) -> int:
+        """Samples to draw at ``load_level``: lambda scaled by the spare capacity left, none at 1."""
+        if load_level >= 1.0:
+            return 0
+        return max(1, math.ceil(self.current_lambda() * (1.0 - max(0.0, load_level))))
+
     async def predict_stream(self, context: PredictionContext) -> AsyncIterator[Prediction]:
-        n = self.current_lambda()
+        n = self.samples_under(context.load_level)
+        if n == 0:
+            return
         guesses = self._guesses[context.session_id] = _SessionGuesses([set() for _ in range(n)])
         queue: asyncio.Queue[ToolCall | None] = asyncio.Queue()
         tasks = [asyncio.create_task(self._sample(context, i, queue, guesses.per_sample[i])) for i in range(n)]

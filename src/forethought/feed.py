@@ -1,0 +1,166 @@
+"""Feeding an agent's guesses into its session: priced by when the model's call is due, thinned under
+load, hints warmed, and chained past speculated calls.
+
+At each step start :class:`GuessFeed` runs every predictor at once. Each executable prediction goes to
+``session.speculate`` with ``eta_s``, the time this agent's model is still expected to need before its call
+(a moving average of its generation time per step, less the time since the step began), so the runtime
+prices a guess by the tool time it can really hide. Under load (the runtime's pressure level ``L``) each
+predictor's list is cut to its best ``ceil(k * (1 - L))`` (none at ``L >= 1``) and the context carries
+``L`` so a speculator model draws fewer samples. A hint (a prediction whose arguments are incomplete)
+runs its tool's ``prepare`` hook instead. Chains: when a speculation of a READ_ONLY or PURE tool that a
+predictor with ``predict_after`` proposed finishes, the calls that predictor expects next, given that
+output, are speculated too (source ``chain``, confidence multiplied by the parent's), up to
+``chain_depth`` levels and only while the step that launched them is still generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from forethought._runtime import Session, SettledSpeculation
+from forethought._store import SpeculationTicket
+from forethought._tools import Effect
+from forethought.llm.dispatch import render_output
+from forethought.predictors.base import (
+    ObservedCall,
+    Prediction,
+    PredictionContext,
+    Predictor,
+    StreamingPredictor,
+    reports_failure,
+)
+from forethought.telemetry import Event, EventKind
+
+__all__ = ["CHAIN_SOURCE", "ChainingPredictor", "GuessFeed"]
+
+CHAIN_SOURCE = "chain"
+GENERATION_EWMA_WEIGHT = 0.3
+_CHAINABLE = frozenset({Effect.PURE, Effect.READ_ONLY})
+_log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class ChainingPredictor(Predictor, Protocol):
+    """A predictor that can say what follows a call it has not seen the model make yet."""
+
+    def predict_after(self, context: PredictionContext, speculated: ObservedCall) -> list[Prediction]:
+        """The calls likely to follow ``speculated`` (a call with its speculative output)."""
+
+
+class GuessFeed:
+    """One agent's predictors, feeding one session step by step."""
+
+    def __init__(self, session: Session, predictors: list[Predictor], *, chain_depth: int = 1,
+                 on_ticket: Callable[[SpeculationTicket], object] | None = None) -> None:
+        self.session = session
+        self.predictors = predictors
+        self.chain_depth = max(0, chain_depth)
+        self.on_ticket = on_ticket
+        self.generation_s: float | None = None
+        self._step = 0
+        self._started = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+        self.chained = 0
+
+    def start(self, context: PredictionContext) -> None:
+        """A step begins: run every predictor on ``context`` (with the current load level)."""
+        self._step += 1
+        self._started = time.monotonic()
+        level = self.session.runtime.pressure().level
+        if level != context.load_level:
+            context = dataclasses.replace(context, load_level=level)
+        self._tasks = [asyncio.create_task(self._run(p, context)) for p in self.predictors]
+
+    def stop(self, generation_s: float | None = None) -> None:
+        """The model's message ended (after ``generation_s`` seconds): no more guesses for this step."""
+        self._step += 1
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = []
+        if generation_s is not None and generation_s >= 0:
+            old = self.generation_s
+            self.generation_s = generation_s if old is None else old + GENERATION_EWMA_WEIGHT * (generation_s - old)
+
+    async def cancel(self) -> None:
+        """Stop and wait for the predictor tasks to end (the step failed)."""
+        tasks = self._tasks
+        self.stop()
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    def eta_s(self) -> float | None:
+        """Seconds until the model's call is expected (``None`` until one step has been timed)."""
+        if self.generation_s is None:
+            return None
+        return max(0.0, self.generation_s - (time.monotonic() - self._started))
+
+    def _limit(self, count: int) -> int:
+        level = self.session.runtime.pressure().level
+        return 0 if level >= 1.0 else math.ceil(count * (1.0 - max(0.0, level)))
+
+    async def _run(self, predictor: Predictor, context: PredictionContext) -> None:
+        """Feed one predictor's guesses as they arrive; a predictor that raises is reported and ignored for
+        the rest of this step (a PREDICTOR_FAILED event and one warning naming it)."""
+        try:
+            if isinstance(predictor, StreamingPredictor):
+                async for prediction in predictor.predict_stream(context):
+                    self.offer(prediction, predictor, context)
+            else:
+                predictions = list(await predictor.predict(context))
+                for prediction in predictions[: self._limit(len(predictions))]:
+                    self.offer(prediction, predictor, context)
+        except Exception as exc:
+            _log.warning("predictor %s failed and is ignored for this step: %s", predictor.name,
+                         type(exc).__name__)
+            self.session.runtime.telemetry.emit(
+                Event(EventKind.PREDICTOR_FAILED, self.session.id, "", "", predictor.name,
+                      detail=type(exc).__name__))
+
+    def offer(self, prediction: Prediction, predictor: Predictor, context: PredictionContext,
+              depth: int = 0) -> None:
+        """Speculate one prediction (or warm its tool, for a hint); chain past it when it can be chained."""
+        session = self.session
+        if not prediction.executable:
+            session.prepare(prediction.call.name, prediction.call.arguments, prediction.source or predictor.name)
+            return
+        source = CHAIN_SOURCE if depth else (prediction.source or predictor.name)
+        ticket = session.speculate(prediction.call, source=source, confidence=prediction.confidence,
+                                   eta_s=self.eta_s())
+        if self.on_ticket is not None and ticket.key is not None and ticket.status != "rejected":
+            self.on_ticket(ticket)
+        if (ticket.launched and ticket.key is not None and depth < self.chain_depth
+                and isinstance(predictor, ChainingPredictor)):
+            t = session.tools.get(prediction.call.name)
+            if t is not None and t.effect in _CHAINABLE:
+                self._chain_after(ticket.key, prediction, predictor, context, depth)
+
+    def _chain_after(self, key: str, parent: Prediction, predictor: ChainingPredictor, context: PredictionContext,
+                     depth: int) -> None:
+        step = self._step
+
+        def settled(result: SettledSpeculation) -> None:
+            if step != self._step or not result.ok:
+                return
+            output = render_output(result.value)
+            observed = ObservedCall(parent.call, output, not reports_failure(result.value))
+            try:
+                successors = predictor.predict_after(context, observed)
+            except Exception as exc:
+                _log.warning("predictor %s failed to chain and is ignored for this call: %s", predictor.name,
+                             type(exc).__name__)
+                return
+            for successor in successors[: self._limit(len(successors))]:
+                self.chained += 1
+                self.offer(dataclasses.replace(successor, confidence=parent.confidence * successor.confidence),
+                           predictor, context, depth + 1)
+
+        self.session.on_settled(key, settled)
