@@ -25,19 +25,28 @@ from forethought._trajectory import Trajectory, Turn
 from forethought.agent import Agent
 from forethought.bench.runner import converse
 from forethought.engines.vllm import metrics
-from forethought.engines.vllm.pin import PinnedStep, Position, canonical, pin_body, pinned_schema
-from forethought.engines.vllm.plugin import PREFIX
+from forethought.engines.vllm.pin import (
+    PinnedStep,
+    Position,
+    call_token_budget,
+    canonical,
+    pin_body,
+    pinned_schema,
+)
+from forethought.engines.vllm.plugin import PREFIX, SESSION_PROBE_ENV, SESSION_ROUTE
 from forethought.engines.vllm.replay import ReplayProxy
 from forethought.engines.vllm.server import MODEL_NAME, EngineUnavailable, VllmConfig, VllmServer, locate
 from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import (
     MessageDone,
     ResponseStarted,
+    TextDelta,
     ToolCallArgumentsDelta,
     ToolCallClosed,
     ToolCallStarted,
     ToolResultServed,
 )
+from forethought.llm.responses import OpenAIResponsesClient
 from forethought.llm.tool_cache import TOKEN_HEADER, CacheTarget
 from forethought.serve.http import serve_in_process
 from forethought.workloads.bfcl_workload import BfclWorkload
@@ -47,7 +56,9 @@ POST_WAIT_S = 3.0
 
 try:
     CONFIG: VllmConfig | None = locate(VllmConfig(plugins=("forethought",), enforce_eager=True,
-                                                  extra_env={"FORETHOUGHT_POST_WAIT_S": str(POST_WAIT_S)}))
+                                                  extra_args=("--enable-mfu-metrics",),
+                                                  extra_env={"FORETHOUGHT_POST_WAIT_S": str(POST_WAIT_S),
+                                                             SESSION_PROBE_ENV: "1"}))
     REASON = ""
 except EngineUnavailable as exc:
     CONFIG, REASON = None, str(exc)
@@ -119,6 +130,82 @@ async def test_client_reads_parallel_calls_and_a_length_finish(vllm: VllmServer)
     assert sum(1 for c in closed if c.error is None) >= 2
     done = events[-1]
     assert isinstance(done, MessageDone) and done.finish_reason == "length"
+    assert done.usage is not None and done.usage.completion_tokens == 60 and done.usage.prompt_tokens > 0
+
+
+def _responses_pinned(whitespace: list[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    tools = [{"type": "function", "function": {"name": "place_order", "parameters": pinned_schema(ARGUMENTS),
+                                               "strict": True}}]
+    extra = {"tool_choice": {"type": "function", "name": "place_order"}, "parallel_tool_calls": False,
+             "temperature": 0.0, "max_output_tokens": call_token_budget("place_order", ARGUMENTS),
+             "logit_bias": {str(i): -100 for i in whitespace}}
+    return tools, extra
+
+
+async def test_responses_client_reads_a_pinned_call_from_vllm(vllm: VllmServer) -> None:
+    """vLLM 0.32 serves ``/v1/responses`` with the hermes parser: the same call, fragments and usage."""
+    tools, extra = _responses_pinned(vllm.meta["whitespace_token_ids"])
+    messages = [{"role": "user", "content": "Buy 100 NVDA at 220.5"}]
+    runs = []
+    async with OpenAIResponsesClient(vllm.base_url) as client:
+        for _ in range(2):
+            runs.append([e async for e in client.stream(MODEL_NAME, messages, tools, **extra)])
+    for events in runs:
+        kinds = [type(e) for e in events]
+        started = [e for e in events if isinstance(e, ToolCallStarted)]
+        closed = [e for e in events if isinstance(e, ToolCallClosed)]
+        fragments = [e for e in events if isinstance(e, ToolCallArgumentsDelta)]
+        assert [(s.index, s.name) for s in started] == [(0, "place_order")]
+        assert len(fragments) >= 3 and "".join(f.text for f in fragments) == closed[0].raw
+        assert len(closed) == 1 and closed[0].error is None
+        assert canonical(dict(closed[0].arguments or {})) == canonical(ARGUMENTS)
+        assert kinds.index(ToolCallClosed) < kinds.index(MessageDone)
+        done = events[-1]
+        assert isinstance(done, MessageDone) and done.finish_reason == "tool_calls"
+        assert done.response_id is not None and done.response_id.startswith("resp_")
+        assert done.usage is not None and done.usage.prompt_tokens > 0 and done.usage.completion_tokens > 0
+    second = runs[1][-1]
+    assert isinstance(second, MessageDone) and second.usage is not None
+    assert 0 < second.usage.cached_tokens <= second.usage.prompt_tokens, "the repeat finds its prompt cached"
+
+
+async def test_responses_client_reads_parallel_calls_and_a_cut_off_as_length(vllm: VllmServer) -> None:
+    """vLLM ends a response cut at ``max_output_tokens`` with ``response.completed`` (status incomplete)."""
+    tools = [{"type": "function", "function": {"name": name, "parameters": pinned_schema(args), "strict": True}}
+             for name, args in (("cd", {"folder": "docs"}), ("ls", {"a": True}))]
+    allowed = {"cd": canonical({"folder": "docs"}), "ls": canonical({"a": True})}
+    extra = {"tool_choice": "required", "parallel_tool_calls": True, "temperature": 0.0, "max_output_tokens": 60,
+             "logit_bias": {str(i): -100 for i in vllm.meta["whitespace_token_ids"]}}
+    async with OpenAIResponsesClient(vllm.base_url) as client:
+        events = [e async for e in client.stream(MODEL_NAME, [{"role": "user", "content": "go"}], tools, **extra)]
+    started = [e for e in events if isinstance(e, ToolCallStarted)]
+    closed = [e for e in events if isinstance(e, ToolCallClosed)]
+    assert [s.index for s in started] == list(range(len(started))) and len(started) >= 2
+    assert len({s.id for s in started}) == len(started)
+    assert sum(1 for c in closed if c.error is None) >= 2
+    for call in closed:
+        if call.error is None:
+            assert canonical(dict(call.arguments or {})) == allowed[call.name]
+    done = events[-1]
+    assert isinstance(done, MessageDone) and done.finish_reason == "length"
+    assert done.usage is not None and done.usage.completion_tokens == 60
+
+
+async def test_responses_client_sends_a_tool_round_trip_and_reads_text(vllm: VllmServer) -> None:
+    """The agent's transcript (assistant call + tool result) as Responses input items; vLLM answers text."""
+    messages = [{"role": "system", "content": "You trade."}, {"role": "user", "content": "Buy 100 NVDA"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function",
+                     "function": {"name": "place_order", "arguments": json.dumps(ARGUMENTS)}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "order 12446 placed"}]
+    extra = {"tool_choice": "none", "temperature": 0.0, "max_output_tokens": 12, "ignore_eos": True}
+    async with OpenAIResponsesClient(vllm.base_url) as client:
+        events = [e async for e in client.stream(MODEL_NAME, messages, [ORDER], **extra)]
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    done = events[-1]
+    assert text and not any(isinstance(e, ToolCallStarted) for e in events)
+    assert isinstance(done, MessageDone) and done.finish_reason == "length"
+    assert done.usage is not None and done.usage.completion_tokens == 12
 
 
 def _trajectories(count: int) -> tuple[BfclWorkload, list[Trajectory]]:
@@ -211,3 +298,40 @@ def test_trajectory_with_no_argument_call_replays(vllm: VllmServer) -> None:
 
     proxy = asyncio.run(run())
     assert proxy.stats.verified == 1 and proxy.stats.mismatches == []
+
+
+async def test_a_streaming_input_session_continues_inside_the_engine_without_re_prefill(vllm: VllmServer) -> None:
+    """Two turns of one conversation (a call, then the tool result appended) as one streaming-input request
+    and as two fresh requests: the same tokens out, and less work scheduled for the session.
+
+    vLLM's prompt counters record one prefill per request (the session's first chunk only; its end is an
+    abort, not a success), so the work is compared on vLLM's FLOP estimate of the scheduled steps.
+    """
+    async with httpx2.AsyncClient(timeout=120.0) as http:
+        async def tokenize(**body: Any) -> list[int]:
+            answer = await http.post(vllm.url + "/tokenize", json={"model": MODEL_NAME, **body})
+            answer.raise_for_status()
+            return list(answer.json()["tokens"])
+
+        first = await tokenize(messages=[{"role": "user", "content": "Buy 100 NVDA at 220.5"}], tools=[ORDER],
+                               add_generation_prompt=True)
+        suffix = await tokenize(prompt="<|im_end|>\n<|im_start|>user\n<tool_response>\norder 12446 placed\n"
+                                       "</tool_response><|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+        chunks = [{"token_ids": first, "max_tokens": 8}, {"token_ids": suffix, "max_tokens": 8}]
+        used, outputs = {}, {}
+        for mode in ("session", "fresh"):
+            before = await metrics.read(vllm.url, http)
+            answer = await http.post(vllm.url + SESSION_ROUTE, json={"mode": mode, "chunks": chunks,
+                                                                     "cache_salt": f"{mode}-{id(chunks)}"})
+            answer.raise_for_status()
+            outputs[mode] = [c["token_ids"] for c in answer.json()["chunks"]]
+            for _ in range(40):  # the counters land a little after the last token
+                used[mode] = await metrics.read(vllm.url, http) - before
+                if used[mode].generation_tokens >= 16:
+                    break
+                await asyncio.sleep(0.25)
+    assert outputs["session"] == outputs["fresh"] and [len(o) for o in outputs["session"]] == [8, 8]
+    assert used["session"].prompt_tokens == len(first) and used["session"].requests == 0
+    assert used["fresh"].requests == 2 and used["fresh"].prompt_tokens == 2 * len(first) + 8 + len(suffix)
+    assert used["fresh"].generation_tokens == used["session"].generation_tokens == 16
+    assert 0 < used["session"].estimated_flops < used["fresh"].estimated_flops

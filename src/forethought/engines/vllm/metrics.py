@@ -3,7 +3,10 @@
 :func:`parse` turns the exposition text into an :class:`EngineCounters` value (summed over engines and
 models); subtracting two snapshots gives what happened between them, so one server can serve several arms
 of a benchmark one after another. ``prompt_tokens_computed`` is vLLM's ``local_compute`` source of prompt
-tokens: the prefill the engine really ran, after its prefix cache.
+tokens: the prefill the engine really ran, after its prefix cache — for a request's first prefill: vLLM
+records prefill statistics once per request, so the chunks a streaming-input session appends later
+(:mod:`.session`) are in none of the prompt counters; ``estimated_flops`` (vLLM's per-step estimate from
+the tokens it scheduled) covers them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ _SAMPLES = {
     "vllm:prefix_cache_queries_total": "prefix_cache_queries",
     "vllm:prefix_cache_hits_total": "prefix_cache_hits",
     "vllm:num_preemptions_total": "preemptions",
+    "vllm:estimated_flops_per_gpu_total": "estimated_flops",
 }
 
 
@@ -35,6 +39,9 @@ class EngineCounters:
     prefix_cache_hits: float = 0.0
     preemptions: float = 0.0
     requests: float = 0.0
+    estimated_flops: float = 0.0
+    """vLLM's estimate of the FLOPs of every scheduled step (``--enable-mfu-metrics``; else 0): unlike the prompt
+    counters, which count a request's first prefill only, it covers the chunks a streaming-input session appends."""
 
     def __sub__(self, other: EngineCounters) -> EngineCounters:
         return EngineCounters(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
