@@ -126,6 +126,8 @@ class SessionSpeculator:
         self._session: Session | None = None
         self._predictor: Predictor | None = None
         self._history: deque[ObservedCall] = deque(maxlen=HISTORY)
+        self._sent: dict[str, frozenset[str]] = {}
+        """Tool -> the argument names of the client's latest call of it."""
         self._envelope: dict[str, Any] = {}
         self._in_flight = 0
         self._calls = self._hits = self._misses = self._passthrough = 0
@@ -282,6 +284,7 @@ class SessionSpeculator:
             except Exception:  # a failing predictor costs the guess, never the call
                 log.warning("pattern predictor failed to learn a call of %s", name, exc_info=True)
             self._history.append(observed)
+            self._sent[name] = frozenset(params.get("arguments") or {})
         if self._in_flight:
             return  # another call of this step is still running: its end starts the next step
         session.end_turn()
@@ -304,9 +307,22 @@ class SessionSpeculator:
             cost = 1 + (2 if p.call.name in validators else 0)  # the guess, and its validator at start and claim
             if not self._within_bound(cost):
                 break
-            ticket = session.speculate(ToolCall(p.call.name, {_PAYLOAD: payload_of(p.call.arguments)}),
+            arguments = self._spelt(p.call.name, p.call.arguments)
+            ticket = session.speculate(ToolCall(p.call.name, {_PAYLOAD: payload_of(arguments)}),
                                        source=SOURCE, confidence=float(p.confidence))
             launched += ticket.status in ("launched", "deduplicated")
+
+    def _spelt(self, name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A predicted call spelt as the client spells its calls: an argument at its schema default is left
+        out unless the client's latest call of the tool gave it (keys are exact JSON: ``{}`` is not
+        ``{"context_lines": 3}``)."""
+        properties = _schema(self.tools.get(name, {})).get("properties")
+        if not isinstance(properties, Mapping):
+            return arguments
+        given = self._sent.get(name, frozenset())
+        return {k: v for k, v in arguments.items()
+                if k in given or not (isinstance(properties.get(k), Mapping) and "default" in properties[k]
+                                      and properties[k]["default"] == v)}
 
     def _context(self) -> PredictionContext:
         return PredictionContext(session_id="mcp", messages=(), user_message="", history=tuple(self._history),

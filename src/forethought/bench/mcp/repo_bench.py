@@ -55,9 +55,10 @@ class RepoBenchConfig:
     """Where ``make mcp-servers`` installed the servers (the project's root)."""
 
 
-def server_commands(project: Path, root: Path) -> dict[str, list[str]]:
+def server_commands(project: str, root: Path) -> dict[str, list[str]]:
     """The commands of the two servers for a repository at ``root``; an error names the missing one."""
-    fs, git = project / FS_SCRIPT, project / GIT_SERVER
+    base = Path(os.path.abspath(project))
+    fs, git = base / FS_SCRIPT, base / GIT_SERVER
     node = shutil.which("node")
     for path, what in ((fs, "@modelcontextprotocol/server-filesystem"), (git, "mcp-server-git")):
         if not path.exists():
@@ -177,7 +178,6 @@ async def _read_only(commands: Mapping[str, Sequence[str]]) -> frozenset[str]:
 
 async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Run the three arms on the test fold of generated tasks; returns the ``bench``-style results."""
-    project = Path(config.project).resolve()
     totals = {arm: ArmTotals() for arm in ARMS}
     with tempfile.TemporaryDirectory(prefix="forethought-mcp-repo-") as tmp:
         template, root = Path(tmp) / "template", Path(tmp) / "work" / "repo"
@@ -186,7 +186,7 @@ async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = 
         train, test = traces[0::2], traces[1::2]
         root.parent.mkdir()
         _reset(template, root)
-        commands = server_commands(project, root)
+        commands = server_commands(config.project, root)
         read_only = await _read_only(commands)
         cold, warm = Path(tmp) / "cold.sqlite", Path(tmp) / "warm.sqlite"
         for i, trace in enumerate(train):
