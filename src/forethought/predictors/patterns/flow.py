@@ -1,6 +1,7 @@
 """Control flow: which tool comes next, learned from the tool sequences and user words of past sessions.
 
-Each candidate tool gets a few features, combined by a small softmax whose weights are learned online:
+Each candidate tool gets a few features, combined by a small softmax whose weights are learned online
+(AdaGrad steps, so features of any scale learn at comparable rates):
 
 * ``ngram``: log-probability of the tool after the last k calls (names and ok/error outcomes, with a
   turn-start marker), k = 1..order, interpolated Witten-Bell style so short contexts back off to longer
@@ -42,7 +43,13 @@ DEFAULT_WEIGHTS: Mapping[str, float] = {
 
 _WEIGHT_KEYS = {feature: PLAIN_PREFIX + SEP.join(("W", feature)) for feature in FEATURES}
 """Counter key of each feature's learned weight offset."""
-LEARNING_RATE = 0.05
+_SQUARES_KEYS = {feature: SEP.join(("G", feature)) for feature in FEATURES}
+"""Counter key of the (decayed) sum of each feature's squared gradients, which sets its step size."""
+LEARNING_RATE = 0.1
+"""Step size of the weights, divided per feature by the root of its squared gradients so far (AdaGrad;
+over a decayed window, so a drifting workload keeps learning)."""
+ADAGRAD_START = 1.0
+"""Squared gradients a feature is taken to have had before any (the first steps are LEARNING_RATE at most)."""
 ASSOC_SMOOTHING = 2.0
 ASSOC_TOP_WORDS = 4
 NGRAM_FLOOR = 1e-4
@@ -263,7 +270,11 @@ class FlowModel:
             expected = sum(probs[t] * rows[t][i] for t in pool)
             gradient = rows[tool][i] - expected
             if gradient:
-                self.counts.add(_WEIGHT_KEYS[feature], LEARNING_RATE * gradient)
+                # AdaGrad: a feature's steps shrink with the squared gradients it has had, so features of
+                # any scale (log-probabilities, shares, indicators) learn at comparable rates.
+                squares = self.counts.get(_SQUARES_KEYS[feature]) + gradient * gradient
+                self.counts.add(_SQUARES_KEYS[feature], gradient * gradient)
+                self.counts.add(_WEIGHT_KEYS[feature], LEARNING_RATE * gradient / math.sqrt(ADAGRAD_START + squares))
         self.counts.add("N")
         self.counts.add(self._info(tool)[0])
         self._known.add(tool)
