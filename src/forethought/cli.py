@@ -143,6 +143,9 @@ def bench(
     workers: Annotated[int, typer.Option(help="Worker processes sharing a store (with --store redis).")] = 0,
     store: Annotated[str, typer.Option(help="redis: --workers processes share Redis vs each alone.")] = "local",
     redis_url: Annotated[str | None, typer.Option(help="--store redis: use this server (default: start one).")] = None,
+    mcp_suite: Annotated[str, typer.Option(help="mcp workload: bfcl (BFCL backends as an MCP server), repo (real "
+                                                "filesystem and git servers on a generated repository) or both.")] =
+        "bfcl",
     policy: PolicyOption = None,
     json_path: JsonOption = None,
 ) -> None:
@@ -186,7 +189,10 @@ def bench(
     elif workload == "mcp":
         from forethought.bench.mcp.runner import run_mcp_bench
 
-        doc = _run(lambda: run_mcp_bench(trajectories, tool_latency * (time_scale or 0.25), seed, console, json_path))
+        if mcp_suite not in ("bfcl", "repo", "both"):
+            raise typer.BadParameter("mcp-suite must be bfcl, repo or both")
+        doc = _run(lambda: run_mcp_bench(trajectories, tool_latency * (time_scale or 0.25), seed, console, json_path,
+                                         suite=mcp_suite))
     elif workload == "code":
         from forethought.bench.code.runner import code_bench, format_code_bench, save_document
 

@@ -244,15 +244,31 @@ def format_results(results: dict[str, Any]) -> str:
 
 
 async def run_mcp_bench(trajectories: int, latency_s: float, seed: int, console: Any,
-                        json_path: str | None) -> dict[str, Any]:
-    """The ``bench --workload mcp`` command: think time equal to the mean tool latency."""
+                        json_path: str | None, suite: str = "bfcl") -> dict[str, Any]:
+    """The ``bench --workload mcp`` command. ``bfcl``: think time equal to the mean tool latency; ``repo``: the
+    real servers on a generated repository (:mod:`~forethought.bench.mcp.repo_bench`), ``trajectories`` tasks;
+    ``both``: each, under ``results.suites``."""
     from forethought.bench.report import document, write_json
 
-    config = McpBenchConfig(trajectories=trajectories, training=min(TRAIN_FOLD, 4 * trajectories), think_s=latency_s,
-                            latency_s=latency_s, seed=seed)
-    results = await mcp_bench(config, progress=lambda line: console.print(line, style="dim"))
-    console.print(format_results(results))
-    doc = document("bench", {"workload": "mcp", **results["params"]}, results)
+    def progress(line: str) -> None:
+        console.print(line, style="dim")
+
+    suites: dict[str, dict[str, Any]] = {}
+    if suite in ("bfcl", "both"):
+        config = McpBenchConfig(trajectories=trajectories, training=min(TRAIN_FOLD, 4 * trajectories),
+                                think_s=latency_s, latency_s=latency_s, seed=seed)
+        suites["bfcl"] = await mcp_bench(config, progress=progress)
+    if suite in ("repo", "both"):
+        from forethought.bench.mcp.repo_bench import RepoBenchConfig, repo_bench
+
+        suites["repo"] = await repo_bench(RepoBenchConfig(tasks=trajectories, seed=seed), progress=progress)
+    for name, results in suites.items():
+        console.print(f"suite {name}:")
+        console.print(format_results(results))
+    results = next(iter(suites.values())) if len(suites) == 1 else {
+        "suites": suites, "equivalent": all(r["equivalent"] for r in suites.values())}
+    params = results.get("params", {"suites": {k: v["params"] for k, v in suites.items()}})
+    doc = document("bench", {"workload": "mcp", "suite": suite, **params}, results)
     if json_path:
         write_json(json_path, doc)
     return doc
