@@ -58,6 +58,7 @@ from forethought.llm.events import (
 )
 from forethought.llm.sdk import as_llm_client
 from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster, ToolCachePoster
+from forethought.pacing import ReturnPacer
 from forethought.predictors.base import (
     ObservedCall,
     PredictionContext,
@@ -177,7 +178,7 @@ class Agent:
                  cache_poster: ToolCachePoster | None = None,
                  api: Literal["chat", "responses"] = "chat",
                  on_tool_event: Callable[[ToolCallStarted | ToolCallArgumentsDelta], object] | None = None,
-                 chain_depth: int = 1) -> None:
+                 chain_depth: int = 1, pacer: ReturnPacer | None = None) -> None:
         self.client: LLMClient = as_llm_client(client, api)
         self.model = model
         self.runtime = runtime
@@ -203,6 +204,8 @@ class Agent:
         self.on_tool_event = on_tool_event
         """Sees each tool call's start and argument deltas as they stream (e.g. ``PythonTool.on_tool_event``:
         code speculation of a ``python`` tool's code)."""
+        self.pacer = pacer
+        """Shared by agents on one model server: admits returning requests by the server's load."""
         self.feed = GuessFeed(self.session, self.predictors, chain_depth=chain_depth,
                               on_ticket=self._on_ticket if engine_side else None)
         """Runs the predictors each step (priced by when the call is due, thinned under load, chained)."""
@@ -259,6 +262,8 @@ class Agent:
             self._target = None
             self._target_ready = asyncio.Event()
             stream = self.client.stream(self.model, transcript, self.openai_tools or None, **self.request_extra)
+            if self.pacer is not None and any(m.get("role") == "tool" for m in transcript[-1:]):
+                stream = self.pacer.paced(stream)  # a return with tool results: admitted by the server's load
         context = self._context(transcript)
         self.feed.start(context)
         started = time.monotonic()

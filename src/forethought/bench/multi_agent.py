@@ -6,6 +6,8 @@ against one simulated engine with K batch slots, batch-dependent decode and a bo
 
 * ``serial``: no speculation; every tool call ends the response and the client sends the conversation back;
 * ``client-side``: the speculator model (Nichols et al., client side) plus streaming early dispatch;
+* ``client-paced``: client-side, with returning requests admitted by the engine's measured time to first
+  token (:class:`~forethought.pacing.ReturnPacer`, one shared by all agents);
 * ``engine-side``: the same, through the tool-cache gateway (:mod:`forethought.serve.gateway`): finished
   speculations are posted, and a matching call continues inside the response instead of a round trip.
 
@@ -49,6 +51,7 @@ from forethought.errors import ForethoughtError
 from forethought.llm.chat import LLMClient, OpenAIChatClient
 from forethought.llm.events import LLMEvent
 from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster
+from forethought.pacing import ReturnPacer
 from forethought.perfmodel import Arm as SimArm
 from forethought.perfmodel import SimConfig, simulate_arms
 from forethought.perfmodel import time_saved as sim_time_saved
@@ -71,7 +74,7 @@ from forethought.workloads.latency import LatencyModel
 if TYPE_CHECKING:  # bench.main may import this module: no import cycle at run time
     from forethought.bench.main import BenchConfig
 
-ARMS = ("serial", "client-side", "engine-side")
+ARMS = ("serial", "client-side", "client-paced", "engine-side")
 MODEL_SOURCE = "model"
 PAPER_GAIN_32_AGENTS_TOKENS_PER_S = 196.0
 PAPER_ENGINE_OVER_CLIENT_POINTS = (2.0, 3.0)
@@ -255,14 +258,15 @@ def tasks_for(trajectories: Sequence[Trajectory], agents: int, per_agent: int) -
 
 async def _run_task(arm: str, agents: int, repeat: int, trajectory: Trajectory, workload: BfclWorkload,
                     client: LLMClient, runtime: Runtime, speculator: ModelSpeculator | None,
-                    latency: LatencyModel, poster: OverheadPoster | None) -> tuple[TrajectoryRun, int, int]:
+                    latency: LatencyModel, poster: OverheadPoster | None,
+                    pacer: ReturnPacer | None = None) -> tuple[TrajectoryRun, int, int]:
     """One task with one agent; never raises for a failed conversation (the error is recorded)."""
     session_tools = workload.session_tools(trajectory, latency)
     name = f"{arm}/{agents}/{trajectory.id}/{repeat}"
     agent = Agent(client, MAIN_MODEL, session_tools.tools, runtime, speculate=speculator is not None,
                   predictors=[speculator] if speculator is not None else (),
                   request_extra={"metadata": {"trajectory_id": trajectory.id, "conversation_id": name}},
-                  session_id=name, engine_side=poster is not None, cache_poster=poster)
+                  session_id=name, engine_side=poster is not None, cache_poster=poster, pacer=pacer)
     run = await converse(arm, agent, trajectory, session_tools.fingerprint)
     return run, agent.engine_stats.posts, agent.engine_stats.served_calls
 
@@ -284,6 +288,7 @@ async def run_arm_agents(arm: str, agents: int, tasks: Sequence[tuple[int, Traje
                   if arm != "serial" else None)
     poster = OverheadPoster(HttpToolCachePoster(), overhead) if arm == "engine-side" else None
     client = OverheadClient(main, overhead)
+    pacer = ReturnPacer() if arm == "client-paced" else None
 
     async def agent_loop(index: int) -> tuple[float, list[tuple[int, TrajectoryRun]], int, int]:
         started = time.monotonic()
@@ -291,7 +296,7 @@ async def run_arm_agents(arm: str, agents: int, tasks: Sequence[tuple[int, Traje
         posts = served = 0
         for repeat, trajectory in tasks[index * per_agent:(index + 1) * per_agent]:
             run, p, s = await _run_task(arm, agents, repeat, trajectory, workload, client, runtime, speculator,
-                                        latency, poster)
+                                        latency, poster, pacer)
             out.append((repeat, run))
             posts += p
             served += s
