@@ -49,7 +49,8 @@ class RepoBenchConfig:
     """Tasks in the test fold (the training fold has as many)."""
     think_s: float = 0.1
     seed: int = 0
-    guesses: int = 1
+    settings: ProxySettings = field(default_factory=ProxySettings)
+    """The proxies' own knobs (guesses per result, confidence floor, upstream bound)."""
     shape: RepoShape = field(default_factory=RepoShape)
     project: str = "."
     """Where ``make mcp-servers`` installed the servers (the project's root)."""
@@ -121,8 +122,8 @@ async def _stop(to_proxy: Any, serving: asyncio.Task[Any]) -> None:
     await serving
 
 
-def _proxies(store: Path, commands: Mapping[str, Sequence[str]], guesses: int) -> dict[str, Proxy]:
-    policy = McpPolicy(settings=ProxySettings(guesses=guesses), trust_all=True)
+def _proxies(store: Path, commands: Mapping[str, Sequence[str]], settings: ProxySettings) -> dict[str, Proxy]:
+    policy = McpPolicy(settings=settings, trust_all=True)
     return {server: Proxy(ProxyConfig(command=tuple(command), policy=policy, store=store, env=git_env()))
             for server, command in commands.items()}
 
@@ -151,7 +152,7 @@ async def _run_arm(arm: str, trace: Sequence[TraceCall], template: Path, root: P
         async with _direct(commands) as sessions:
             seconds, answers = await _replay(sessions, trace, config.think_s)
         return Replay(seconds, tuple(answers), repository_state(root), len(answers), 0, 0)
-    proxies = _proxies(store, commands, config.guesses)
+    proxies = _proxies(store, commands, config.settings)
     try:
         async with _through(proxies) as sessions:
             seconds, answers = await _replay(sessions, trace, config.think_s)
@@ -191,7 +192,7 @@ async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = 
         cold, warm = Path(tmp) / "cold.sqlite", Path(tmp) / "warm.sqlite"
         for i, trace in enumerate(train):
             _reset(template, root)
-            proxies = _proxies(warm, commands, config.guesses)
+            proxies = _proxies(warm, commands, config.settings)
             try:
                 async with _through(proxies) as sessions:
                     await _replay(sessions, trace, 0.0)

@@ -32,7 +32,7 @@ from typing import Any, TextIO
 import anyio
 
 from forethought._trajectory import Trajectory
-from forethought.mcp.effects import McpPolicy
+from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.proxy import Proxy, ProxyConfig
 from forethought.workloads.bfcl import BfclEntry, load_bfcl, split_interleaved, to_trajectory
 from forethought.workloads.bfcl_workload import spread
@@ -51,6 +51,8 @@ class McpBenchConfig:
     latency_s: float = 0.25
     seed: int = 0
     python: str = sys.executable
+    settings: ProxySettings = field(default_factory=ProxySettings)
+    """The proxies' own knobs (guesses per result, confidence floor, upstream bound)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +143,8 @@ async def _run_arm(arm: str, trajectory: Trajectory, command: Sequence[str], pro
     return Replay(seconds, tuple(answers), state, link.client_calls + link.speculative_calls, early_non_read, hits)
 
 
-def _proxy(store: Path, command: Sequence[str]) -> Proxy:
-    return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(trust_all=True), store=store))
+def _proxy(store: Path, command: Sequence[str], settings: ProxySettings) -> Proxy:
+    return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=settings, trust_all=True), store=store))
 
 
 async def _train(entries: Sequence[BfclEntry], store: Path, config: McpBenchConfig, read_only: frozenset[str],
@@ -150,7 +152,7 @@ async def _train(entries: Sequence[BfclEntry], store: Path, config: McpBenchConf
     """Warm ``store``: replay the training fold through the proxy (no think time, no latency)."""
     for i, entry in enumerate(entries):
         command = server_command(config.python, entry, 0.0, config.seed, sorted(read_only))
-        proxy = _proxy(store, command)
+        proxy = _proxy(store, command, config.settings)
         trajectory = to_trajectory(entry)
 
         async def replay(session: Any, trajectory: Trajectory = trajectory) -> Any:
@@ -181,7 +183,8 @@ async def mcp_bench(config: McpBenchConfig, progress: Callable[[str], None] = la
             order = ARMS[i % 3:] + ARMS[:i % 3]
             runs: dict[str, Replay] = {}
             for arm in order:
-                proxy = None if arm == "direct" else _proxy(cold if arm == "proxy-cold" else warm, command)
+                proxy = None if arm == "direct" else _proxy(cold if arm == "proxy-cold" else warm, command,
+                                                            config.settings)
                 try:
                     runs[arm] = await _run_arm(arm, trajectory, command, proxy, read_only, config.think_s)
                 finally:
