@@ -56,6 +56,18 @@ _CAPITALISED = r"[A-Z][a-zA-Z0-9&\-]*(?:\s+[A-Z][a-zA-Z0-9&\-]*)*"
 _COMPOUND = re.compile(rf"\b((?:\d+\s+)?{_CAPITALISED}(?:,\s+{_CAPITALISED})+(?:\s+\d{{3,}})?)")
 """Capitalised names joined by commas, maybe with a leading and a trailing number: an address such as
 "12 Elm St, Springfield, IL 62704", a place such as "Paris, France"."""
+_QUOTES_AND_SPACE = " \t\r\n'\"‘’“”()"
+
+
+def _opens_sentence(text: str, start: int) -> bool:
+    """Whether the word at ``start`` opens a sentence (only spaces, quotes and brackets after the start of
+    ``text`` or after a sentence's end)."""
+    before = text[max(0, start - 8):start].rstrip(_QUOTES_AND_SPACE)
+    if not before:
+        return start <= 8 or not text[:start].rstrip(_QUOTES_AND_SPACE)
+    return before[-1] in ".!?:;\n"
+
+
 _PROPER = re.compile(r"\b([A-Z][a-zA-Z0-9&\-]*(?:\s+(?:of\s+|the\s+|de\s+)?[A-Z][a-zA-Z0-9&\-]*)*\.?)")
 
 _MONTHS = {name: i + 1 for i, name in enumerate(
@@ -248,7 +260,10 @@ def text_atoms(text: str, words_too: bool = True) -> list[Atom]:
     for m in _COMPOUND.finditer(text) if ", " in text else ():
         add("compound", m.start(1), m.end(1), m.group(1))
     for m in _PROPER.finditer(text):
-        add("proper", m.start(1), m.end(1), m.group(1).rstrip("."))
+        value = m.group(1).rstrip(".")
+        if " " not in value and (value == "I" or _opens_sentence(text, m.start(1))):
+            continue  # "I", and one capitalised word opening a sentence ("Could", "Please"): not names
+        add("proper", m.start(1), m.end(1), value)
     word_rank = _KIND_RANK["word"]
     for i, ((start, _), word, low) in enumerate(zip(spans, words, lowered, strict=True)):
         if low in STOPWORDS:
