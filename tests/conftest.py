@@ -24,13 +24,14 @@ from forethought._runtime import Session
 __all__ = ["PHASE", "ExecLog", "FakeClock", "FakeSnapshot", "FakeState", "Gate", "settle", "speculate_marked",
            "spin"]
 
-os.environ["FORETHOUGHT_BACKOFF"] = "off"  # servers the tests start as processes: no load back-off
+os.environ["FORETHOUGHT_BACKOFF"] = "off"  # Policy() and every process a test starts: no load back-off
 
 
 @pytest.fixture(autouse=True)
 def _no_load_backoff(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The machine's load must not change what a test sees: the real load signal reads as idle, except in
-    tests marked ``real_pressure`` (which exercise it)."""
+    """The machine's load must not change what a test sees: besides the default policy's back-off being off
+    (above), the real load signal reads as idle even where a test turns back-off on, except in tests marked
+    ``real_pressure`` (which exercise it)."""
     if request.node.get_closest_marker("real_pressure") is None:
         def idle(self: LoopPressure) -> Pressure:
             return NO_PRESSURE

@@ -56,7 +56,7 @@ async def test_the_loop_signal_measures_late_timers_and_the_load_per_core() -> N
 
 @pytest.mark.real_pressure
 async def test_the_real_timer_keeps_firing_on_the_loop_until_stopped() -> None:
-    signal = LoopPressure((5.0, 25.0), (100.0, 200.0), interval_s=0.001)
+    signal = LoopPressure((5.0, 25.0), interval_s=0.001)
     signal.start()
     fired = signal._timer
     for _ in range(20):
@@ -78,7 +78,7 @@ def slow_tool() -> object:
 
 async def test_full_pressure_runs_only_certain_guesses_and_reports_the_change_once() -> None:
     pressure = FixedPressure(1.0, lag_ms=70.0)
-    runtime = Runtime([slow_tool()], pressure=pressure)
+    runtime = Runtime([slow_tool()], Policy(backoff=True), pressure=pressure)
     events = []
     runtime.telemetry.subscribe(events.append)
     session = runtime.session()
@@ -98,7 +98,7 @@ async def test_full_pressure_runs_only_certain_guesses_and_reports_the_change_on
 
 async def test_rising_pressure_prices_waste_higher() -> None:
     pressure = FixedPressure(0.0)
-    runtime = Runtime([slow_tool()], Policy(waste_weight=0.1, backoff_factor=20.0), pressure=pressure)
+    runtime = Runtime([slow_tool()], Policy(waste_weight=0.1, backoff_factor=20.0, backoff=True), pressure=pressure)
     session = runtime.session()
     assert session.speculate(ToolCall("look", {"x": 1}), source="p", confidence=0.3).launched
     pressure.level = 0.5  # a wasted second now costs 1.1 saved ones: a 0.3 guess is not worth it
@@ -132,10 +132,8 @@ def test_backoff_settings_from_a_policy_file_and_their_errors() -> None:
             policy_from_mapping(bad)
 
 
-def test_the_command_line_turns_backoff_off_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from forethought import cli
-
-    monkeypatch.setenv(cli.BACKOFF_ENV, "off")
-    assert cli._policy(None).backoff is False
-    monkeypatch.setenv(cli.BACKOFF_ENV, "")
-    assert cli._policy(None).backoff is True
+def test_the_environment_turns_backoff_off_by_default_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value, expected in (("off", False), ("0", False), ("No", False), ("", True), ("on", True)):
+        monkeypatch.setenv("FORETHOUGHT_BACKOFF", value)
+        assert Policy().backoff is expected
+        assert policy_from_mapping({"backoff": True}).backoff is True  # a policy that says so wins

@@ -162,7 +162,7 @@ async def test_eta_comes_from_measured_generation_and_prices_late_guesses() -> N
 async def test_under_load_fewer_candidates_then_none_and_the_context_says_so() -> None:
     ran: list[str] = []
     pressure = FixedPressure(0.5)
-    runtime = Runtime(tools(ran), Policy(waste_weight=0.0), pressure=pressure)
+    runtime = Runtime(tools(ran), Policy(waste_weight=0.0, backoff=True), pressure=pressure)
     session = runtime.session()
     predictor = Listed([p("find", 0.9, q=str(i)) for i in range(4)])
     feed = GuessFeed(session, [predictor])

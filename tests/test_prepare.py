@@ -78,7 +78,7 @@ async def test_no_hook_runs_where_it_must_not(case: str) -> None:
     async def warm(known: Mapping[str, Any]) -> None:
         ran.append(1)
 
-    policy = Policy(tools={"fetch": ToolPolicy(speculate=False)}) if case == "denied" else Policy()
+    policy = Policy(tools={"fetch": ToolPolicy(speculate=False)}) if case == "denied" else Policy(backoff=True)
     pressure = FixedPressure(1.0 if case == "off" else 0.0)
     runtime = Runtime([lookup(None if case == "no hook" else warm)], policy, pressure=pressure)
     session = runtime.session()

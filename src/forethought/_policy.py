@@ -9,6 +9,7 @@ file and fails fast with a message that names the offending key.
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -81,7 +82,11 @@ class Policy:
     tool's cost units) costs against one saved second. Back-off: with ``backoff`` on, event-loop lag and
     the load average per core between the ``low`` and ``high`` of ``backoff_lag_ms`` and
     ``backoff_load_per_core`` raise the price of waste up to ``backoff_factor`` times, and above ``high``
-    only certain guesses (P(hit) of at least 0.99) run.
+    only certain guesses (P(hit) of at least 0.99) run. The load average is watched only when
+    ``backoff_load_per_core`` is set (a machine busy with other work need not slow tools that run
+    elsewhere); the event-loop lag, which is what delays this process's authoritative work, always is.
+    ``backoff`` defaults to on unless the environment variable ``FORETHOUGHT_BACKOFF`` is ``off`` (or 0,
+    false, no): a switch for test runs and measurements that must not depend on the machine's load.
     """
 
     max_concurrent: int = 16
@@ -94,9 +99,9 @@ class Policy:
     claim_wait_factor: float = 3.0
     waste_weight: float = 0.1
     min_value_s: float = 0.0
-    backoff: bool = True
+    backoff: bool = field(default_factory=lambda: _backoff_default())
     backoff_lag_ms: tuple[float, float] = (5.0, 40.0)
-    backoff_load_per_core: tuple[float, float] = (1.5, 3.0)
+    backoff_load_per_core: tuple[float, float] | None = None
     backoff_factor: float = 20.0
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict)
@@ -117,6 +122,8 @@ class Policy:
             raise PolicyError("min_value_s must be a number")
         for name in ("backoff_lag_ms", "backoff_load_per_core"):
             pair = getattr(self, name)
+            if pair is None and name == "backoff_load_per_core":
+                continue
             if len(pair) != 2 or not 0 <= pair[0] <= pair[1]:
                 raise PolicyError(f"{name} must be [low, high] with 0 <= low <= high")
 
@@ -125,6 +132,11 @@ class Policy:
 
 
 _DEFAULT_TOOL_POLICY = ToolPolicy()
+BACKOFF_ENV = "FORETHOUGHT_BACKOFF"
+
+
+def _backoff_default() -> bool:
+    return os.environ.get(BACKOFF_ENV, "").strip().lower() not in ("0", "off", "false", "no")
 
 _GLOBAL_KEYS = {f.name: f for f in fields(Policy) if f.name not in ("breaker", "tools")}
 _BREAKER_KEYS = {f.name for f in fields(BreakerPolicy)}

@@ -1,8 +1,9 @@
-"""Doing no harm under load: how late the event loop runs and how busy the machine is, as one level.
+"""Doing no harm under load: how late the event loop runs (and how busy the machine is), as one level.
 
 Speculation only pays while it uses spare capacity. :class:`LoopPressure` watches the event loop the
 runtime's sessions run on (a timer that re-arms itself every ``interval_s`` and records how late it
-fired, on the loop's own clock) and the machine's load average per core (read at most once a second),
+fired, on the loop's own clock) and, when asked to, the machine's load average per core (read at most
+once a second),
 and maps both onto a level between 0 (idle: speculate freely) and 1 (authoritative work is being
 delayed: speculate nothing that is not certain). The runtime prices waste higher as the level rises and
 the agent draws fewer speculator samples; :class:`FixedPressure` is the fake for tests.
@@ -75,7 +76,7 @@ def level_between(value: float, low: float, high: float) -> float:
 class LoopPressure:
     """The real signal: event-loop lag (a self re-arming timer) and the load average per core."""
 
-    def __init__(self, lag_ms: tuple[float, float], load_per_core: tuple[float, float],
+    def __init__(self, lag_ms: tuple[float, float], load_per_core: tuple[float, float] | None = None,
                  interval_s: float = LAG_INTERVAL_S,
                  read_load: Callable[[], float] | None = None, cores: int | None = None) -> None:
         self.lag_range = lag_ms
@@ -95,12 +96,14 @@ class LoopPressure:
         self.lag_s += LAG_EWMA_WEIGHT * (late_s - self.lag_s)
 
     def pressure(self) -> Pressure:
-        now = time.monotonic()
-        if now - self._load_read_at >= LOAD_READ_EVERY_S:
-            self._load_read_at = now
-            self._load = self._read_load() / self._cores
         lag_ms = 1000.0 * self.lag_s
-        level = max(level_between(lag_ms, *self.lag_range), level_between(self._load, *self.load_range))
+        level = level_between(lag_ms, *self.lag_range)
+        if self.load_range is not None:
+            now = time.monotonic()
+            if now - self._load_read_at >= LOAD_READ_EVERY_S:
+                self._load_read_at = now
+                self._load = self._read_load() / self._cores
+            level = max(level, level_between(self._load, *self.load_range))
         return Pressure(level, lag_ms, self._load)
 
     def start(self) -> None:

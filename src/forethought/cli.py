@@ -8,8 +8,6 @@ line with exit status 2; a bench whose arms are not equivalent to serial exits w
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -71,15 +69,8 @@ def main(version: Annotated[bool, typer.Option("--version", callback=_version, i
     _DEBUG = debug
 
 
-BACKOFF_ENV = "FORETHOUGHT_BACKOFF"
-"""Set to ``off`` (or 0/false/no) to turn load back-off off in every command (deterministic tests)."""
-
-
 def _policy(path: Path | None) -> Policy:
-    policy = load_policy(path) if path is not None else Policy()
-    if os.environ.get(BACKOFF_ENV, "").strip().lower() in ("0", "off", "false", "no"):
-        policy = dataclasses.replace(policy, backoff=False)
-    return policy
+    return load_policy(path) if path is not None else Policy()
 
 
 def _run(job: Callable[[], Awaitable[T]]) -> T:
