@@ -1,5 +1,8 @@
 """``forethought bench --workload mcp``: recorded BFCL traces replayed by an MCP client, direct vs proxy.
 
+This is the ``--mcp-suite bfcl`` suite (the default); ``repo`` is :mod:`~forethought.bench.mcp.repo_bench`
+(real filesystem and git servers on a generated repository), and ``both`` runs the two.
+
 Each test trajectory (the ground truth of a BFCL multi-turn entry, one call per step) is replayed by an
 ``mcp`` SDK client with model think time before every call, against the entry's backends served as an MCP
 server (:mod:`forethought.workloads.mcp_bfcl`, tool latency about equal to think time). Three arms, run one
