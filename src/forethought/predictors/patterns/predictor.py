@@ -32,6 +32,7 @@ from forethought.predictors.patterns.args import ArgCandidate, ArgumentModel
 from forethought.predictors.patterns.counts import Counts, CountsState
 from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_rules import Sources
+from forethought.predictors.patterns.distinct import DISTINCT_BELOW, DistinctModel, assign, repeats_a_value
 from forethought.predictors.patterns.derive_time import first_output_date, reference_now
 from forethought.predictors.patterns.flow import TURN_MARK, FlowModel, FlowView, call_token
 from forethought.predictors.patterns.numbers import NumberSpelling
@@ -140,6 +141,7 @@ class PatternPredictor:
         self._steps: OrderedDict[str, tuple[PredictionContext, _Mark, _Step]] = OrderedDict()
         self.numbers = NumberSpelling()
         self.repeats = RepeatModel(self.counts)
+        self.distinct = DistinctModel(self.counts)
         self._canonical_of: OrderedDict[int, tuple[ObservedCall, tuple[str, Mapping[str, Any]]]] = OrderedDict()
         if store is not None:
             self.sync()
@@ -355,27 +357,37 @@ class PatternPredictor:
         choices: dict[str, list[ArgCandidate]] = {}
         bound = p_name  # the best confidence still possible, multiplied as confidences are below
         prune = floor is not None and self.config.arg_weight == 1.0
+        alternatives = self.config.arg_alternatives
         for param in self.args.parameters(tool, properties):
+            # One value more than the alternatives shown: a parameter whose best value another one took
+            # falls back to it (distinct values, :mod:`distinct`).
             found = self.args.candidates(tool, param, properties.get(param) or {}, param in required,
-                                         step.sources, step.words, self.config.arg_alternatives)
+                                         step.sources, step.words, alternatives + 1)
             if found:
                 choices[param] = found
                 bound *= found[0].score
                 if prune and floor is not None and bound < floor:
                     return []
         missing = sorted(required - set(choices))
-        base = {param: found[0] for param, found in choices.items()}
+        repeat_rate = self.distinct.rate(tool)
+        distinct = repeat_rate < DISTINCT_BELOW
+        picks = assign(choices, distinct)
+        base = {param: found[picks[param]] for param, found in choices.items()}
         # An alternative value counts only as far as the values ranked above it may be wrong: the k-th value
         # of a parameter is weighed by the product of (1 - score) of the ones before it.
         combos: list[tuple[dict[str, ArgCandidate], float]] = [(base, 1.0)]
         for param, found in choices.items():
-            doubt = 1.0
-            for earlier, alternative in zip(found, found[1:], strict=False):
-                doubt *= 1.0 - min(1.0, max(0.0, earlier.score))
-                combos.append(({**base, param: alternative}, doubt))
+            doubt, shown = 1.0, 0
+            for i, alternative in enumerate(found):
+                if i and shown < alternatives - 1 and i != picks[param]:
+                    combos.append(({**base, param: alternative}, doubt))
+                    shown += 1
+                doubt *= 1.0 - min(1.0, max(0.0, alternative.score))
         out = []
         for combo, factor in combos:
             confidence = p_name * factor
+            if distinct and len(combo) > 1 and repeats_a_value([c.value for c in combo.values() if not c.absent]):
+                confidence *= repeat_rate
             for candidate in combo.values():
                 confidence *= candidate.score ** self.config.arg_weight
             confidence *= self.config.hint_factor ** len(missing)
@@ -418,6 +430,7 @@ class PatternPredictor:
         self.args.learn(call.name, properties, arguments, step.sources, step.words)
         self.numbers.learn(call.name, call.arguments)
         self.repeats.learn(call.name, arguments, step.recent)
+        self.distinct.learn(call.name, arguments)
         self.counts.tick()
         output_index(observed.output)  # indexed now, while learning, rather than in the next prediction
         first_output_date(observed.output)
