@@ -309,20 +309,15 @@ class Gateway:
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object")
         headers = self._headers(request)
-        if body.get("stream") and isinstance(body.get("input", ""), str | list):
+        if body.get("stream"):
             return await self._relayed_responses(request, raw, body, headers)
-        upstream = self._http.build_request("POST", self.upstream + "/responses", content=raw, headers=headers)
         try:
-            response = await self._http.send(upstream, stream=True)
+            response = await self._http.post(self.upstream + "/responses", content=raw, headers=headers)
         except httpx2.HTTPError as exc:
             self.relay_stats.upstream_errors += 1
             return _error(502, f"cannot reach the upstream at {self.upstream}: {exc!r}", "upstream_unreachable")
-        if response.status_code != 200 or not body.get("stream"):
-            content = await response.aread()
-            await response.aclose()
-            return Response(content, status_code=response.status_code,
-                            media_type=response.headers.get("content-type", "application/json"))
-        return EventStream(_proxied_lines(response, self.config.max_line_bytes))
+        return Response(response.content, status_code=response.status_code,
+                        media_type=response.headers.get("content-type", "application/json"))
 
     async def _relayed_responses(self, request: Request, raw: bytes, body: dict[str, Any],
                                  headers: dict[str, str]) -> Response:
@@ -403,41 +398,6 @@ class _GatewayCollector:
             if isinstance(value, int | float):
                 yield GaugeMetricFamily(f"forethought_gateway_store_{name}",
                                         f"Scope store ({cache.store.kind}): {name}.", value=float(value))
-
-
-async def _proxied_lines(response: httpx2.Response, max_line_bytes: int) -> Any:
-    """An upstream SSE body passed on line by line; a line over ``max_line_bytes`` ends it with an error event."""
-    try:
-        pending: list[bytes] = []  # the start of a line whose end has not arrived
-        size = 0
-        async for part in response.aiter_raw():
-            last = part.rfind(b"\n")
-            if last >= 0:
-                yield b"".join((*pending, part[:last + 1]))  # whole lines, as they came
-                pending, size, part = [], 0, part[last + 1:]
-            if part:
-                pending.append(part)
-                size += len(part)
-                if size > max_line_bytes:
-                    yield _line_error(max_line_bytes)
-                    return
-        if pending:
-            yield b"".join(pending)
-    except httpx2.HTTPError as exc:
-        yield _event_error(f"the upstream stream broke: {exc!r}", "upstream_dropped")
-    finally:
-        await response.aclose()
-
-
-def _line_error(max_line_bytes: int) -> bytes:
-    return _event_error(f"upstream stream line longer than {max_line_bytes} bytes; the stream was ended",
-                        "upstream_line_too_long")
-
-
-def _event_error(message: str, code: str) -> bytes:
-    payload = {"type": "error", "code": code, "message": message,
-               "error": {"message": message, "type": "upstream_error", "code": code}}
-    return b"\n\nevent: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
 
 
 def probe_upstream(upstream_base_url: str, timeout_s: float = 5.0) -> None:

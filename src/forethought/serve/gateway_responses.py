@@ -75,7 +75,10 @@ class ResponsesRelay:
                  mark_continuations: bool, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self.body = body
         raw = body.get("input")
-        self.input: list[Any] = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(raw or [])
+        self.input: list[Any] = [{"role": "user", "content": raw}] if isinstance(raw, str) else list(
+            raw if isinstance(raw, list) else [])
+        self._continuable = raw is None or isinstance(raw, str | list)
+        """An input of another shape is relayed, never continued (the upstream judges it)."""
         self.scope = scope
         self.stats = stats
         self._opener = opener
@@ -174,7 +177,7 @@ class ResponsesRelay:
 
     async def _served(self, calls: list[dict[str, Any]]) -> list[str] | None:
         """Outputs for every function call of the response, if the cache has them (waiting a bounded time)."""
-        if not calls:
+        if not calls or not self._continuable:
             return None
         if self._continued >= self._max_continuations:
             self.stats.tool_call_endings += 1
