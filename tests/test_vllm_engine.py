@@ -46,8 +46,9 @@ from forethought.llm.events import (
     ToolCallStarted,
     ToolResultServed,
 )
-from forethought.llm.responses import OpenAIResponsesClient
-from forethought.llm.tool_cache import TOKEN_HEADER, CacheTarget
+from forethought.llm.responses import OpenAIResponsesClient, to_responses_tools
+from forethought.llm.tool_cache import CACHE_CLIENT_HEADER, TOKEN_HEADER, CacheTarget
+from forethought.serve.gateway_responses import RESULT_EVENT as RESPONSES_RESULT_EVENT
 from forethought.serve.http import serve_in_process
 from forethought.workloads.bfcl_workload import BfclWorkload
 
@@ -335,3 +336,31 @@ async def test_a_streaming_input_session_continues_inside_the_engine_without_re_
     assert used["fresh"].requests == 2 and used["fresh"].prompt_tokens == 2 * len(first) + 8 + len(suffix)
     assert used["fresh"].generation_tokens == used["session"].generation_tokens == 16
     assert 0 < used["session"].estimated_flops < used["fresh"].estimated_flops
+
+
+async def test_plugin_relays_responses_serves_a_posted_result_and_continues_on_vllm(vllm: VllmServer) -> None:
+    """The gateway's Responses relay (mounted by the plugin) on vLLM's real ``/v1/responses`` stream."""
+    tools, extra = _responses_pinned(vllm.meta["whitespace_token_ids"])
+    body = {"model": MODEL_NAME, "input": [{"role": "user", "content": "Buy 100 NVDA at 220.5"}], "stream": True,
+            "tools": to_responses_tools(tools), **extra}
+    events: list[dict[str, Any]] = []
+    async with httpx2.AsyncClient(timeout=60.0) as http, http.stream(
+            "POST", vllm.url + PREFIX + "/v1/responses", json=body, headers={CACHE_CLIENT_HEADER: "post"}) as response:
+        assert response.status_code == 200
+        target = CacheTarget.from_response(ResponseStarted(None, dict(response.headers), str(response.url)))
+        assert target is not None
+        entry = [{"name": "place_order", "params": ARGUMENTS, "output": "order 12446 placed"}]
+        posted = await http.post(target.url, json=entry, headers={TOKEN_HEADER: target.token})
+        assert posted.json() == {"cached": 1}
+        events = [json.loads(line[6:]) async for line in response.aiter_lines() if line.startswith("data: {")]
+    kinds = [e["type"] for e in events]
+    served = [e for e in events if e["type"] == RESPONSES_RESULT_EVENT]
+    assert [(s["name"], s["output"], s["item"]["type"]) for s in served] == [
+        ("place_order", "order 12446 placed", "function_call_output")]
+    assert kinds[-1] == "response.completed" and kinds.count("response.created") == 1
+    final = events[-1]["response"]
+    calls = [i for i in final["output"] if i.get("type") == "function_call"]
+    assert len(calls) == 2, "vLLM called again in the continuation (the same named tool choice)"
+    assert served[0]["call_id"] == calls[0]["call_id"]
+    assert all(canonical(json.loads(c["arguments"])) == canonical(ARGUMENTS) for c in calls)
+    assert final["usage"]["input_tokens"] > 0 and final["usage"]["output_tokens"] > 0
