@@ -4,7 +4,7 @@ hints warm their tool, speculated reads are chained past, and nothing of a finis
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -199,7 +199,9 @@ async def test_a_hint_warms_its_tool_and_a_broken_predictor_is_reported_once() -
 
 def test_the_speculator_draws_fewer_samples_under_load() -> None:
     speculator = ModelSpeculator(object(), "speculator", samples=4)  # type: ignore[arg-type]
-    assert [speculator.samples_under(level) for level in (0.0, 0.3, 0.5, 0.99, 1.0)] == [4, 3, 2, 1, 0]
+    assert [speculator.samples_under(level) for level in (0.0, 0.3, 0.5, 0.99, 1.0)] == [4, 3, 2, 0, 0]
+    assert [speculator.samples_under(0.0, covered) for covered in (0.0, 0.5, 0.8, 0.9, 1.0)] == [4, 2, 1, 0, 0]
+    assert speculator.samples_under(0.5, 0.5) == 1
 
 
 async def test_cancel_waits_for_the_predictors_to_stop() -> None:
@@ -218,4 +220,36 @@ async def test_cancel_waits_for_the_predictors_to_stop() -> None:
     await started.wait()
     await feed.cancel()
     assert feed._tasks == []
+    await session.close()
+
+
+async def test_costly_predictors_start_after_the_cheap_ones_knowing_what_is_covered() -> None:
+    order: list[str] = []
+
+    class Streaming(Listed):
+        name = "streaming"
+
+        async def predict_stream(self, context: PredictionContext) -> AsyncIterator[Prediction]:
+            order.append("streaming")
+            self.contexts.append(context)
+            yield p("find", 0.5, q="s")
+
+    class Cheap(Listed):
+        async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
+            order.append("cheap")
+            return await super().predict(context)
+
+    ran: list[str] = []
+    runtime = Runtime(tools(ran))
+    session = runtime.session()
+    streaming = Streaming([])
+    # The same call twice counts once; a rejected guess (unknown tool) counts not at all.
+    cheap = Cheap([p("find", 0.6, q="a"), p("find", 0.6, q="a"), p("nope", 0.9), p("read", 0.2, id="b")])
+    feed = GuessFeed(session, [streaming, cheap])
+    feed.start(context(session.id))
+    await spin(20)
+    assert order == ["cheap", "streaming"]
+    assert streaming.contexts[0].covered == pytest.approx(0.8)
+    await settle(session)
+    feed.stop(1.0)
     await session.close()

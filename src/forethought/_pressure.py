@@ -85,6 +85,7 @@ class LoopPressure:
         self._read_load = read_load or _load_average
         self._cores = max(1, cores or os.cpu_count() or 1)
         self.lag_s = 0.0
+        self._engaged = False
         self._load = 0.0
         self._load_read_at = -math.inf
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -97,7 +98,14 @@ class LoopPressure:
 
     def pressure(self) -> Pressure:
         lag_ms = 1000.0 * self.lag_s
-        level = level_between(lag_ms, *self.lag_range)
+        low, high = self.lag_range
+        # Hysteresis: once lag has passed ``low`` the level falls back to 0 only below half of it, so a lag
+        # hovering at the threshold does not flip speculation on and off at every sample.
+        if self._engaged and lag_ms < low / 2:
+            self._engaged = False
+        elif not self._engaged and lag_ms > low:
+            self._engaged = True
+        level = level_between(lag_ms, low / 2 if self._engaged else low, high)
         if self.load_range is not None:
             now = time.monotonic()
             if now - self._load_read_at >= LOAD_READ_EVERY_S:

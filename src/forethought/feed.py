@@ -1,7 +1,9 @@
 """Feeding an agent's guesses into its session: priced by when the model's call is due, thinned under
 load, hints warmed, and chained past speculated calls.
 
-At each step start :class:`GuessFeed` runs every predictor at once. Each executable prediction goes to
+At each step start :class:`GuessFeed` runs the cheap predictors, then the streaming ones (a speculator
+model) told how likely the call is already covered, so they draw only the samples still worth drawing.
+Each executable prediction goes to
 ``session.speculate`` with ``eta_s``, the time this agent's model is still expected to need before its call
 (a moving average of its generation time per step, less the time since the step began), so the runtime
 prices a guess by the tool time it can really hide. Under load (the runtime's pressure level ``L``) each
@@ -20,7 +22,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from forethought._runtime import Session, SettledSpeculation
@@ -66,16 +68,36 @@ class GuessFeed:
         self._step = 0
         self._started = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        self._covered = 0.0
+        self._offered: set[str] = set()
         self.chained = 0
 
     def start(self, context: PredictionContext) -> None:
-        """A step begins: run every predictor on ``context`` (with the current load level)."""
+        """A step begins: run every predictor on ``context`` (with the current load level).
+
+        Cheap predictors (not streaming) run first; the streaming ones (a speculator model, which costs a
+        generation per sample) start once those have offered their guesses, told how likely the call is
+        already covered (``context.covered``: the calibrated chances of this step's distinct guesses).
+        """
         self._step += 1
         self._started = time.monotonic()
+        self._covered = 0.0
+        self._offered = set()
         level = self.session.runtime.pressure().level
         if level != context.load_level:
             context = dataclasses.replace(context, load_level=level)
-        self._tasks = [asyncio.create_task(self._run(p, context)) for p in self.predictors]
+        cheap = [p for p in self.predictors if not isinstance(p, StreamingPredictor)]
+        costly = [p for p in self.predictors if isinstance(p, StreamingPredictor)]
+        self._tasks = [asyncio.create_task(self._run(p, context)) for p in cheap]
+        if costly:
+            self._tasks.append(asyncio.create_task(self._run_after(list(self._tasks), costly, context)))
+
+    async def _run_after(self, first: list[asyncio.Task[None]], costly: Sequence[Predictor],
+                         context: PredictionContext) -> None:
+        if first:
+            await asyncio.wait(first)
+        covered = dataclasses.replace(context, covered=min(1.0, self._covered))
+        await asyncio.gather(*(self._run(p, covered) for p in costly))
 
     def stop(self, generation_s: float | None = None) -> None:
         """The model's message ended (after ``generation_s`` seconds): no more guesses for this step."""
@@ -135,6 +157,9 @@ class GuessFeed:
         source = CHAIN_SOURCE if depth else (prediction.source or predictor.name)
         ticket = session.speculate(prediction.call, source=source, confidence=prediction.confidence,
                                    eta_s=self.eta_s())
+        if not depth and ticket.key is not None and ticket.status != "rejected" and ticket.key not in self._offered:
+            self._offered.add(ticket.key)  # one call, one chance: the model's next call is one of them at most
+            self._covered += session.runtime.calibration.p_hit(source, prediction.confidence)
         if self.on_ticket is not None and ticket.key is not None and ticket.status != "rejected":
             self.on_ticket(ticket)
         if (ticket.launched and ticket.key is not None and depth < self.chain_depth

@@ -52,6 +52,9 @@ class PredictionContext:
     load_level: float = 0.0
     """How loaded the runtime is, 0 (idle) to 1 (speculating only certain calls): a costly predictor
     (a speculator model) draws fewer samples as it rises, and none at 1."""
+    covered: float = 0.0
+    """The calibrated chance that the model's next call is already among this step's guesses (from the
+    cheap predictors, which run first): a costly predictor draws only the samples still worth drawing."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ its own OpenAI-compatible endpoint, ``lambda`` times in parallel. Every tool cal
 handed over as a :class:`Prediction` the moment its arguments close. Tokens are counted. With
 ``adaptive=True`` lambda follows the observed per-sample hit rate: the smallest number of samples that
 would have caught the true call with probability ``target_coverage``, within ``[1, max_samples]``. Under
-load (the context's ``load_level``) lambda shrinks with the spare capacity left, to none at level 1.
+load (the context's ``load_level``) lambda shrinks with the spare capacity left, to none at level 1, and
+with the chance that cheaper predictors already proposed the call (the context's ``covered``).
 """
 
 from __future__ import annotations
@@ -99,14 +100,19 @@ class ModelSpeculator:
     async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
         return [p async for p in self.predict_stream(context)]
 
-    def samples_under(self, load_level: float) -> int:
-        """Samples to draw at ``load_level``: lambda scaled by the spare capacity left, none at 1."""
-        if load_level >= 1.0:
+    def samples_under(self, load_level: float, covered: float = 0.0) -> int:
+        """Samples to draw at ``load_level`` when the call is already ``covered`` with that chance: lambda
+        scaled by the spare capacity and by the chance still uncovered, rounded (so none at load 1, and
+        none when cheaper guesses almost surely have the call already)."""
+        if load_level >= 1.0 or covered >= 1.0:
             return 0
-        return max(1, math.ceil(self.current_lambda() * (1.0 - max(0.0, load_level))))
+        scale = (1.0 - max(0.0, load_level)) * (1.0 - max(0.0, covered))
+        if scale >= 1.0:
+            return self.current_lambda()
+        return max(0, min(self.current_lambda(), math.floor(self.current_lambda() * scale + 0.5)))
 
     async def predict_stream(self, context: PredictionContext) -> AsyncIterator[Prediction]:
-        n = self.samples_under(context.load_level)
+        n = self.samples_under(context.load_level, context.covered)
         if n == 0:
             return
         guesses = self._guesses[context.session_id] = _SessionGuesses([set() for _ in range(n)])
