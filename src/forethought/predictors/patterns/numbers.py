@@ -60,3 +60,18 @@ class NumberSpelling:
             else:
                 return value
         return float(value) if as_float else int(value)
+
+    def other_spelling(self, tool: str, param: str, schema: Mapping[str, Any] | None, value: Any
+                       ) -> tuple[Any, float] | None:
+        """``value`` (a whole number as :meth:`spell` gives it) spelt the other way, with the share of the
+        parameter's whole numbers spelt so; None when the parameter's calls always spelt it one way."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        if isinstance(value, float) and not value.is_integer():
+            return None
+        counts = self._seen.get((tool, param))
+        if counts is None or not counts[0] or not counts[1]:
+            return None
+        as_float = isinstance(value, float)
+        share = counts[0 if as_float else 1] / (counts[0] + counts[1])
+        return (int(value) if as_float else float(value)), share

@@ -398,6 +398,15 @@ class PatternPredictor:
                                                   step.recent)
             key = (tool, tuple([(param, c.key) for param, c in combo.items() if not c.absent]))
             out.append((key, Prediction(ToolCall(tool, arguments), confidence, SOURCE, executable=not missing)))
+            if factor == 1.0:
+                # The base call with a whole number spelt the other way, when the parameter's calls spell both.
+                for param, value in arguments.items():
+                    other = self.numbers.other_spelling(tool, param, properties.get(param), value)
+                    if other is not None:
+                        respelt = {**arguments, param: other[0]}
+                        out.append(((tool, (*key[1], (param, "\x00spelt:" + type(other[0]).__name__))),
+                                    Prediction(ToolCall(tool, respelt), confidence * other[1], SOURCE,
+                                               executable=not missing)))
         return out
 
     def _with_step_calls(self, context: PredictionContext, observed: ObservedCall) -> PredictionContext:
