@@ -272,6 +272,7 @@ class Agent:
         text_parts: list[str] = []
         finish = ""
         usage = 0
+        completion = 0
         served: list[ToolResultServed] = []
         try:
             async for event in _until_served(stream, served, state):
@@ -291,6 +292,7 @@ class Agent:
                 elif isinstance(event, MessageDone):
                     finish = event.finish_reason or ""
                     usage = event.usage.total_tokens if event.usage is not None else 0
+                    completion = event.usage.completion_tokens if event.usage is not None else 0
                 elif isinstance(event, ResponseStarted):
                     self._on_response(event)
                 if self.engine_side and self._target is None:
@@ -307,7 +309,7 @@ class Agent:
             self._carry = stream
             finish = "tool_calls"
         generated = time.monotonic()
-        self.feed.stop(generated - started)
+        self.feed.stop(generated - started, completion)
         text = "".join(text_parts)
         ordered = state.ordered()
         assistant: dict[str, Any] = {"role": "assistant", "content": text or None}

@@ -39,7 +39,7 @@ from forethought.predictors.base import (
 )
 from forethought.telemetry import Event, EventKind
 
-__all__ = ["CHAIN_SOURCE", "ChainingPredictor", "GuessFeed"]
+__all__ = ["CHAIN_SOURCE", "ChainingPredictor", "GenerationAware", "GuessFeed"]
 
 CHAIN_SOURCE = "chain"
 GENERATION_EWMA_WEIGHT = 0.3
@@ -53,6 +53,14 @@ class ChainingPredictor(Predictor, Protocol):
 
     def predict_after(self, context: PredictionContext, speculated: ObservedCall) -> list[Prediction]:
         """The calls likely to follow ``speculated`` (a call with its speculative output)."""
+
+
+@runtime_checkable
+class GenerationAware(Protocol):
+    """A predictor that wants to know how long each main-model step took (to measure what it costs)."""
+
+    def note_generation(self, session_id: str, seconds: float, tokens: int) -> None:
+        """The main model's step in ``session_id`` took ``seconds`` for ``tokens`` completion tokens."""
 
 
 class GuessFeed:
@@ -99,9 +107,14 @@ class GuessFeed:
         covered = dataclasses.replace(context, covered=min(1.0, self._covered))
         await asyncio.gather(*(self._run(p, covered) for p in costly))
 
-    def stop(self, generation_s: float | None = None) -> None:
-        """The model's message ended (after ``generation_s`` seconds): no more guesses for this step."""
+    def stop(self, generation_s: float | None = None, completion_tokens: int = 0) -> None:
+        """The model's message ended (after ``generation_s`` seconds, ``completion_tokens`` generated): no
+        more guesses for this step; predictors that measure their cost to the main model are told."""
         self._step += 1
+        if generation_s is not None:
+            for predictor in self.predictors:
+                if isinstance(predictor, GenerationAware):
+                    predictor.note_generation(self.session.id, generation_s, completion_tokens)
         for task in self._tasks:
             task.cancel()
         self._tasks = []

@@ -6,7 +6,10 @@ handed over as a :class:`Prediction` the moment its arguments close. Tokens are 
 ``adaptive=True`` lambda follows the observed per-sample hit rate: the smallest number of samples that
 would have caught the true call with probability ``target_coverage``, within ``[1, max_samples]``. Under
 load (the context's ``load_level``) lambda shrinks with the spare capacity left, to none at level 1, and
-with the chance that cheaper predictors already proposed the call (the context's ``covered``).
+with the chance that cheaper predictors already proposed the call (the context's ``covered``). It also
+measures whether its samples slow the main model (:class:`~forethought.predictors.interference.InterferenceMeter`,
+fed by :meth:`ModelSpeculator.note_generation` after each main step, with a probe step without samples now
+and then) and draws fewer the more they do.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from forethought._calls import ToolCall, dumps_canonical
 from forethought.llm.chat import LLMClient
 from forethought.llm.events import MessageDone, ToolCallClosed
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
+from forethought.predictors.interference import InterferenceMeter
 
 SAMPLE_METADATA_KEY = "sample"
 
@@ -64,7 +68,8 @@ class ModelSpeculator:
     name = "model"
 
     def __init__(self, client: LLMClient, model: str, *, samples: int = 3, adaptive: bool = False,
-                 max_samples: int = 8, target_coverage: float = 0.9, cost_per_token: float = 0.0) -> None:
+                 max_samples: int = 8, target_coverage: float = 0.9, cost_per_token: float = 0.0,
+                 interference: InterferenceMeter | None = None) -> None:
         if samples < 1 or max_samples < 1:
             raise ValueError("samples and max_samples must be >= 1")
         if not 0.0 < target_coverage < 1.0:
@@ -77,7 +82,11 @@ class ModelSpeculator:
         self.target_coverage = target_coverage
         self.cost_per_token = cost_per_token
         self.stats = SpeculatorStats()
+        self.interference = interference or InterferenceMeter()
+        """Whether drawing samples slows the main model (then fewer are drawn); see :meth:`note_generation`."""
+        self.probes = 0
         self._guesses: dict[str, _SessionGuesses] = {}
+        self._sampled: dict[str, bool] = {}
 
     @property
     def cost(self) -> float:
@@ -104,6 +113,7 @@ class ModelSpeculator:
         """Samples to draw at ``load_level`` when the call is already ``covered`` with that chance: lambda
         scaled by the spare capacity and by the chance still uncovered, rounded (so none at load 1, and
         none when cheaper guesses almost surely have the call already)."""
+        load_level = max(load_level, self.interference.level())
         if load_level >= 1.0 or covered >= 1.0:
             return 0
         scale = (1.0 - max(0.0, load_level)) * (1.0 - max(0.0, covered))
@@ -113,6 +123,10 @@ class ModelSpeculator:
 
     async def predict_stream(self, context: PredictionContext) -> AsyncIterator[Prediction]:
         n = self.samples_under(context.load_level, context.covered)
+        if n and self.interference.probe_now():
+            n = 0  # a probe step: the main model's speed without samples, to compare with
+            self.probes += 1
+        self._sampled[context.session_id] = n > 0
         if n == 0:
             return
         guesses = self._guesses[context.session_id] = _SessionGuesses([set() for _ in range(n)])
@@ -163,6 +177,12 @@ class ModelSpeculator:
             self.stats.errors += 1
         finally:
             queue.put_nowait(None)
+
+    def note_generation(self, session_id: str, seconds: float, tokens: int) -> None:
+        """The main model's step in ``session_id`` took ``seconds`` for ``tokens`` completion tokens."""
+        sampled = self._sampled.pop(session_id, None)
+        if sampled is not None:
+            self.interference.note(seconds, tokens, sampled)
 
     def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
         guesses = self._guesses.get(context.session_id)
