@@ -116,6 +116,8 @@ def bench(
     tasks_per_agent: Annotated[int, typer.Option(help="Multi-agent run: tasks (trajectories) per agent.")] = 2,
     alpha: Annotated[float, typer.Option(help="Stand-in speculator's probability of the true call.")] = 0.7,
     samples: Annotated[int, typer.Option(help="Speculator samples per step (lambda).")] = 3,
+    chain_depth: Annotated[int, typer.Option(help="Chained speculation: levels of predicted successors of a "
+                                                  "speculated read (0: none).")] = 1,
     grouping: Annotated[str, typer.Option(help="step: one call per model message; turn: a turn's calls in one "
                                                "message.")] = "step",
     seed: int = 0,
@@ -149,7 +151,7 @@ def bench(
     config = BenchConfig(workload=workload, arms=arms, trajectories=0 if full else trajectories,
                          agents=agent_counts[0], tool_latency_s=tool_latency, latencies=_floats(latencies),
                          time_scale=time_scale if time_scale is not None else 0.1, alpha=alpha, samples=samples,
-                         grouping=grouping, seed=seed, repeats=repeats, load=load,
+                         grouping=grouping, seed=seed, repeats=repeats, load=load, chain_depth=chain_depth,
                          out_dir=out, policy=_policy(policy))
     doc: dict[str, Any]
     if workers > 0:

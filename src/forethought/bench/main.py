@@ -65,6 +65,7 @@ class BenchConfig:
     samples: int = 3
     grouping: str = "step"
     seed: int = 0
+    chain_depth: int = 1
     ttft_s: float = 0.25
     decode_tokens_per_s: float = 60.0
     prefill_s_per_token: float = 0.0002
@@ -165,7 +166,8 @@ async def run_interleaved(config: BenchConfig, workload: Workload, arms: Sequenc
             for repeat in range(repeats):
                 contexts = {arm.name: open_arm(arm, base_url, policy=config.policy, samples=config.samples,
                                                pattern_factory=patterns,
-                                               oracle=lambda: OraclePredictor(trajectories)) for arm in arms}
+                                               oracle=lambda: OraclePredictor(trajectories),
+                                               chain_depth=config.chain_depth) for arm in arms}
                 try:
                     for number, batch in enumerate(batches):
                         shift = (repeat + number) % len(arms)

@@ -75,13 +75,13 @@ def _request_extra(trajectory: Trajectory, arm: Arm, repeat: int) -> dict[str, A
 
 async def run_trajectory(arm: Arm, trajectory: Trajectory, workload: Workload, client: OpenAIChatClient,
                          runtime: Runtime, predictors: Sequence[Predictor], latency: LatencyModel | None,
-                         repeat: int = 0) -> TrajectoryRun:
+                         repeat: int = 0, chain_depth: int = 1) -> TrajectoryRun:
     """Run every turn of ``trajectory`` with ``arm``'s agent; never raises for a failed conversation."""
     session_tools = workload.session_tools(trajectory, latency)
     agent = Agent(client, MAIN_MODEL, session_tools.tools, runtime, speculate=arm.speculate,
                   predictors=predictors, early_dispatch=arm.early_dispatch,
                   request_extra=_request_extra(trajectory, arm, repeat),
-                  session_id=f"{arm.name}/{trajectory.id}/{repeat}")
+                  session_id=f"{arm.name}/{trajectory.id}/{repeat}", chain_depth=chain_depth)
     return await converse(arm.name, agent, trajectory, session_tools.fingerprint)
 
 
@@ -120,6 +120,7 @@ class ArmContext:
     speculator: ModelSpeculator | None
     runs: list[TrajectoryRun] = field(default_factory=list)
     elapsed_s: float = 0.0
+    chain_depth: int = 1
 
     def result(self) -> ArmRun:
         """The arm's runs so far (in trajectory order of their batches) as one :class:`ArmRun`."""
@@ -138,7 +139,7 @@ class ArmContext:
 
 def open_arm(arm: Arm, base_url: str, *, policy: Policy, samples: int,
              pattern_factory: Callable[[], PatternPredictor] | None,
-             oracle: Callable[[], Predictor] | None = None) -> ArmContext:
+             oracle: Callable[[], Predictor] | None = None, chain_depth: int = 1) -> ArmContext:
     """Build ``arm``'s client, runtime and predictors (its pattern predictor a fresh trained copy)."""
     client = OpenAIChatClient(base_url + "/v1")
     runtime = Runtime(policy=policy)
@@ -151,7 +152,7 @@ def open_arm(arm: Arm, base_url: str, *, policy: Policy, samples: int,
     if arm.model:
         speculator = ModelSpeculator(client, SPECULATOR_MODEL, samples=samples)
         predictors.append(speculator)
-    return ArmContext(arm, client, runtime, predictors, speculator)
+    return ArmContext(arm, client, runtime, predictors, speculator, chain_depth=chain_depth)
 
 
 async def run_batch(context: ArmContext, trajectories: Sequence[Trajectory], workload: Workload, *,
@@ -164,7 +165,7 @@ async def run_batch(context: ArmContext, trajectories: Sequence[Trajectory], wor
     async def one(trajectory: Trajectory) -> TrajectoryRun:
         async with gate:
             run = await run_trajectory(arm, trajectory, workload, context.client, context.runtime,
-                                       context.predictors, latency, repeat)
+                                       context.predictors, latency, repeat, context.chain_depth)
             if progress is not None:
                 progress(arm.name)
             return run
