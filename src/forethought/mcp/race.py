@@ -72,3 +72,10 @@ class GuessRace:
     def settled(self, request: JSONRPCRequest) -> None:
         """The client's call is answered: forget its request (still running, it ends on its own)."""
         self._sent.pop(request.id, None)
+
+    def abandon(self) -> None:
+        """The client session is over: stop waiting for the answers nobody will read."""
+        for task in list(self._tasks):
+            task.cancel()
+        self._tasks.clear()
+        self._sent.clear()

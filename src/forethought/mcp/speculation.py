@@ -177,7 +177,7 @@ class SessionSpeculator:
                                                     schemas.get(server.validators[name].tool, {})
                                                     if name in server.validators else {}, self._envelope_now))
                  for name, e in effects.items()]
-        await self.close()
+        await self._end_session()
         self.tools, self.effects = listing, effects
         self._session = self._runtime.session(tools=tools)
         self._predictor, self.fingerprint = self._predictor_for(schemas)
@@ -344,6 +344,11 @@ class SessionSpeculator:
                           extra_upstream_calls=max(0, speculative + link.validator_calls - self._hits))
 
     async def close(self) -> None:
+        """The client session ended: stop every speculation and request, save what the predictor learned."""
+        self._race.abandon()
+        await self._end_session()
+
+    async def _end_session(self) -> None:
         """Stop every speculation and save what the predictor learned."""
         session, predictor = self._session, self._predictor
         self._session = self._predictor = None
