@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from forethought.agent import Agent, AgentResult, AgentStream, StepTiming, ToolRecord
     from forethought.code import CodeExecutor, CodePredictor, ExecResult, PlainExecutor, ShadowLimits
     from forethought.code.harness import PythonTool
+    from forethought.pacing import ReturnPacer
     from forethought.llm import (
         AnthropicMessagesClient,
         FakeLLMClient,
@@ -53,6 +54,7 @@ _LAZY = {
     **dict.fromkeys(("CodeExecutor", "CodePredictor", "ExecResult", "PlainExecutor", "ShadowLimits"),
                     "forethought.code"),
     "PythonTool": "forethought.code.harness",
+    "ReturnPacer": "forethought.pacing",
     **dict.fromkeys(("AnthropicMessagesClient", "FakeLLMClient", "LLMClient", "OpenAIChatClient",
                      "OpenAIResponsesClient", "scripted_message"), "forethought.llm"),
     **dict.fromkeys(("ModelSpeculator", "ObservedCall", "Prediction", "PredictionContext", "Predictor"),
@@ -115,6 +117,7 @@ __all__ = [
     "PredictionContext",
     "Predictor",
     "PythonTool",
+    "ReturnPacer",
     "Runtime",
     "Session",
     "SessionStats",
