@@ -66,6 +66,10 @@ def verdict(arms: Mapping[str, Mapping[str, Any]], equivalent: bool, machine: Ma
               if float(a["time_saved"]) < SLOWER_THAN_SERIAL]
     if slower:
         lines.append("Slower than serial: " + "; ".join(slower) + ".")
+    backed = [f"{name} {int(a['backoffs'])}" for name, a in real.items() if float(a.get("backoffs", 0)) > 0]
+    if backed:
+        lines.append("Speculation backed off under load (changes of load state, median per repeat): "
+                     + ", ".join(backed) + ".")
     if equivalent:
         lines.append("Every arm's tool outputs and final states equal serial's.")
     else:
