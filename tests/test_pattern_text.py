@@ -23,6 +23,24 @@ def test_quoted_strings_ignore_apostrophes_in_words() -> None:
     assert kinds["quoted"] == ["final report.pdf", "temp"]
 
 
+def test_quoted_strings_keep_inner_apostrophes_and_mixed_quotes() -> None:
+    kinds = _kinds("Send 'I've decided to drop those stocks.' to 'USR002', say 'Done?'now, title it "
+                   "'Urgent Change in Travel Plans’ and tag Bob's 'x'.")
+    assert kinds["quoted"] == ["I've decided to drop those stocks.", "USR002", "Done?",
+                               "Urgent Change in Travel Plans", "x"]
+    assert "quoted" not in _kinds("it's Bob's and Ann's")  # apostrophes in words open no quote
+
+
+def test_compound_names_and_sentence_openers() -> None:
+    kinds = _kinds("Set navigation to 123 Pine St, San Francisco, CA 94016. Could you? I think Paris, France "
+                   "is nice. Determine the route.")
+    assert kinds["compound"] == ["123 Pine St, San Francisco, CA 94016", "Paris, France"]
+    assert "Could" not in kinds["proper"] and "I" not in kinds["proper"] and "Determine" not in kinds["proper"]
+    assert "San Francisco" in kinds["proper"] and "Paris" in kinds["proper"]
+    assert "compound" not in _kinds("no names here, none at all")
+    assert "compound" not in _kinds("Paris France")  # a comma joins the parts
+
+
 def test_files_numbers_ids_tags_and_urls() -> None:
     text = ("Copy notes.txt, pay $20,000.50 or 15% to USR003 via travel_card_12345; tweet #RoadTrip to "
             "@AutoUpdates and see https://example.com/a?b=1 or /var/log/syslog")

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forethought.predictors.base import ObservedCall
-from forethought.predictors.patterns.derive_ordinal import at_ordinal, message_ordinal, ordinal_path
 from forethought.predictors.patterns.derive_index import (
     MAX_FROM_END,
     MAX_ORDINAL,
@@ -45,6 +44,7 @@ from forethought.predictors.patterns.derive_index import (
     atoms_by_kind,
     message_memo,
 )
+from forethought.predictors.patterns.derive_ordinal import at_ordinal, message_ordinal, ordinal_path
 from forethought.predictors.patterns.derive_outputs import (
     alnum,
     first_leaf_by_name,

@@ -32,8 +32,8 @@ from forethought.predictors.patterns.args import ArgCandidate, ArgumentModel
 from forethought.predictors.patterns.counts import Counts, CountsState
 from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_rules import Sources
-from forethought.predictors.patterns.distinct import DISTINCT_BELOW, DistinctModel, assign, repeats_a_value
 from forethought.predictors.patterns.derive_time import first_output_date, reference_now
+from forethought.predictors.patterns.distinct import DISTINCT_BELOW, DistinctModel, assign, repeats_a_value
 from forethought.predictors.patterns.flow import TURN_MARK, FlowModel, FlowView, call_token
 from forethought.predictors.patterns.numbers import NumberSpelling
 from forethought.predictors.patterns.repeats import RECENT_CALLS, RecentCalls, RepeatModel, recent_calls
