@@ -144,3 +144,27 @@ def test_a_busy_machine_is_said_first_and_plainly(machine: dict[str, float]) -> 
     words = verdict({"serial": _arm(0.0, (0.0, 0.0)), "x": _arm(-0.4, (-0.8, 0.18))}, True, machine, 3)
     assert machine_busy(machine) and words[0].startswith("WARNING: the machine was busy")
     assert "unreliable" in words[0]
+
+
+def test_the_verdict_says_when_and_where_speculation_backed_off() -> None:
+    arms = {"serial": {"time_saved": 0.0, "speedup": 1.0},
+            "all": {"time_saved": 0.1, "speedup": 1.1, "backoffs": 3, "oracle_share": None},
+            "spec-pattern": {"time_saved": 0.2, "speedup": 1.2, "backoffs": 0, "oracle_share": None}}
+    lines = verdict(arms, True, {"cores": 2, "load_1m_start": 0.1, "load_1m_end": 0.1, "lag_p99_ms": 1.0}, 3)
+    backed = [line for line in lines if "backed off" in line]
+    assert backed == ["Speculation backed off under load (changes of load state, median per repeat): all 3."]
+
+
+def test_the_bench_json_carries_a_reliability_table_merged_over_repeats() -> None:
+    from forethought._worth import ReliabilityRow
+    from forethought.bench.reliability import merge_reliability
+
+    one = [ReliabilityRow("pattern", 0.9, 1.0, 10, 0.95, 0.8, 0.82)]
+    two = [ReliabilityRow("pattern", 0.9, 1.0, 30, 0.91, 0.6, 0.65), ReliabilityRow("model", 0.5, 0.6, 4, 0.55, 0.5, 0.5)]
+    rows = {(r["source"], r["low"]): r for r in merge_reliability([one, two])}
+    pattern = rows[("pattern", 0.9)]
+    assert pattern["guesses"] == 40
+    assert pattern["hit_rate"] == pytest.approx((8 + 18) / 40)
+    assert pattern["mean_confidence"] == pytest.approx((9.5 + 27.3) / 40)
+    assert pattern["calibrated"] == 0.65 and rows[("model", 0.5)]["guesses"] == 4
+    assert merge_reliability([]) == []
