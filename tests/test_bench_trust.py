@@ -160,7 +160,8 @@ def test_the_bench_json_carries_a_reliability_table_merged_over_repeats() -> Non
     from forethought.bench.reliability import merge_reliability
 
     one = [ReliabilityRow("pattern", 0.9, 1.0, 10, 0.95, 0.8, 0.82)]
-    two = [ReliabilityRow("pattern", 0.9, 1.0, 30, 0.91, 0.6, 0.65), ReliabilityRow("model", 0.5, 0.6, 4, 0.55, 0.5, 0.5)]
+    two = [ReliabilityRow("pattern", 0.9, 1.0, 30, 0.91, 0.6, 0.65),
+           ReliabilityRow("model", 0.5, 0.6, 4, 0.55, 0.5, 0.5)]
     rows = {(r["source"], r["low"]): r for r in merge_reliability([one, two])}
     pattern = rows[("pattern", 0.9)]
     assert pattern["guesses"] == 40
