@@ -313,19 +313,25 @@ def predict_eval(
     policy: Annotated[Path | None, typer.Option("--policy", help="TOML policy file: predictions of tools it "
                                                 "does not let speculate, or below its min_confidence, are "
                                                 "not made.")] = None,
+    misses_path: Annotated[Path | None, typer.Option("--misses", help="Write every position whose first "
+                                                     "prediction was not exact, with its category, as JSON "
+                                                     "Lines.")] = None,
     json_path: JsonOption = None,
 ) -> None:
     """Next-call prediction accuracy of the pattern predictor (two-fold, interleaved ids)."""
-    from forethought.bench.predict_eval import print_predict_eval, run_predict_eval
+    from forethought.bench.predict_eval import print_predict_eval, run_predict_eval, write_misses
     from forethought.bench.report import document, write_json
 
     rules = None if policy is None else _policy(policy)  # a bad file: one line on stderr, status 2
+    misses: list[dict[str, Any]] | None = [] if misses_path else None
     try:
-        results = run_predict_eval(workload=workload, user_text=not no_user_text, policy=rules)
+        results = run_predict_eval(workload=workload, user_text=not no_user_text, policy=rules, misses=misses)
     except ForethoughtError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     print_predict_eval(console, results)
+    if misses_path and misses is not None:
+        write_misses(str(misses_path), misses)
     if json_path:
         write_json(json_path, document("predict-eval", {"workload": workload, "user_text": not no_user_text,
                                                         "policy": None if policy is None else str(policy)}, results))
