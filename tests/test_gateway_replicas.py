@@ -333,3 +333,36 @@ async def test_a_response_never_relayed_to_its_end_is_forgotten_after_its_maximu
     await cache.open([])
     assert len(cache) == 1 and abandoned.response_id not in store._mine
     await store.aclose()
+
+
+@contextlib.asynccontextmanager
+async def black_hole() -> AsyncIterator[str]:
+    """A "Redis" on loopback that accepts connections and never answers (the slowest server there is)."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        while await reader.read(65536):
+            pass
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    try:
+        yield f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0"
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_redis_that_never_answers_is_given_up_on_and_never_serves_wrongly() -> None:
+    events: list[StoreEvent] = []
+    async with gated() as (engine, upstream), black_hole() as silent, \
+            replicas(upstream, silent, post_wait_s=HIT_WAIT_S, events=events) as (gateways, urls):
+        stream = Stream(urls[0])
+        target = await stream.start()  # creating the scope timed out: it is local-only
+        assert (await raw_post(via(target, urls[0], urls[1]), CD)).status_code == 503  # the lookup timed out
+        assert (await raw_post(target, CD)).json() == {"cached": 1}
+        assert [r.output for r in served(await finish(stream, engine))] == ["moved to docs"]
+        assert gateways[0].stats()["store"]["local_only"] == 1
+    assert [e.kind for e in events] == ["degraded", "degraded"] and "Timeout" in events[0].detail
