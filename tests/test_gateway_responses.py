@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urljoin
 
@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import redis_fixture
 from forethought.llm.tool_cache import (
     CACHE_CLIENT_HEADER,
     CACHE_CLIENT_VALUE,
@@ -50,6 +51,7 @@ TOOLS = [{"type": "function", "name": "weather", "parameters": {
              "type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}]
 INPUT = [{"role": "user", "content": "Weather in Paris and Rome, and the time?"}]
 POST_WAIT_S = 0.5
+redis_server, redis_url = redis_fixture.redis_server, redis_fixture.redis_url  # the fixtures (replicas)
 
 
 def run_tool(name: str, arguments: Mapping[str, Any]) -> str:
@@ -93,8 +95,9 @@ async def engine() -> AsyncIterator[tuple[Recorder, str]]:
         yield recorder, url + "/v1"
 
 
-async def converse(base_url: str, post: Sequence[int] = ()) -> tuple[list[Any], int, list[str]]:
-    """The user's loop; posts right guesses for the model turns in ``post``.
+async def converse(base_url: str, post: Sequence[int] = (),
+                   post_to: Callable[[CacheTarget], CacheTarget] = lambda t: t) -> tuple[list[Any], int, list[str]]:
+    """The user's loop; posts right guesses for the model turns in ``post`` (to ``post_to(target)``).
 
     Returns the transcript (input items, in order), the HTTP requests it made, and the event types seen.
     """
@@ -110,8 +113,8 @@ async def converse(base_url: str, post: Sequence[int] = ()) -> tuple[list[Any], 
             requests += 1
             target = None
             if RESPONSE_ID_HEADER in raw.headers:
-                target = CacheTarget(urljoin(base_url, raw.headers[CACHE_PATH_HEADER]),
-                                     raw.headers[RESPONSE_ID_HEADER], raw.headers[TOKEN_HEADER])
+                target = post_to(CacheTarget(urljoin(base_url, raw.headers[CACHE_PATH_HEADER]),
+                                             raw.headers[RESPONSE_ID_HEADER], raw.headers[TOKEN_HEADER]))
                 if turn in post:
                     await poster.post(target, guesses(turn))
             calls: list[dict[str, Any]] = []
@@ -242,3 +245,17 @@ async def test_a_refused_continuation_and_a_failed_response_end_the_stream_clear
         stats = gateway.stats()
         await gateway.aclose()
     assert stats["upstream_errors"] == 1 and stats["open_responses"] == 0
+
+
+async def test_through_two_replicas_results_posted_to_one_continue_the_response_the_other_relays(
+        redis_url: str) -> None:
+    from test_gateway_replicas import replicas, via
+
+    async with engine() as (plain_engine, plain_url):
+        plain, _, _ = await converse(plain_url)
+    async with engine() as (recorder, upstream), \
+            replicas(upstream, redis_url, post_wait_s=POST_WAIT_S) as (gateways, urls):
+        transcript, requests, _ = await converse(urls[0] + "/v1", (0, 1), lambda t: via(t, urls[0], urls[1]))
+        stats = [g.stats() for g in gateways]
+    assert transcript == plain and engine_inputs(recorder) == engine_inputs(plain_engine)
+    assert requests == 1 and stats[0]["continuations"] == 2 and stats[1]["posts"] == 2 and stats[0]["posts"] == 0
