@@ -297,6 +297,33 @@ def test_the_cli_refuses_redis_without_a_secret_in_one_line(tmp_path: Path) -> N
         assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
 
 
+def test_the_cli_checks_at_start_that_redis_answers(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    from typer.testing import CliRunner
+
+    from forethought.cli import app
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    class Quiet(http.server.BaseHTTPRequestHandler):  # answers every request 501, logs nothing
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        result = CliRunner().invoke(app, ["gateway", "--upstream", f"http://127.0.0.1:{upstream.server_port}/v1",
+                                          "--redis", "redis://127.0.0.1:9/0", "--secret-file", str(secret)])
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "redis://127.0.0.1:9/0 does not answer" in lines[0], \
+        result.output
+
+
 @pytest.mark.parametrize("content", [b"short", b""])
 def test_a_short_secret_is_refused(tmp_path: Path, content: bytes) -> None:
     from forethought.serve.gateway_replicas import load_secret

@@ -267,7 +267,8 @@ def gateway(
     max_line_bytes: Annotated[int, typer.Option(help="Longest upstream stream line; a longer one ends the stream "
                                                      "with an error chunk.")] = 16 << 20,
     check_upstream: Annotated[bool, typer.Option("--check-upstream/--no-check-upstream",
-                                                 help="Check at start that the upstream answers.")] = True,
+                                                 help="Check at start that the upstream (and --redis) answer.")]
+        = True,
     redis: Annotated[str | None, typer.Option("--redis", help="Keep cache entries and response scopes in this "
                                               "Redis (redis://...), shared by every replica.")] = None,
     secret_file: Annotated[Path | None, typer.Option(help="With --redis: file holding the deployment secret "
@@ -299,7 +300,12 @@ def gateway(
 
         if secret_file is None:
             raise StoreError("--redis needs --secret-file (the deployment secret shared by the replicas)")
-        store = RedisScopeStore.from_url(redis, load_secret(secret_file), max_response_s=limits.max_response_s)
+        secret = load_secret(secret_file)
+        if check_upstream:
+            from forethought.stores.gateway_scopes import probe
+
+            probe(redis)
+        store = RedisScopeStore.from_url(redis, secret, max_response_s=limits.max_response_s)
     console.print(f"gateway on http://{host}:{port}/v1 -> {upstream}" + (" (scopes in Redis)" if store else ""))
     serve_forever(create_gateway(upstream, config, store), host, port, log_level=log_level.lower(),
                   limits=ServerLimits(limit_concurrency=max_connections, header_timeout_s=header_timeout_s))

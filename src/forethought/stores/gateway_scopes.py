@@ -154,3 +154,15 @@ class RedisScopeBackend:
     async def close(self) -> None:
         with mapped_redis_errors("close"):
             await self._client.aclose()
+
+
+def probe(url: str, timeout_s: float = 2.0) -> None:
+    """Check that the Redis at ``url`` answers PING; :class:`StoreUnavailableError` (one line) if not."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    try:
+        with mapped_redis_errors(f"the Redis at {url} does not answer"):
+            client.ping()
+    finally:
+        client.close()
