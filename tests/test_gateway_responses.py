@@ -212,8 +212,8 @@ async def test_a_refused_continuation_and_a_failed_response_end_the_stream_clear
                 yield event("response.failed", sequence_number=2, response={**response, "status": "failed"})
                 return
             yield event("response.output_item.done", sequence_number=2, output_index=0, item=call)
-            yield event("response.completed", sequence_number=3,
-                        response={**response, "status": "completed", "output": [call]})
+            yield event("response.completed", sequence_number=3,  # output left out: the items above count
+                        response={**response, "status": "completed", "output": []})
 
         return EventStream(events())
 

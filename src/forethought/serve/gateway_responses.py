@@ -56,6 +56,8 @@ class _Step:
     completed: dict[str, Any] | None = None
     completed_data: str = ""
     """The data text of the held ``response.completed`` (sent as it came when nothing was served)."""
+    items: list[dict[str, Any]] = field(default_factory=list)
+    """The ``response.output_item.done`` items, in order (used when ``response.completed`` omits them)."""
     ended: bool = False
     """Passed on an ending event (failed, incomplete, error): the stream is over."""
     failed: bool = False
@@ -109,7 +111,7 @@ class ResponsesRelay:
                     self.stats.upstream_dropped += 1
                     yield StreamCut.DROP
                     return
-                output = [i for i in step.completed.get("output") or () if isinstance(i, dict)]
+                output = [i for i in step.completed.get("output") or step.items if isinstance(i, dict)]
                 self._add_usage(step.completed.get("usage"))
                 calls = [i for i in output if i.get("type") == "function_call"]
                 served = await self._served(calls)
@@ -147,6 +149,8 @@ class ResponsesRelay:
                 if kind == "response.completed" and isinstance(event.get("response"), dict):
                     step.completed, step.completed_data = event["response"], payload
                     continue
+                if kind == "response.output_item.done" and isinstance(event.get("item"), dict):
+                    step.items.append(event["item"])
                 if self._continued and kind in _DROPPED_IN_CONTINUATIONS:
                     continue
                 if kind in _ENDINGS:
