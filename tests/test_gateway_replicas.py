@@ -164,7 +164,7 @@ async def test_posts_alternating_between_replicas_continue_one_response_to_its_e
 
 
 async def test_tokens_segments_and_endings_are_judged_the_same_on_every_replica(redis_url: str) -> None:
-    async with gated() as (engine, upstream), replicas(upstream, redis_url, 3, post_wait_s=HIT_WAIT_S,
+    async with gated() as (engine, upstream), replicas(upstream, redis_url, 3, post_wait_s=0.0,
                                                        secrets=(SECRET, SECRET, b"another-deployment-secret")) \
             as (gateways, urls):
         first, second = Stream(urls[0], conversation_id="one"), Stream(urls[1], conversation_id="two")
@@ -232,7 +232,7 @@ async def test_with_redis_down_a_replica_serves_locally_answers_503_elsewhere_an
         redis_server: RedisServer, redis_url: str) -> None:
     events: list[StoreEvent] = []
     async with gated() as (engine, upstream), \
-            replicas(upstream, redis_url, post_wait_s=HIT_WAIT_S, events=events) as (gateways, urls):
+            replicas(upstream, redis_url, post_wait_s=0.0, events=events) as (gateways, urls):
         shared = Stream(urls[0], conversation_id="shared")
         shared_target = await shared.start()  # opened while Redis was up: its entries live there
         redis_server.stop()
@@ -385,7 +385,7 @@ async def black_hole() -> AsyncIterator[str]:
 async def test_a_redis_that_never_answers_is_given_up_on_and_never_serves_wrongly() -> None:
     events: list[StoreEvent] = []
     async with gated() as (engine, upstream), black_hole() as silent, \
-            replicas(upstream, silent, post_wait_s=HIT_WAIT_S, events=events) as (gateways, urls):
+            replicas(upstream, silent, post_wait_s=0.0, events=events) as (gateways, urls):
         stream = Stream(urls[0])
         target = await stream.start()  # creating the scope timed out: it is local-only
         assert (await raw_post(via(target, urls[0], urls[1]), CD)).status_code == 503  # the lookup timed out
