@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from forethought import Effect, Runtime, Tool, ToolCall, tool
+from forethought import Effect, Policy, Runtime, Tool, ToolCall, tool
 from forethought._trajectory import Trajectory
 from forethought.agent import Agent
 from forethought.errors import ForethoughtError
@@ -227,7 +227,7 @@ async def run_pair(alpha: float, post_wait_s: float, grouping: str = "step",
         async with serve_in_process(gateway.app) as gateway_url:
             direct = OpenAIChatClient(engine_url + "/v1", max_retries=0)
             via = OpenAIChatClient.for_gateway(gateway_url + "/v1", max_retries=0)
-            runtime = Runtime()
+            runtime = Runtime(policy=Policy(waste_weight=0.0))  # wrong guesses must still run: never priced out
             for trajectory in picked:
                 serial = await converse(trajectory, direct, runtime, speculate=False)
                 speculator = ModelSpeculator(direct, "speculator", samples=1)
