@@ -133,6 +133,9 @@ def test_chunks_and_carry_refuse_empty_or_nonpositive() -> None:
     {"mode": "fresh", "chunks": [{"token_ids": [1], "max_tokens": 0}]},
     {"mode": "fresh", "chunks": [{"token_ids": [1], "max_tokens": 1}] * 17},
     {"mode": "fresh", "chunks": [{"token_ids": [1], "max_tokens": 1}], "cache_salt": ""},
+    {"mode": "session", "chunks": [{"token_ids": [1], "max_tokens": 1}], "pause_s": -1},
+    {"mode": "session", "chunks": [{"token_ids": [1], "max_tokens": 1}], "pause_s": 61},
+    {"mode": "session", "chunks": [{"token_ids": [1], "max_tokens": 1}], "pause_s": True},
 ])
 def test_session_body_is_refused_when_malformed(body: Any) -> None:
     with pytest.raises((ValueError, WorkloadError)):
@@ -161,3 +164,22 @@ async def test_session_route_only_with_the_probe_enabled_and_it_drives_the_engin
         list(o.token_ids) for o in fresh]
     await off.gateway.aclose()
     await on.gateway.aclose()
+
+
+def test_session_body_defaults_and_pause() -> None:
+    body = {"mode": "session", "chunks": [{"token_ids": [1, 2], "max_tokens": 3}]}
+    assert parse_session_body(body) == ("session", [Chunk((1, 2), 3)], None, 0.0)
+    assert parse_session_body({**body, "pause_s": 2, "cache_salt": "s"})[2:] == ("s", 2.0)
+
+
+def test_a_pause_holds_back_each_later_chunk_only() -> None:
+    """The pause stands for a tool's run time between turns; the first chunk goes at once."""
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    chunks = [Chunk((1,), 2), Chunk((2,), 2), Chunk((3,), 2)]
+    outputs = asyncio.run(run_session(FakeEngine(), chunks[0], scripted(chunks), kit=KIT, pause_s=1.5, sleep=sleep))
+    assert slept == [1.5, 1.5] and len(outputs) == 3
+    assert outputs == asyncio.run(run_fresh(FakeEngine(), chunks, kit=KIT))

@@ -109,6 +109,60 @@ async def run(turns: int = 4, call_tokens: int = 40, repeats: int = 3, trajector
             "vllm_ready_s": ready_s, "load_average": {"before": list(load_before), "after": list(os.getloadavg())}}
 
 
+async def _gauges(http: httpx2.AsyncClient, url: str) -> dict[str, float]:
+    answer = await http.get(url + "/metrics")
+    answer.raise_for_status()
+    wanted = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+    out: dict[str, float] = dict.fromkeys(wanted, 0.0)
+    for line in answer.text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in wanted:
+            out[name] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+async def parked(pause_s: float = 6.0, call_tokens: int = 40, repeats: int = 3) -> dict[str, Any]:
+    """What a parked session holds: with ``--max-num-seqs 1``, a short fresh request alone, and the same
+    request sent while a session waits ``pause_s`` between its turns (its latency shows whether the parked
+    session keeps the engine's only slot); vLLM's running/waiting gauges and KV usage during the pause."""
+    load_before = os.getloadavg()
+    config = VllmConfig(plugins=(PLUGIN_NAME,), max_num_seqs=1, enforce_eager=True,
+                        extra_env={SESSION_PROBE_ENV: "1"})
+    rows: list[dict[str, Any]] = []
+    with VllmServer(config) as server:
+        async with httpx2.AsyncClient(timeout=600.0) as http:
+            prompt = await _tokenize(http, server.url, messages=[{"role": "user", "content": "Buy 100 NVDA"}],
+                                     add_generation_prompt=True)
+            suffix = await _tokenize(http, server.url, prompt=tool_suffix("ok"), add_special_tokens=False)
+            probe = {"mode": "fresh", "chunks": [{"token_ids": prompt, "max_tokens": 4}]}
+            session = {"mode": "session", "pause_s": pause_s, "chunks": [
+                {"token_ids": prompt, "max_tokens": call_tokens}, {"token_ids": suffix, "max_tokens": 4}]}
+
+            async def timed(body: dict[str, Any]) -> float:
+                started = time.monotonic()
+                (await http.post(server.url + SESSION_ROUTE, json={**body, "cache_salt": uuid.uuid4().hex}))\
+                    .raise_for_status()
+                return time.monotonic() - started
+
+            for _ in range(repeats):
+                alone = await timed(probe)
+                parked_task = asyncio.create_task(timed(session))
+                gauges: dict[str, float] = {}
+                for _ in range(200):  # until the first turn is done and the session parks
+                    await asyncio.sleep(0.05)
+                    gauges = await _gauges(http, server.url)
+                    if gauges["vllm:num_requests_running"] == 0 and gauges["vllm:kv_cache_usage_perc"] > 0:
+                        break
+                beside = await timed(probe)
+                rows.append({"alone_s": alone, "beside_parked_s": beside, "session_s": await parked_task,
+                             "gauges_while_parked": gauges})
+        ready_s = server.ready_s
+    return {"caveat": CPU_CAVEAT, "pause_s": pause_s, "max_num_seqs": 1, "rows": rows,
+            "alone_s": _spread([r["alone_s"] for r in rows]),
+            "beside_parked_s": _spread([r["beside_parked_s"] for r in rows]),
+            "vllm_ready_s": ready_s, "load_average": {"before": list(load_before), "after": list(os.getloadavg())}}
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -119,7 +173,15 @@ def main() -> None:
     parser.add_argument("--call-tokens", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--parked", action="store_true", help="measure what a parked session holds instead")
     args = parser.parse_args()
+    if args.parked:
+        found = asyncio.run(parked(repeats=args.repeats))
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(found, indent=1))
+        print(json.dumps(found, indent=1))
+        return
     doc = asyncio.run(run(args.turns, args.call_tokens, args.repeats))
     text = json.dumps(doc, indent=1)
     if args.json is not None:

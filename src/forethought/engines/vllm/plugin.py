@@ -46,6 +46,7 @@ UNSET_UPSTREAM = "http://127.0.0.1:0/v1"
 SESSION_PROBE_ENV = "FORETHOUGHT_SESSION_PROBE"
 SESSION_ROUTE = PREFIX + "/engine/session"
 MAX_SESSION_CHUNKS = 16
+MAX_PAUSE_S = 60.0
 
 
 class ToolCachePlugin:
@@ -71,10 +72,10 @@ class ToolCachePlugin:
         app.router.routes.append(Mount(PREFIX, app=self.gateway.app))
 
     async def session(self, request: Request) -> JSONResponse:
-        """``{"mode": "session"|"fresh", "chunks": [{"token_ids": [...], "max_tokens": n}, ...],
-        "cache_salt": s}`` -> ``{"mode", "chunks": [{"token_ids", "finish_reason", "num_cached_tokens"}]}``."""
+        """``{"mode": "session"|"fresh", "chunks": [{"token_ids": [...], "max_tokens": n}, ...], "cache_salt": s,
+        "pause_s": t}`` -> ``{"mode", "chunks": [{"token_ids", "finish_reason", "num_cached_tokens"}]}``."""
         try:
-            mode, chunks, salt = parse_session_body(await request.json())
+            mode, chunks, salt, pause = parse_session_body(await request.json())
         except (ValueError, WorkloadError) as exc:
             return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
                                            "code": "http_400"}}, status_code=400)
@@ -82,7 +83,7 @@ class ToolCachePlugin:
             return JSONResponse({"error": {"message": "the engine client is not ready", "type": "upstream_error",
                                            "code": "http_503"}}, status_code=503)
         if mode == "session":
-            outputs = await run_session(self.engine, chunks[0], scripted(chunks), cache_salt=salt)
+            outputs = await run_session(self.engine, chunks[0], scripted(chunks), cache_salt=salt, pause_s=pause)
         else:
             outputs = await run_fresh(self.engine, chunks, cache_salt=salt)
         return JSONResponse({"mode": mode, "chunks": [
@@ -98,8 +99,9 @@ class ToolCachePlugin:
         self.engine = engine_client
 
 
-def parse_session_body(body: Any) -> tuple[str, list[Chunk], str | None]:
-    """The session route's mode, chunks and cache salt; :class:`ValueError` for a body it refuses."""
+def parse_session_body(body: Any) -> tuple[str, list[Chunk], str | None, float]:
+    """The session route's mode, chunks, cache salt and pause before each later chunk (session mode;
+    0 to ``MAX_PAUSE_S`` seconds); :class:`ValueError` for a body it refuses."""
     if not isinstance(body, dict):
         raise ValueError("the body must be a JSON object")
     mode = body.get("mode")
@@ -117,7 +119,10 @@ def parse_session_body(body: Any) -> tuple[str, list[Chunk], str | None]:
     salt = body.get("cache_salt")
     if salt is not None and (not isinstance(salt, str) or not salt):
         raise ValueError("cache_salt must be a non-empty string")
-    return mode, chunks, salt
+    pause = body.get("pause_s", 0)
+    if type(pause) not in (int, float) or not 0 <= pause <= MAX_PAUSE_S:
+        raise ValueError(f"pause_s must be a number from 0 to {MAX_PAUSE_S}")
+    return mode, chunks, salt, float(pause)
 
 
 __all__ = ["PLUGIN_NAME", "SESSION_PROBE_ENV", "SESSION_ROUTE", "ToolCachePlugin", "parse_session_body"]

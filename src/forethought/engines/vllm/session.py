@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,9 +96,14 @@ async def _collect(stream: AsyncIterator[Any], on_stop: Callable[[ChunkOutput], 
 
 
 async def run_session(engine: Any, first: Chunk, decide: Decide, *, cache_salt: str | None = None,
-                      request_id: str | None = None, kit: Kit | None = None) -> list[ChunkOutput]:
+                      request_id: str | None = None, kit: Kit | None = None, pause_s: float = 0.0,
+                      sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> list[ChunkOutput]:
     """One streaming-input request on ``engine`` (vLLM's ``EngineClient``): ``first``, then whatever
-    ``decide`` returns at each stop, appended to the same request; the turns' outputs in order."""
+    ``decide`` returns at each stop, appended to the same request; the turns' outputs in order.
+
+    ``pause_s`` holds each later chunk back that long (a tool's run time): the request stays parked in
+    the engine meanwhile, with its KV blocks and its slot.
+    """
     kit = kit or vllm_kit()
     pending: asyncio.Queue[Chunk | None] = asyncio.Queue()
     pending.put_nowait(first)
@@ -106,6 +111,8 @@ async def run_session(engine: Any, first: Chunk, decide: Decide, *, cache_salt: 
 
     async def inputs() -> AsyncIterator[Any]:
         while (chunk := await pending.get()) is not None:
+            if outputs and pause_s > 0:
+                await sleep(pause_s)
             yield kit.streaming_input(_prompt(chunk.token_ids, cache_salt), kit.params(chunk))
 
     def on_stop(output: ChunkOutput) -> None:
