@@ -10,6 +10,7 @@ those of the same loop talking to the engine directly.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -193,7 +194,9 @@ async def test_a_wrong_guess_is_never_served_and_the_stream_ends_with_the_calls(
     assert numbers == sorted(set(numbers))
 
 
-async def test_a_refused_continuation_and_a_failed_response_end_the_stream_clearly() -> None:
+async def test_a_refused_continuation_a_failed_and_a_cut_response_end_the_stream_clearly() -> None:
+    posted = asyncio.Event()
+
     async def responses(request: Request) -> Response:
         body = await request.json()
         if any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in body["input"]):
@@ -201,6 +204,7 @@ async def test_a_refused_continuation_and_a_failed_response_end_the_stream_clear
         call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather",
                 "arguments": '{"city": "Paris"}', "status": "completed"}
         failed = body.get("metadata", {}).get("fail") == "yes"
+        status = "incomplete" if body.get("metadata", {}).get("cut") == "yes" else "completed"
 
         async def events() -> AsyncIterator[bytes]:
             def event(kind: str, **fields: Any) -> bytes:
@@ -212,8 +216,10 @@ async def test_a_refused_continuation_and_a_failed_response_end_the_stream_clear
                 yield event("response.failed", sequence_number=2, response={**response, "status": "failed"})
                 return
             yield event("response.output_item.done", sequence_number=2, output_index=0, item=call)
+            if status != "completed":
+                await posted.wait()  # the matching result is in the cache before the response ends
             yield event("response.completed", sequence_number=3,  # output left out: the items above count
-                        response={**response, "status": "completed", "output": []})
+                        response={**response, "status": status, "output": [] if status == "completed" else [call]})
 
         return EventStream(events())
 
@@ -241,6 +247,17 @@ async def test_a_refused_continuation_and_a_failed_response_end_the_stream_clear
             failed = [e.type async for e in await client.responses.create(
                 model="m", input="hi", tools=TOOLS, stream=True, metadata={"fail": "yes"})]
             assert failed == ["response.created", "response.failed"]
+            raw = await client.responses.with_raw_response.create(model="m", input="hi", tools=TOOLS, stream=True,
+                                                                  metadata={"cut": "yes"})
+            target = CacheTarget(urljoin(url, raw.headers[CACHE_PATH_HEADER]), raw.headers[RESPONSE_ID_HEADER],
+                                 raw.headers[TOKEN_HEADER])
+            poster = HttpToolCachePoster()
+            await poster.post(target, [CachedOutput("weather", "sunny", {"city": "Paris"})])
+            await poster.aclose()
+            posted.set()
+            cut = [e async for e in raw.parse()]  # cut at its token limit (vLLM's "completed" + "incomplete")
+            assert [e.type for e in cut] == ["response.created", "response.output_item.done", "response.completed"]
+            assert cut[-1].response.status == "incomplete"  # type: ignore[union-attr]  # passed on, never continued
             await client.close()
         stats = gateway.stats()
         await gateway.aclose()

@@ -3,7 +3,9 @@
 The Responses counterpart of :mod:`.gateway_relay`, on the same cache and post protocol. One
 :class:`ResponsesRelay` per streamed ``POST /v1/responses``. It forwards the upstream's events (each as
 ``event: <type>`` and its data, the data text unchanged in the first upstream response) and holds back
-``response.completed``. When the completed response holds ``function_call`` items, the relay asks the
+``response.completed``. When the completed response (status ``completed``: one cut at its token limit,
+which vLLM sends as ``response.completed`` with status ``incomplete``, is never continued, as the chat relay
+never continues a ``length`` finish) holds ``function_call`` items, the relay asks the
 response's scope for outputs for *every* call (waiting up to ``post_wait_s`` for posts still on their
 way). On a match it sends one ``response.forethought_tool_result`` event per call::
 
@@ -113,7 +115,8 @@ class ResponsesRelay:
                     return
                 output = [i for i in step.completed.get("output") or step.items if isinstance(i, dict)]
                 self._add_usage(step.completed.get("usage"))
-                calls = [i for i in output if i.get("type") == "function_call"]
+                cut = step.completed.get("status") not in (None, "completed")  # vLLM: "incomplete" (max tokens)
+                calls = [] if cut else [i for i in output if i.get("type") == "function_call"]
                 served = await self._served(calls)
                 if served is None:
                     yield self._final(step, output)
