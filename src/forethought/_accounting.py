@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from forethought._breaker import Outcome
 from forethought._calls import CallKey, ToolCall
 from forethought._ordering import CallOrder
+from forethought._shared import SharedRuns
 from forethought._store import Entry, SpeculationStore
 from forethought._tools import Tool, ToolRegistry
 from forethought.errors import CallError
@@ -56,6 +57,8 @@ class SessionBase:
         self._static_rejections: dict[str, tuple[Tool, str | None]] = {}
         self._epoch = 0  # bumped at start and end of every authoritative write
         self._next_expiry = _NEVER  # no entry in the store expires before this
+        self.shared: SharedRuns | None = runtime.shared
+        """Where speculations of shared tools obtain their values (set by :meth:`Runtime.session`)."""
         self._prepared: set[str] = set()  # tools whose prepare hook ran this turn
         self._prepare_tasks: set[asyncio.Task[None]] = set()
         self.closed = False

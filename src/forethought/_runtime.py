@@ -21,6 +21,7 @@ from forethought._policy import Policy
 from forethought._pressure import NO_PRESSURE, LoopPressure, Pressure, PressureSignal
 from forethought._scheduler import Scheduler
 from forethought._session import Session
+from forethought._shared import SharedRuns
 from forethought._store import CallOutcome, SettledSpeculation, SpeculationTicket
 from forethought._tools import Tool, ToolRegistry
 from forethought._worth import Calibration, Worth, worth
@@ -43,12 +44,14 @@ class Runtime:
     the default is the system's monotonic clock, tests pass a :class:`~forethought._clock.FakeClock`.
     ``pressure`` is where the load level comes from (default: the event loop's lag and the load average,
     as the policy's back-off settings say; tests pass a :class:`~forethought._pressure.FixedPressure`).
-    ``calibration`` holds the observed hit rate of every guess source and confidence bin.
+    ``calibration`` holds the observed hit rate of every guess source and confidence bin. ``shared``: where
+    speculations of shared tools obtain their values (:mod:`forethought._shared`).
     """
 
     def __init__(self, tools: Iterable[Tool] = (), policy: Policy | None = None,
                  telemetry: Telemetry | None = None, breaker: CircuitBreaker | None = None,
-                 clock: Clock | None = None, pressure: PressureSignal | None = None) -> None:
+                 clock: Clock | None = None, pressure: PressureSignal | None = None,
+                 shared: SharedRuns | None = None) -> None:
         self.policy = policy or Policy()
         self.clock = clock or SYSTEM_CLOCK
         self.tools = ToolRegistry(self._with_policy(tools))
@@ -60,16 +63,22 @@ class Runtime:
         self.pressure_signal: PressureSignal = pressure or LoopPressure(self.policy.backoff_lag_ms,
                                                                         self.policy.backoff_load_per_core)
         self._pressure_state = "normal"
+        self.shared = shared
+        """Where speculations of shared tools obtain their values (``None``: nothing is shared)."""
         self._ids = itertools.count(1)
 
     def _with_policy(self, tools: Iterable[Tool]) -> list[Tool]:
         return [self.policy.for_tool(t.name).apply(t) for t in tools]
 
-    def session(self, session_id: str | None = None, tools: Iterable[Tool] = ()) -> Session:
-        """Open a session; ``tools`` adds or replaces tools for this session only (e.g. bound to its state)."""
+    def session(self, session_id: str | None = None, tools: Iterable[Tool] = (),
+                shared: SharedRuns | None = None) -> Session:
+        """Open a session; ``tools`` adds or replaces tools for this session only (e.g. bound to its state);
+        ``shared`` replaces the runtime's shared results for it (one tenant's, say)."""
         extra = self._with_policy(tools)
         registry = self.tools.merged(extra) if extra else self.tools
-        return Session(self, session_id or f"s{next(self._ids)}", registry)
+        session = Session(self, session_id or f"s{next(self._ids)}", registry)
+        session.shared = shared if shared is not None else self.shared
+        return session
 
     def stats(self) -> SessionStats:
         t = self.telemetry

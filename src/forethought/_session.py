@@ -236,7 +236,11 @@ class Session(LiveState):
                 async with asyncio.timeout(runtime.policy.speculation_timeout_s):
                     if t.validator is not None:
                         entry.freshness = await maybe_await(t.validator(entry.call))
-                    if t.threaded:
+                    shared = self.shared
+                    if shared is not None and not t.threaded and shared.shares(t):
+                        entry.started = self._now()  # obtaining it is its run, from Redis or here
+                        value = await shared.speculate(t, entry.key, entry.invoke)
+                    elif t.threaded:
                         value = await runtime.scheduler.run_sync(entry.invoke, speculative=True)
                     else:
                         value = entry.invoke()
@@ -357,6 +361,9 @@ class Session(LiveState):
             try:
                 given = t.arguments.given(call)
                 value = await self._run_authoritative(t, given if share_arguments else own_arguments(given, top=False))
+                shared = self.shared
+                if shared is not None and shared.shares(t):
+                    shared.published(t, key, value)
             finally:
                 waited = self._now() - start
                 self._emit(_MISS, t, key, seconds=waited)

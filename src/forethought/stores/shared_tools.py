@@ -20,11 +20,13 @@ anything but PURE / READ_ONLY, and values not built of JSON's own types (:mod:`~
 Every backend error or timeout (``op_timeout_s``) makes that speculation local, emits a ``degraded``
 :class:`~forethought.stores.events.StoreEvent` and skips the backend for ``retry_after_s``.
 
-How it reaches the runtime without changing it: :meth:`speculate` sets a context variable around
-``session.speculate``; the speculation's task copies the context when it is created, so the wrapped tool
-function sees the variable only inside that speculation. Shared tools must therefore run on the event loop
-(``threaded=False``): a worker thread would not see it. A ``shared`` field on ``ToolPolicy`` read in
-``Session._run_speculation`` would replace the variable (docs/scale.md, "Runtime hook").
+How it reaches the runtime: ``Runtime(shared=shared.runs())`` (or ``runtime.session(shared=...)`` for one
+tenant's sessions) makes every speculation of a shared tool, from any caller (the Agent, the tap, the MCP
+proxy, code speculation), obtain its value here and every authoritative run publish its value — the
+runtime's own seam, :class:`~forethought._shared.SharedRuns`. The older way still works: :meth:`wrap` a
+tool and call :meth:`speculate` / :meth:`execute` instead of the session's, which sets a context variable
+the wrapped function reads inside that speculation only. Shared tools run on the event loop
+(``threaded=False``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from forethought._calls import ToolCall
 from forethought._clock import SYSTEM_CLOCK, Clock
 from forethought._runtime import Session
 from forethought._scheduler import maybe_await
+from forethought._shared import SharedRuns
 from forethought._store import CallOutcome, SpeculationTicket
 from forethought._tools import Effect, Tool
 from forethought.errors import ToolDefinitionError
@@ -165,6 +168,35 @@ class SharedSpeculation:
             return self._run_and_publish(key, spec, ttl_s, lambda: original(*args, **kwargs))
 
         return dataclasses.replace(t, fn=fn)
+
+    # --- the runtime's seam (forethought._shared.SharedRuns) ------------------------------------------
+
+    def shares(self, t: Tool) -> bool:
+        """Whether the policy marks ``t`` shared and it may be (private or stateful tools never are)."""
+        return t.name in self.policy.tools and unshareable(t) is None
+
+    async def speculate_value(self, t: Tool, key: str, run: Callable[[], Any]) -> Any:
+        """A speculation's value of shared tool ``t`` under call ``key``: served, waited for, or run and
+        published (the runtime calls this as :meth:`forethought._shared.SharedRuns.speculate`)."""
+        spec = self.policy.tools[t.name]
+        return await self._shared_run(self.storage_key(key), spec, min(spec.ttl_s, t.ttl_s), run)
+
+    def published(self, t: Tool, key: str, value: Any) -> None:
+        """An authoritative value of ``t``: encoded now (the caller may change it next), published in the
+        background unless the backend is down."""
+        spec = self.policy.tools.get(t.name)
+        if spec is None or not self._usable():
+            return
+        try:
+            payload = encode(value)
+        except NotShareable:
+            self.stats.not_shareable += 1
+            return
+        self._soon(self._publish_payload(self.storage_key(key), payload, spec, min(spec.ttl_s, t.ttl_s), ""))
+
+    def runs(self) -> SharedRuns:
+        """This object as the runtime's :class:`~forethought._shared.SharedRuns` (``Runtime(shared=...)``)."""
+        return _Seam(self)
 
     def storage_key(self, call_key: str) -> str:
         """The backend key of ``call_key`` for this tenant (keyed digests: no argument reaches the backend)."""
@@ -304,6 +336,9 @@ class SharedSpeculation:
             self.stats.not_shareable += 1
             await self._release(key, token)
             return
+        await self._publish_payload(key, payload, spec, ttl_s, token)
+
+    async def _publish_payload(self, key: str, payload: bytes, spec: SharedTool, ttl_s: float, token: str) -> None:
         if len(payload) > spec.max_value_bytes:
             self.stats.too_large += 1
             await self._release(key, token)
@@ -327,3 +362,19 @@ class SharedSpeculation:
         await self.drain()
         with contextlib.suppress(StoreUnavailableError):
             await self._backend.close()
+
+
+class _Seam:
+    """:class:`SharedSpeculation` seen through the runtime's :class:`~forethought._shared.SharedRuns`."""
+
+    def __init__(self, shared: SharedSpeculation) -> None:
+        self._shared = shared
+
+    def shares(self, t: Tool) -> bool:
+        return self._shared.shares(t)
+
+    async def speculate(self, t: Tool, key: str, run: Callable[[], Any]) -> Any:
+        return await self._shared.speculate_value(t, key, run)
+
+    def published(self, t: Tool, key: str, value: Any) -> None:
+        self._shared.published(t, key, value)
