@@ -91,6 +91,16 @@ class DistinctModel:
         return rate
 
 
+def clashing(choices: Mapping[str, Sequence[_Candidate]]) -> set[str]:
+    """The parameters whose best value (:func:`comparable_key`) is another parameter's best value too."""
+    owners: dict[str, list[str]] = {}
+    for param, found in choices.items():
+        key = None if not found or found[0].absent else comparable_key(found[0].value)
+        if key is not None:
+            owners.setdefault(key, []).append(param)
+    return {param for params in owners.values() if len(params) > 1 for param in params}
+
+
 def assign(choices: Mapping[str, Sequence[_Candidate]], distinct: bool) -> dict[str, int]:
     """For each parameter, the index of the candidate to use: its best, or (``distinct``) its best whose
     value no parameter with a better best score took (its best again when every one was taken)."""

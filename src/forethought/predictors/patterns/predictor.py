@@ -33,7 +33,13 @@ from forethought.predictors.patterns.counts import Counts, CountsState
 from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.derive_time import first_output_date, reference_now
-from forethought.predictors.patterns.distinct import DISTINCT_BELOW, DistinctModel, assign, repeats_a_value
+from forethought.predictors.patterns.distinct import (
+    DISTINCT_BELOW,
+    DistinctModel,
+    assign,
+    clashing,
+    repeats_a_value,
+)
 from forethought.predictors.patterns.flow import TURN_MARK, FlowModel, FlowView, call_token
 from forethought.predictors.patterns.numbers import NumberSpelling
 from forethought.predictors.patterns.repeats import RECENT_CALLS, RecentCalls, RepeatModel, recent_calls
@@ -65,7 +71,10 @@ class PatternConfig:
     z: float = 1.0
     """Width of the Wilson interval used to score rules and constants."""
     name_candidates: int = 5
-    """Tools whose arguments are derived at each step."""
+    """Most tools whose arguments are derived at each step."""
+    name_mass: float = 0.98
+    """Once the top k calls are filled, tools are no longer tried when those tried so far hold this share of
+    the tool probability (the rest could only enter the top k with tiny confidences)."""
     arg_alternatives: int = 2
     """Values kept per parameter when forming alternative calls."""
     arg_weight: float = 1.0
@@ -305,10 +314,12 @@ class PatternPredictor:
         step = self._step(context)
         ranked = self.flow.rank(step.view, self._candidates(context))[: self.config.name_candidates]
         options: dict[_OptionKey, Prediction] = {}
+        seen_mass = 0.0
         for tool, p_name in ranked:
             floor = self._floor(options)
-            if floor is not None and floor > p_name:
-                break  # no call of this tool, or of any less likely one, can enter the top k
+            if floor is not None and (floor > p_name or seen_mass >= self.config.name_mass):
+                break  # no call of this tool, or of any less likely one, can (or is likely to) enter the top k
+            seen_mass += p_name
             for key, prediction in self._calls_for(tool, p_name, context.tools.get(tool), step, floor):
                 if key not in options or options[key].confidence < prediction.confidence:
                     options[key] = prediction
@@ -359,10 +370,8 @@ class PatternPredictor:
         prune = floor is not None and self.config.arg_weight == 1.0
         alternatives = self.config.arg_alternatives
         for param in self.args.parameters(tool, properties):
-            # One value more than the alternatives shown: a parameter whose best value another one took
-            # falls back to it (distinct values, :mod:`distinct`).
             found = self.args.candidates(tool, param, properties.get(param) or {}, param in required,
-                                         step.sources, step.words, alternatives + 1)
+                                         step.sources, step.words, alternatives)
             if found:
                 choices[param] = found
                 bound *= found[0].score
@@ -371,6 +380,12 @@ class PatternPredictor:
         missing = sorted(required - set(choices))
         repeat_rate = self.distinct.rate(tool)
         distinct = repeat_rate < DISTINCT_BELOW
+        if distinct:
+            # A parameter whose best value another one has too gets one value more to fall back to
+            # (distinct values, :mod:`distinct`).
+            for param in sorted(clashing(choices)):
+                choices[param] = self.args.candidates(tool, param, properties.get(param) or {}, param in required,
+                                                      step.sources, step.words, alternatives + 1)
         picks = assign(choices, distinct)
         base = {param: found[picks[param]] for param, found in choices.items()}
         # An alternative value counts only as far as the values ranked above it may be wrong: the k-th value
