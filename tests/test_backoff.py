@@ -137,3 +137,19 @@ def test_the_environment_turns_backoff_off_by_default_only(monkeypatch: pytest.M
         monkeypatch.setenv("FORETHOUGHT_BACKOFF", value)
         assert Policy().backoff is expected
         assert policy_from_mapping({"backoff": True}).backoff is True  # a policy that says so wins
+
+
+@pytest.mark.real_pressure
+async def test_the_timer_stops_when_nobody_reads_the_level_and_restarts_on_the_next_read() -> None:
+    from forethought import _pressure
+
+    signal = LoopPressure((5.0, 25.0))
+    loop = asyncio.get_running_loop()
+    signal.start()
+    signal._read_at -= _pressure.IDLE_STOP_S + 1  # nobody has looked for a while
+    signal._fire(loop, loop.time())
+    assert signal._timer is None and signal.lag_s == 0.0
+    signal.pressure()
+    signal.start()
+    assert signal._timer is not None
+    signal.stop()

@@ -25,6 +25,8 @@ LAG_INTERVAL_S = 0.02
 """How often the lag timer fires."""
 LAG_EWMA_WEIGHT = 0.2
 LOAD_READ_EVERY_S = 1.0
+IDLE_STOP_S = 5.0
+"""The timer stops re-arming once nobody has read the level for this long; the next read starts it again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,7 @@ class LoopPressure:
         self._load = 0.0
         self._load_read_at = -math.inf
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._read_at = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
 
     def observe(self, late_s: float) -> None:
@@ -97,6 +100,7 @@ class LoopPressure:
         self.lag_s += LAG_EWMA_WEIGHT * (late_s - self.lag_s)
 
     def pressure(self) -> Pressure:
+        self._read_at = time.monotonic()
         lag_ms = 1000.0 * self.lag_s
         low, high = self.lag_range
         # Hysteresis: once lag has passed ``low`` the level falls back to 0 only below half of it, so a lag
@@ -136,6 +140,11 @@ class LoopPressure:
         if self._loop is not loop or loop.is_closed():
             return
         self.observe(loop.time() - due)
+        if time.monotonic() - self._read_at > IDLE_STOP_S:
+            self._timer = None  # nobody is speculating: stop; the next read starts afresh
+            self._loop = None
+            self.lag_s = 0.0
+            return
         self._arm(loop)
 
 
