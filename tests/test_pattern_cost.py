@@ -66,7 +66,9 @@ def _unpruned(predictor: PatternPredictor, context: PredictionContext) -> list[P
 
 def test_skipping_tools_that_cannot_make_the_top_k_changes_no_prediction() -> None:
     for top_k, name_candidates in ((1, 5), (2, 3), (3, 5), (4, 6)):
-        predictor = PatternPredictor(config=PatternConfig(top_k=top_k, name_candidates=name_candidates))
+        # name_mass above 1: only the exact pruning (tools that cannot beat the k-th call) is on.
+        config = PatternConfig(top_k=top_k, name_candidates=name_candidates, name_mass=2.0)
+        predictor = PatternPredictor(config=config)
         train(predictor, [_session(n) for n in range(8)])
         compared = 0
         for n in range(8, 14):
@@ -75,6 +77,19 @@ def test_skipping_tools_that_cannot_make_the_top_k_changes_no_prediction() -> No
                 predictor.observe(context, observed)
                 compared += 1
         assert compared == 30
+
+
+def test_tools_left_untried_by_name_mass_change_only_unlikely_calls() -> None:
+    config = PatternConfig(top_k=3, name_candidates=6, name_mass=0.9)
+    predictor = PatternPredictor(config=config)
+    train(predictor, [_session(n) for n in range(8)])
+    for n in range(8, 14):
+        for context, observed, _ in contexts(_session(n)):
+            # The tools left out hold at most 1 - name_mass of the tool probability, so only calls below
+            # that confidence can differ.
+            likely = [p for p in predictor.predict_now(context) if p.confidence > 1 - config.name_mass]
+            assert likely == [p for p in _unpruned(predictor, context) if p.confidence > 1 - config.name_mass]
+            predictor.observe(context, observed)
 
 
 def test_a_prediction_and_the_learning_of_its_call_share_one_step() -> None:
