@@ -83,7 +83,8 @@ async def _replay(sessions: Mapping[str, Any], trace: Sequence[TraceCall], think
 
 
 @contextlib.asynccontextmanager
-async def _direct(commands: Mapping[str, Sequence[str]]) -> AsyncIterator[dict[str, Any]]:
+async def _direct(commands: Mapping[str, Sequence[str]], read_only: set[str]) -> AsyncIterator[dict[str, Any]]:
+    """Client sessions straight to the servers; the tools they annotate read-only are added to ``read_only``."""
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     async with contextlib.AsyncExitStack() as stack:
@@ -94,7 +95,9 @@ async def _direct(commands: Mapping[str, Sequence[str]]) -> AsyncIterator[dict[s
             read, write = await stack.enter_async_context(stdio_client(params, errlog=quiet))
             sessions[server] = await stack.enter_async_context(ClientSession(read, write))
             await sessions[server].initialize()
-            await sessions[server].list_tools()
+            for tool in (await sessions[server].list_tools()).tools:
+                if tool.annotations is not None and tool.annotations.read_only_hint:
+                    read_only.add(tool.name)
         yield sessions
 
 
@@ -146,10 +149,10 @@ def _reset(template: Path, root: Path) -> None:
 
 async def _run_arm(arm: str, trace: Sequence[TraceCall], template: Path, root: Path,
                    commands: Mapping[str, Sequence[str]], store: Path | None, config: RepoBenchConfig,
-                   read_only: frozenset[str]) -> Replay:
+                   read_only: set[str]) -> Replay:
     _reset(template, root)
     if store is None:
-        async with _direct(commands) as sessions:
+        async with _direct(commands, read_only) as sessions:
             seconds, answers = await _replay(sessions, trace, config.think_s)
         return Replay(seconds, tuple(answers), repository_state(root), len(answers), 0, 0)
     proxies = _proxies(store, commands, config.settings)
@@ -166,17 +169,6 @@ async def _run_arm(arm: str, trace: Sequence[TraceCall], template: Path, root: P
     return Replay(seconds, tuple(answers), repository_state(root), upstream, early, hits)
 
 
-async def _read_only(commands: Mapping[str, Sequence[str]]) -> frozenset[str]:
-    """The tools the servers annotate read-only (what the trusted proxies may run early)."""
-    names: set[str] = set()
-    async with _direct(commands) as sessions:
-        for session in sessions.values():
-            for tool in (await session.list_tools()).tools:
-                if tool.annotations is not None and tool.annotations.read_only_hint:
-                    names.add(tool.name)
-    return frozenset(names)
-
-
 async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Run the three arms on the test fold of generated tasks; returns the ``bench``-style results."""
     totals = {arm: ArmTotals() for arm in ARMS}
@@ -188,7 +180,7 @@ async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = 
         root.parent.mkdir()
         _reset(template, root)
         commands = server_commands(config.project, root)
-        read_only = await _read_only(commands)
+        read_only: set[str] = set()  # what the servers annotate read-only: the direct arm, first of all, lists it
         cold, warm = Path(tmp) / "cold.sqlite", Path(tmp) / "warm.sqlite"
         for i, trace in enumerate(train):
             _reset(template, root)
@@ -201,7 +193,7 @@ async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = 
                     proxy.close()
             progress(f"trained on {i + 1}/{len(train)} tasks")
         for i, trace in enumerate(test):
-            order = ARMS[i % 3:] + ARMS[:i % 3]
+            order = ARMS[i % 3:] + ARMS[:i % 3]  # direct first on the first task
             runs: dict[str, Replay] = {}
             for arm in order:
                 store = None if arm == "direct" else (cold if arm == "proxy-cold" else warm)
@@ -219,7 +211,7 @@ async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = 
             progress(f"task {i}: {len(trace)} calls, " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in ARMS))
     calls = [c.tool for trace in test for c in trace]
     share = sum(c in read_only for c in calls) / len(calls) if calls else 0.0
-    results = _results(asdict(config), totals, read_only)
+    results = _results(asdict(config), totals, frozenset(read_only))
     results["params"] |= {"suite": "repo", "shape": asdict(config.shape), "load_average": _load()}
     return results | {"read_only_call_share": round(share, 4)}
 
