@@ -13,13 +13,17 @@ client sessions of one proxy process when there is no store.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Protocol
 
 TABLE = "mcp_write_clock"
-BUSY_TIMEOUT_S = 30.0
+BUSY_TIMEOUT_S = 5.0
+"""How long a tick or a reading waits for a busy store (a reading that fails makes a guess unservable)."""
+
+log = logging.getLogger(__name__)
 
 
 class WriteClock(Protocol):
@@ -68,8 +72,12 @@ class SqliteWriteClock:
         return int(row[0]) if row is not None else 0
 
     def tick(self) -> None:
-        with self._lock:
-            self._conn.execute(f"UPDATE {TABLE} SET count = count + 1 WHERE id = 0")
+        """Count one write; a store that cannot be written is logged, never the client's call's failure."""
+        try:
+            with self._lock:
+                self._conn.execute(f"UPDATE {TABLE} SET count = count + 1 WHERE id = 0")
+        except sqlite3.Error as exc:
+            log.warning("could not tick the write clock in %s: %s", self.path, exc)
 
     def close(self) -> None:
         with self._lock:
