@@ -313,16 +313,7 @@ class SessionSpeculator:
             launched += ticket.status in ("launched", "deduplicated")
 
     def _spelt(self, name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
-        """A predicted call spelt as the client spells its calls: an argument at its schema default is left
-        out unless the client's latest call of the tool gave it (keys are exact JSON: ``{}`` is not
-        ``{"context_lines": 3}``)."""
-        properties = _schema(self.tools.get(name, {})).get("properties")
-        if not isinstance(properties, Mapping):
-            return arguments
-        given = self._sent.get(name, frozenset())
-        return {k: v for k, v in arguments.items()
-                if k in given or not (isinstance(properties.get(k), Mapping) and "default" in properties[k]
-                                      and properties[k]["default"] == v)}
+        return spelt_as_client(arguments, _schema(self.tools.get(name, {})), self._sent.get(name, frozenset()))
 
     def _context(self) -> PredictionContext:
         return PredictionContext(session_id="mcp", messages=(), user_message="", history=tuple(self._history),
@@ -370,6 +361,19 @@ class _Own(Answer):
 
 def _race_key(name: str, payload: str) -> str:
     return f"{name}\0{payload}"
+
+
+def spelt_as_client(arguments: Mapping[str, Any], schema: Mapping[str, Any], given: frozenset[str]
+                    ) -> dict[str, Any]:
+    """A predicted call's arguments spelt as the client spells its calls (keys are exact JSON: ``{}`` is not
+    ``{"context_lines": 3}``). ``given``: the argument names of the client's latest call of the tool. An
+    argument at its schema default is left out unless given; one given but missing is its default."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return dict(arguments)
+    defaults = {k: p["default"] for k, p in properties.items() if isinstance(p, Mapping) and "default" in p}
+    spelt = {k: v for k, v in arguments.items() if k in given or k not in defaults or defaults[k] != v}
+    return spelt | {k: defaults[k] for k in sorted(given) if k not in spelt and k in defaults}
 
 
 def _schema(entry: Mapping[str, Any]) -> Mapping[str, Any]:
