@@ -323,16 +323,19 @@ class SessionSpeculator:
 
     def _within_bound(self, cost: int) -> bool:
         """Whether ``cost`` more upstream requests keep the session within ``max_upstream_ratio`` of direct."""
+        return self._upstream_requests() + cost <= self._policy.settings.max_upstream_ratio * self._calls
+
+    def _upstream_requests(self) -> int:
+        """Every ``tools/call`` sent upstream: the client's (raced ones included), guesses and validators."""
         link = self._link
-        upstream = link.client_calls + link.speculative_calls + link.validator_calls
-        return upstream + cost <= self._policy.settings.max_upstream_ratio * self._calls
+        return link.client_calls + link.speculative_calls + link.validator_calls
 
     def stats(self) -> ProxyStats:
         link = self._link
         speculative = link.speculative_calls
         return ProxyStats(sessions=1, calls=self._calls, hits=self._hits, misses=self._misses,
                           passthrough=self._passthrough, saved_s=self._saved_s, speculative_calls=speculative,
-                          extra_upstream_calls=max(0, speculative + link.validator_calls - self._hits))
+                          extra_upstream_calls=max(0, self._upstream_requests() - self._calls))
 
     async def close(self) -> None:
         """The client session ended: stop every speculation and request, save what the predictor learned."""

@@ -37,7 +37,8 @@ class ProxyStats:
     speculative_calls: int = 0
     """``tools/call`` requests the proxy sent on a guess."""
     extra_upstream_calls: int = 0
-    """Speculative requests that answered no call: the upstream load speculation added."""
+    """Upstream requests beyond one per client call (guesses that answered nothing, validator calls, a
+    client request raced against its guess): the upstream load speculation added."""
 
     def plus(self, other: ProxyStats) -> ProxyStats:
         return ProxyStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
