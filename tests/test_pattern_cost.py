@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from forethought._calls import ToolCall
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
-from forethought.predictors.patterns.args import _alnum_words
 from forethought.predictors.patterns.counts import Counts, wilson_lower
 from forethought.predictors.patterns.derive_rules import Rule, Sources
 from forethought.predictors.patterns.derive_values import value_key
+from forethought.predictors.patterns.mentions import alnum_words as _alnum_words
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
 from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, train
 from forethought.predictors.patterns.select import best_first

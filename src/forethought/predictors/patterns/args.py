@@ -38,6 +38,8 @@ from forethought.predictors.patterns.counts import Counts, wilson_lower
 from forethought.predictors.patterns.derive_rules import Rule, Sources
 from forethought.predictors.patterns.derive_schema import schema_checker
 from forethought.predictors.patterns.derive_values import value_key
+from forethought.predictors.patterns.mentions import mention_forms as _mention_forms
+from forethought.predictors.patterns.mentions import mentioned as _mentioned
 from forethought.predictors.patterns.select import best_first
 
 SEP = "\x1f"
@@ -82,38 +84,6 @@ class ArgCandidate:
     key: str = ""
     """The value's key (:func:`~forethought.predictors.patterns.derive_values.value_key`; :data:`ABSENT_KEY` when
     absent): equal keys are equal values."""
-
-
-_NOT_ALNUM = re.compile(r"[\W_]+")
-"""Runs of characters that are not alphanumeric (in the sense of ``str.isalnum``)."""
-
-
-@functools.lru_cache(maxsize=4096)
-def _alnum_words(text: str) -> str:
-    """``text`` lower-cased as its alphanumeric words, each between single spaces."""
-    return " " + " ".join(_NOT_ALNUM.sub(" ", text.lower()).split()) + " "
-
-
-def _mention_forms(values: Sequence[Any]) -> tuple[tuple[str, str], ...]:
-    """The values that can be mentioned (strings of 2+ characters), each with its words as matched."""
-    return tuple((value, _alnum_words(value)) for value in values if isinstance(value, str) and len(value) >= 2)
-
-
-def _mentioned(forms: Sequence[tuple[str, str]], message: str, first: bool = False) -> str | None:
-    """The value (of :func:`_mention_forms`) whose words occur last (``first``: first) in ``message``; the
-    first in ``forms`` on a tie."""
-    text = _alnum_words(message)
-    best, best_at = None, -1
-    for value, form in forms:
-        if first:
-            at = text.find(form)
-            if at >= 0 and (best_at < 0 or at < best_at):
-                best, best_at = value, at
-            continue
-        at = text.rfind(form)
-        if at > best_at:
-            best, best_at = value, at
-    return best
 
 
 @dataclass(frozen=True, slots=True)
