@@ -22,10 +22,11 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install '
 from mcp import ClientSession
 
 from forethought._calls import ToolCall
+from forethought._runtime import Runtime
 from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.proxy import Proxy
-from forethought.mcp.speculation import payload_of
-from forethought.mcp.upstream import OWN_ID_PREFIX
+from forethought.mcp.speculation import SessionSpeculator, payload_of
+from forethought.mcp.upstream import OWN_ID_PREFIX, UpstreamLink
 from test_mcp_proxy import _dump, direct, proxied
 
 FAULTY = Path(__file__).with_name("mcp_servers") / "faulty_server.py"
@@ -138,3 +139,43 @@ async def test_errors_stay_errors_and_a_failed_guess_never_surfaces(tmp_path: Pa
             got.append(await _outcome(session, name, key))
     assert got == expected
     assert handle.stats.hits == 1  # only the guess that succeeded (lookup) was served
+
+
+async def _lookups(log: Path, ratio: float, calls: int) -> tuple[int, int, int]:
+    """``calls`` lookups over six keys, guessing freely under ``ratio``: (upstream requests, guesses, raced)."""
+    policy = McpPolicy(settings=ProxySettings(guesses=8, min_confidence=0.0, max_upstream_ratio=ratio),
+                       trust_all=True)
+    async with proxied(_command(log), policy) as (session, handle):
+        await session.list_tools()
+        speculator = handle.proxy._live[-1]
+        for i in range(calls):
+            assert (await _outcome(session, "lookup", "abcdef"[i % 6]))[0] == "result"
+            await asyncio.sleep(0.02)  # think time: the guesses run
+    link = handle.proxy.links[-1]
+    upstream = link.client_calls + link.speculative_calls + link.validator_calls
+    assert len(_logged(log)) == upstream  # the upstream's own count agrees
+    return upstream, link.speculative_calls, speculator.raced
+
+
+async def test_guesses_stay_within_the_upstream_bound(tmp_path: Path) -> None:
+    ratio, calls = 1.25, 30
+    upstream, guessed, raced = await _lookups(tmp_path / "proxy.log", ratio, calls)
+    assert guessed > 0
+    assert upstream <= ratio * calls + raced  # a raced client request is the one thing not budgeted
+
+
+def test_the_bound_counts_every_upstream_request() -> None:
+    class Sink:
+        async def send(self, item: object, /) -> None: ...
+
+    link = UpstreamLink(Sink())
+    policy = McpPolicy(settings=ProxySettings(max_upstream_ratio=1.5))
+    runtime = Runtime()
+    speculator = SessionSpeculator(link, policy, "s", runtime, lambda _: (None, ""))  # type: ignore[arg-type,return-value]
+    runtime.close()
+    speculator._calls = 10
+    link.client_calls, link.speculative_calls, link.validator_calls = 8, 5, 0  # 2 hits so far
+    assert speculator._within_bound(2) and not speculator._within_bound(3)  # 13 + 2 <= 15 < 13 + 3
+    link.validator_calls = 2
+    assert not speculator._within_bound(1)  # validator calls count too
+    assert speculator.stats().extra_upstream_calls == 5

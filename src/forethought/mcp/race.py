@@ -29,6 +29,8 @@ class GuessRace:
         self._sent: dict[RequestId, asyncio.Task[Answer]] = {}
         """Client request id -> its request, sent while a guess of it ran."""
         self._tasks: set[asyncio.Task[Answer]] = set()
+        self.raced = 0
+        """Client requests sent while their guess was still running."""
 
     async def guess(self, key: str, answer: Awaitable[Answer]) -> tuple[Answer, bool]:
         """Await a guess's ``answer``, or the client's own answer to the same call if that comes first.
@@ -55,6 +57,7 @@ class GuessRace:
         if slot is None or slot.done() or request.id in self._sent:
             return
         task = asyncio.ensure_future(self._send(request))
+        self.raced += 1
         self._sent[request.id] = task
         self._tasks.add(task)
 

@@ -325,6 +325,11 @@ class SessionSpeculator:
         """Whether ``cost`` more upstream requests keep the session within ``max_upstream_ratio`` of direct."""
         return self._upstream_requests() + cost <= self._policy.settings.max_upstream_ratio * self._calls
 
+    @property
+    def raced(self) -> int:
+        """Client requests sent upstream while their guess was still running (not budgeted: see the race)."""
+        return self._race.raced
+
     def _upstream_requests(self) -> int:
         """Every ``tools/call`` sent upstream: the client's (raced ones included), guesses and validators."""
         link = self._link
