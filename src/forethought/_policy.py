@@ -100,9 +100,9 @@ class Policy:
     waste_weight: float = 0.1
     min_value_s: float = 0.0
     backoff: bool = field(default_factory=lambda: _backoff_default())
-    backoff_lag_ms: tuple[float, float] = (5.0, 40.0)
+    backoff_lag_ms: tuple[float, float] = (10.0, 60.0)
     backoff_load_per_core: tuple[float, float] | None = None
-    backoff_factor: float = 20.0
+    backoff_factor: float = 10.0
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict)
 
