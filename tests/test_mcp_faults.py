@@ -32,7 +32,7 @@ from test_mcp_proxy import _dump, direct, proxied
 FAULTY = Path(__file__).with_name("mcp_servers") / "faulty_server.py"
 TRUST = McpPolicy(settings=ProxySettings(guesses=0), trust_all=True)
 """Every tool may run early, and only the tests' own guesses do (the predictor's are turned off)."""
-SHORT_S = 0.5
+SHORT_S = 0.25
 """The client's read timeout on calls that never get a parsable answer (in both arms)."""
 LONG_S = 20.0
 """The client's read timeout on calls that must be answered: far above any answer, far below a hung guess's
