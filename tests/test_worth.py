@@ -201,4 +201,9 @@ def test_worth_of_an_unmeasured_tool_uses_its_declaration_then_a_default() -> No
     assert runtime.typical_run_s(runtime.tools.get_tool("look")) == 2.5
     runtime.note_runtime("look", 0.25)
     assert runtime.typical_run_s(runtime.tools.get_tool("look")) == 0.25
-    assert math.isfinite(runtime.typical_run_s(Runtime([bare]).tools.get_tool("look")))
+    fresh = Runtime([bare])
+    assert fresh.typical_run_s(fresh.tools.get_tool("look")) == 1.0  # nothing measured yet
+    fresh.note_runtime("other", 0.2)
+    fresh.note_runtime("other", 0.4)
+    assert math.isfinite(fresh.typical_run_s(fresh.tools.get_tool("look")))
+    assert fresh.typical_run_s(fresh.tools.get_tool("look")) == pytest.approx(0.26)  # like the tools seen

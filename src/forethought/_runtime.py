@@ -32,7 +32,8 @@ __all__ = ["CLOSE_WAIT_S", "RUNTIME_EWMA_WEIGHT", "CallOutcome", "Runtime", "Ses
 
 RUNTIME_EWMA_WEIGHT = 0.3
 UNMEASURED_RUN_S = 1.0
-"""The runtime assumed for a tool that has never run and declares no ``expected_s`` (for pricing guesses)."""
+"""The runtime assumed for a tool that has never run and declares no ``expected_s``, before any tool has
+run (for pricing guesses)."""
 
 _log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class Runtime:
         self.scheduler = Scheduler(self.policy)
         self.breaker = breaker or CircuitBreaker(self.policy.breaker, self.clock)
         self.tool_runtime_ewma: dict[str, float] = {}
+        self._mean_run_s: float | None = None
         self.calibration = Calibration()
         self.pressure_signal: PressureSignal = pressure or LoopPressure(self.policy.backoff_lag_ms,
                                                                         self.policy.backoff_load_per_core)
@@ -88,13 +90,18 @@ class Runtime:
         old = self.tool_runtime_ewma.get(tool)
         self.tool_runtime_ewma[tool] = seconds if old is None else (
             old + RUNTIME_EWMA_WEIGHT * (seconds - old))
+        mean = self._mean_run_s
+        self._mean_run_s = seconds if mean is None else mean + RUNTIME_EWMA_WEIGHT * (seconds - mean)
 
     def typical_run_s(self, t: Tool) -> float:
-        """The tool's typical runtime: measured once it has run, else declared, else :data:`UNMEASURED_RUN_S`."""
+        """The tool's typical runtime: measured once it has run, else declared, else the mean of the tools
+        measured so far (tools of one deployment tend to be alike), else :data:`UNMEASURED_RUN_S`."""
         measured = self.tool_runtime_ewma.get(t.name)
         if measured is not None:
             return measured
-        return t.expected_s if t.expected_s is not None else UNMEASURED_RUN_S
+        if t.expected_s is not None:
+            return t.expected_s
+        return self._mean_run_s if self._mean_run_s is not None else UNMEASURED_RUN_S
 
     def pressure(self) -> Pressure:
         """The load level now (none when the policy turns back-off off); a change of state is reported once,
