@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from forethought.agent import Agent, AgentResult, AgentStream, StepTiming, ToolRecord
     from forethought.code import CodeExecutor, CodePredictor, ExecResult, PlainExecutor, ShadowLimits
     from forethought.code.harness import PythonTool
-    from forethought.pacing import ReturnPacer
     from forethought.llm import (
         AnthropicMessagesClient,
         FakeLLMClient,
@@ -45,6 +44,7 @@ if TYPE_CHECKING:
         OpenAIResponsesClient,
         scripted_message,
     )
+    from forethought.pacing import ReturnPacer
     from forethought.predictors import ModelSpeculator, ObservedCall, Prediction, PredictionContext, Predictor
     from forethought.predictors.patterns import PatternConfig, PatternPredictor
     from forethought.serve.scripted import serve_scripted
