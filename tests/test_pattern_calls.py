@@ -228,3 +228,27 @@ def test_weight_steps_are_bounded_whatever_the_feature_scale() -> None:
     predictor.observe(_context("s", "zzz", (), tools), ObservedCall(ToolCall("t7", {}), "ok"))
     after = {f: predictor.flow.weight(f) for f in FEATURES}
     assert all(abs(after[f] - before[f]) <= LEARNING_RATE + 1e-12 for f in FEATURES)
+
+
+def test_huge_outputs_odd_arguments_and_unicode_do_not_break_the_new_derivations() -> None:
+    tools = {"list": {"type": "object", "properties": {}},
+             "open": {"type": "object", "properties": {"name": STRING, "n": {"type": "number"}}, "required": ["name"]}}
+
+    def huge(n: int) -> str:  # about 1 MB: indexed up to its byte bound
+        return json.dumps({"items": [f"élément-{n}-{i}" for i in range(60_000)]})
+
+    predictor = PatternPredictor()
+    for n, word in enumerate(("first", "second", "third")):  # the ordinal, not a fixed position, names it
+        listing = ObservedCall(ToolCall("list", {}), huge(n))
+        predictor.observe(_context(f"s{n}", "List them.", (), tools), listing)
+        opened = ObservedCall(ToolCall("open", {"name": f"élément-{n}-{n}", "n": 2}), "ok")
+        predictor.observe(_context(f"s{n}", f"Open the {word} one.", (listing,), tools), opened)
+        odd = ObservedCall(ToolCall("open", {"name": b"bytes", "n": {1, 2}, "x": [None, [float("nan")]]}), "")
+        predictor.observe(_context(f"s{n}", "Open the last one.", (listing, opened), tools), odd)
+    listing = ObservedCall(ToolCall("list", {}), huge(9))
+    best = predictor.predict_now(_context("live", "Open the fourth one.", (listing,), tools))
+    assert best and best[0].call.name == "open" and best[0].call.arguments["name"] == "élément-9-3"
+    empty = ObservedCall(ToolCall("list", {}), json.dumps({"items": []}))
+    for prediction in predictor.predict_now(_context("live2", "Open the second one.", (empty,), tools)):
+        assert not str(prediction.call.arguments.get("name", "")).startswith("élément-9")  # nothing to pick
+    assert call_key({"name": b"bytes", "n": {1, 2}}) != ""  # unusual types still compare (by their text)
