@@ -378,8 +378,8 @@ class PatternPredictor:
                 if prune and floor is not None and bound < floor:
                     return []
         missing = sorted(required - set(choices))
-        repeat_rate = self.distinct.rate(tool)
-        distinct = repeat_rate < DISTINCT_BELOW
+        shared_rate = self.distinct.rate(tool)  # how often this tool's calls pass one value twice
+        distinct = shared_rate < DISTINCT_BELOW
         if distinct:
             # A parameter whose best value another one has too gets one value more to fall back to
             # (distinct values, :mod:`distinct`).
@@ -399,10 +399,10 @@ class PatternPredictor:
                     shown += 1
                 doubt *= 1.0 - min(1.0, max(0.0, alternative.score))
         out = []
-        for combo, factor in combos:
+        for n, (combo, factor) in enumerate(combos):
             confidence = p_name * factor
             if distinct and len(combo) > 1 and repeats_a_value([c.value for c in combo.values() if not c.absent]):
-                confidence *= repeat_rate
+                confidence *= shared_rate
             for candidate in combo.values():
                 confidence *= candidate.score ** self.config.arg_weight
             confidence *= self.config.hint_factor ** len(missing)
@@ -413,7 +413,7 @@ class PatternPredictor:
                                                   step.recent)
             key = (tool, tuple([(param, c.key) for param, c in combo.items() if not c.absent]))
             out.append((key, Prediction(ToolCall(tool, arguments), confidence, SOURCE, executable=not missing)))
-            if factor == 1.0:
+            if n == 0:
                 # The base call with a whole number spelt the other way, when the parameter's calls spell both.
                 for param, value in arguments.items():
                     other = self.numbers.other_spelling(tool, param, properties.get(param), value)
