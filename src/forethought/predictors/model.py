@@ -29,6 +29,8 @@ from forethought.predictors.base import ObservedCall, Prediction, PredictionCont
 from forethought.predictors.interference import InterferenceMeter
 
 SAMPLE_METADATA_KEY = "sample"
+MAX_TRACKED_SESSIONS = 10_000
+"""Sessions whose last step's sampling is remembered for :meth:`ModelSpeculator.note_generation`."""
 
 
 def _identity(call: ToolCall) -> str:
@@ -126,7 +128,10 @@ class ModelSpeculator:
         if n and self.interference.probe_now():
             n = 0  # a probe step: the main model's speed without samples, to compare with
             self.probes += 1
+        self._sampled.pop(context.session_id, None)
         self._sampled[context.session_id] = n > 0
+        while len(self._sampled) > MAX_TRACKED_SESSIONS:  # sessions that never report back
+            del self._sampled[next(iter(self._sampled))]
         if n == 0:
             return
         guesses = self._guesses[context.session_id] = _SessionGuesses([set() for _ in range(n)])
