@@ -202,6 +202,8 @@ class ArmOutcome:
     loop_lag_ms: Mapping[str, float] = field(default_factory=dict)
     speculator_s: float = 0.0
     """Mean time from a speculator request to its first closed call (g), wall seconds."""
+    pacing: Mapping[str, float] = field(default_factory=dict)
+    """client-paced: returns held, seconds they waited, the pacer's final limit."""
 
 
 @dataclass(slots=True)
@@ -322,7 +324,8 @@ async def run_arm_agents(arm: str, agents: int, tasks: Sequence[tuple[int, Traje
                       tuple(r for _, runs, _, _ in loops for r in runs), engine_stats["by_model"][MAIN_MODEL],
                       gateway_stats if arm == "engine-side" else {}, sum(p for _, _, p, _ in loops),
                       sum(s for _, _, _, s in loops), cpu_s, lag.summary_ms(),
-                      speculator.stats.mean_first_close_s if speculator is not None else 0.0)
+                      speculator.stats.mean_first_close_s if speculator is not None else 0.0,
+                      {"held": pacer.held, "waited_s": pacer.waited_s, "limit": pacer.limit} if pacer else {})
 
 
 def summarize(outcome: ArmOutcome, serial: ArmOutcome, time_scale: float) -> dict[str, Any]:
@@ -362,6 +365,7 @@ def summarize(outcome: ArmOutcome, serial: ArmOutcome, time_scale: float) -> dic
         "cpu_load": {name: cpu / outcome.makespan_s if outcome.makespan_s > 0 else 0.0
                      for name, cpu in zip(("agents", "engine", "gateway"), outcome.cpu_s, strict=True)},
         "loop_lag_ms": dict(outcome.loop_lag_ms),
+        "pacing": dict(outcome.pacing),
         "equivalent": all(equivalent(by_task[(rep, run.trajectory_id)], run) for rep, run in outcome.runs),
     }
 
