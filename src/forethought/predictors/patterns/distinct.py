@@ -17,9 +17,8 @@ from typing import Any, Protocol
 
 from forethought.predictors.patterns.counts import Counts
 from forethought.predictors.patterns.derive_values import value_key
+from forethought.predictors.patterns.rates import ToolRate
 
-SEP = "\x1f"
-ANY = "*"
 PREFIX = "q"
 """Counter keys: ``q SEP tool SEP s`` (calls repeating a value) and ``q SEP tool SEP n`` (calls with two or
 more comparable values); ``tool`` = ``*`` for all tools."""
@@ -65,30 +64,19 @@ class DistinctModel:
 
     def __init__(self, counts: Counts) -> None:
         self.counts = counts
+        self._rate = ToolRate(counts, PREFIX, PRIOR_RATE, PRIOR_WEIGHT)
 
-    @staticmethod
-    def _keys(tool: str) -> tuple[str, str]:
-        base = SEP.join((PREFIX, tool, ""))
-        return base + "s", base + "n"
 
     def learn(self, tool: str, arguments: Mapping[str, Any]) -> None:
         """Count one observed call (a trial only with two or more comparable values)."""
         repeated = repeats_a_value(list(arguments.values()))
         if repeated is None:
             return
-        for level in (tool, ANY):
-            s_key, n_key = self._keys(level)
-            self.counts.add(n_key)
-            if repeated:
-                self.counts.add(s_key)
+        self._rate.count(tool, repeated)
 
     def rate(self, tool: str) -> float:
         """How likely a call of ``tool`` with two or more comparable values repeats one of them."""
-        rate = PRIOR_RATE
-        for level in (ANY, tool):
-            s_key, n_key = self._keys(level)
-            rate = (self.counts.get(s_key) + PRIOR_WEIGHT * rate) / (self.counts.get(n_key) + PRIOR_WEIGHT)
-        return rate
+        return self._rate.rate(tool)
 
 
 def clashing(choices: Mapping[str, Sequence[_Candidate]]) -> set[str]:

@@ -17,9 +17,8 @@ from typing import Any
 
 from forethought.predictors.patterns.counts import Counts
 from forethought.predictors.patterns.derive_values import value_key
+from forethought.predictors.patterns.rates import ToolRate
 
-SEP = "\x1f"
-ANY = "*"
 PREFIX = "e"
 """Counter keys: ``e SEP tool SEP s`` (repeats) and ``e SEP tool SEP n`` (trials), ``tool`` = ``*`` for all."""
 RECENT_CALLS = 32
@@ -55,11 +54,8 @@ class RepeatModel:
 
     def __init__(self, counts: Counts) -> None:
         self.counts = counts
+        self._rate = ToolRate(counts, PREFIX, PRIOR_RATE, PRIOR_WEIGHT)
 
-    @staticmethod
-    def _keys(tool: str) -> tuple[str, str]:
-        base = SEP.join((PREFIX, tool, ""))
-        return base + "s", base + "n"
 
     def learn(self, tool: str, arguments: Mapping[str, Any], recent: RecentCalls) -> None:
         """Count one observed call of ``tool`` (a trial only if ``tool`` is among the ``recent`` calls)."""
@@ -68,19 +64,11 @@ class RepeatModel:
             return
         key = call_key(arguments)
         repeat = bool(key) and key in earlier
-        for level in (tool, ANY):
-            s_key, n_key = self._keys(level)
-            self.counts.add(n_key)
-            if repeat:
-                self.counts.add(s_key)
+        self._rate.count(tool, repeat)
 
     def rate(self, tool: str) -> float:
         """How likely a call of ``tool``, made when it was already called recently, repeats one of them."""
-        rate = PRIOR_RATE
-        for level in (ANY, tool):
-            s_key, n_key = self._keys(level)
-            rate = (self.counts.get(s_key) + PRIOR_WEIGHT * rate) / (self.counts.get(n_key) + PRIOR_WEIGHT)
-        return rate
+        return self._rate.rate(tool)
 
     def factor(self, tool: str, arguments: Mapping[str, Any], recent: RecentCalls) -> float:
         """The confidence factor of a candidate call: :meth:`rate` when it repeats a recent call, else 1."""
