@@ -92,15 +92,26 @@ class LoopPressure:
         self._load_read_at = -math.inf
         self._loop: asyncio.AbstractEventLoop | None = None
         self._read_at = time.monotonic()
+        self._current: Pressure | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     def observe(self, late_s: float) -> None:
         """Fold one measured lateness (seconds) into the moving average."""
         late_s = max(0.0, late_s)
         self.lag_s += LAG_EWMA_WEIGHT * (late_s - self.lag_s)
+        self._current = None
 
     def pressure(self) -> Pressure:
-        self._read_at = time.monotonic()
+        """The level now: computed once per timer tick (or load read), so reading it on every guess is cheap."""
+        now = time.monotonic()
+        self._read_at = now
+        current = self._current
+        if current is not None and (self.load_range is None or now - self._load_read_at < LOAD_READ_EVERY_S):
+            return current
+        current = self._current = self._compute(now)
+        return current
+
+    def _compute(self, now: float) -> Pressure:
         lag_ms = 1000.0 * self.lag_s
         low, high = self.lag_range
         # Hysteresis: once lag has passed ``low`` the level falls back to 0 only below half of it, so a lag
@@ -111,7 +122,6 @@ class LoopPressure:
             self._engaged = True
         level = level_between(lag_ms, low / 2 if self._engaged else low, high)
         if self.load_range is not None:
-            now = time.monotonic()
             if now - self._load_read_at >= LOAD_READ_EVERY_S:
                 self._load_read_at = now
                 self._load = self._read_load() / self._cores
@@ -120,7 +130,7 @@ class LoopPressure:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._loop is loop and self._timer is not None:
+        if self._timer is not None and self._loop is loop:
             return
         self.stop()
         self._loop = loop
@@ -144,6 +154,7 @@ class LoopPressure:
             self._timer = None  # nobody is speculating: stop; the next read starts afresh
             self._loop = None
             self.lag_s = 0.0
+            self._current = None
             return
         self._arm(loop)
 

@@ -65,6 +65,7 @@ class Runtime:
         self.pressure_signal: PressureSignal = pressure or LoopPressure(self.policy.backoff_lag_ms,
                                                                         self.policy.backoff_load_per_core)
         self._pressure_state = "normal"
+        self._last_pressure: Pressure | None = None
         self.shared = shared
         """Where speculations of shared tools obtain their values (``None``: nothing is shared)."""
         self._ids = itertools.count(1)
@@ -111,11 +112,13 @@ class Runtime:
         signal = self.pressure_signal
         signal.start()
         now = signal.pressure()
-        state = now.state
-        if state != self._pressure_state:
-            self._pressure_state = state
-            _log.info("forethought: %s", now.reason)
-            self.telemetry.emit(Event(EventKind.BACKOFF, "", "", "", detail=now.reason))
+        if now is not self._last_pressure:  # a signal hands out one value per tick: compare states only then
+            self._last_pressure = now
+            state = now.state
+            if state != self._pressure_state:
+                self._pressure_state = state
+                _log.info("forethought: %s", now.reason)
+                self.telemetry.emit(Event(EventKind.BACKOFF, "", "", "", detail=now.reason))
         return now
 
     def price(self, t: Tool, source: str, confidence: float, eta_s: float | None) -> tuple[Worth, Pressure]:
@@ -125,9 +128,12 @@ class Runtime:
         """
         pressure = self.pressure()
         policy = self.policy
-        weight = policy.waste_weight * (1.0 + policy.backoff_factor * pressure.level)
-        p_hit = self.calibration.p_hit(source, confidence)
-        return worth(p_hit, self.typical_run_s(t), eta_s, t.cost_units, weight), pressure
+        level = pressure.level
+        weight = policy.waste_weight * (1.0 + policy.backoff_factor * level) if level else policy.waste_weight
+        run_s = self.tool_runtime_ewma.get(t.name)
+        if run_s is None:
+            run_s = self.typical_run_s(t)
+        return worth(self.calibration.p_hit(source, confidence), run_s, eta_s, t.cost_units, weight), pressure
 
     def claim_wait_limit(self, tool: Tool | str) -> float:
         """How long a speculation may have run, in all, before a claim stops waiting for it.

@@ -11,9 +11,9 @@ tool second costs against a saved one. The scheduler admits, orders and preempts
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["BINS", "Calibration", "ReliabilityRow", "Worth", "worth"]
 
@@ -52,21 +52,27 @@ class Calibration:
 
     def p_hit(self, source: str, confidence: float) -> float:
         """The chance that a guess of ``source`` at ``confidence`` is the model's call."""
-        key = (source, _bin(confidence))
-        n = self._guesses.get(key, 0)
-        if not n:
+        key = (source, min(BINS - 1, int(confidence * BINS)) if confidence > 0.0 else 0)
+        n = self._guesses.get(key)
+        if n is None:
             return confidence
         w = self.prior_weight
         return (self._hits[key] + w * confidence) / (n + w)
 
     def record(self, source: str, confidence: float, hit: bool) -> None:
         """Count one guess that ended: ``hit`` when the model's call was exactly it."""
-        if not (0.0 <= confidence <= 1.0) or math.isnan(confidence):
+        if not 0.0 <= confidence <= 1.0:  # NaN fails this too
             return
-        key = (source, _bin(confidence))
-        self._guesses[key] = self._guesses.get(key, 0) + 1
-        self._hits[key] = self._hits.get(key, 0.0) + (1.0 if hit else 0.0)
-        self._confidence[key] = self._confidence.get(key, 0.0) + confidence
+        key = (source, min(BINS - 1, int(confidence * BINS)))
+        guesses = self._guesses
+        if key in guesses:
+            guesses[key] += 1
+            self._hits[key] += hit
+            self._confidence[key] += confidence
+        else:
+            guesses[key] = 1
+            self._hits[key] = float(hit)
+            self._confidence[key] = confidence
 
     def table(self, sources: Iterable[str] | None = None) -> list[ReliabilityRow]:
         """The reliability table: predicted against observed hit rate, per source and confidence bin."""
@@ -81,9 +87,11 @@ class Calibration:
         return rows
 
 
-@dataclass(frozen=True, slots=True)
-class Worth:
-    """One speculation's price: chance of a hit, seconds a hit hides, expected cost; ``value`` the net."""
+class Worth(NamedTuple):
+    """One speculation's price: chance of a hit, seconds a hit hides, expected cost; ``value`` the net.
+
+    An immutable named tuple rather than a frozen dataclass: one is built for every guess, and a tuple is
+    built several times faster."""
 
     p_hit: float
     hide_s: float
