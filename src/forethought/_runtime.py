@@ -130,10 +130,8 @@ class Runtime:
         policy = self.policy
         level = pressure.level
         weight = policy.waste_weight * (1.0 + policy.backoff_factor * level) if level else policy.waste_weight
-        run_s = self.tool_runtime_ewma.get(t.name)
-        if run_s is None:
-            run_s = self.typical_run_s(t)
-        return worth(self.calibration.p_hit(source, confidence), run_s, eta_s, t.cost_units, weight), pressure
+        return worth(self.calibration.p_hit(source, confidence), self.typical_run_s(t), eta_s, t.cost_units,
+                     weight), pressure
 
     def claim_wait_limit(self, tool: Tool | str) -> float:
         """How long a speculation may have run, in all, before a claim stops waiting for it.

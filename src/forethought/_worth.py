@@ -24,7 +24,8 @@ PRIOR_WEIGHT = 4.0
 
 
 def _bin(confidence: float) -> int:
-    return min(BINS - 1, max(0, int(confidence * BINS)))
+    """The confidence bin (NaN and anything below 0 fall in the first, anything above 1 in the last)."""
+    return min(BINS - 1, int(confidence * BINS)) if confidence > 0.0 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ class Calibration:
 
     def p_hit(self, source: str, confidence: float) -> float:
         """The chance that a guess of ``source`` at ``confidence`` is the model's call."""
-        key = (source, min(BINS - 1, int(confidence * BINS)) if confidence > 0.0 else 0)
+        key = (source, _bin(confidence))
         n = self._guesses.get(key)
         if n is None:
             return confidence
@@ -63,7 +64,7 @@ class Calibration:
         """Count one guess that ended: ``hit`` when the model's call was exactly it."""
         if not 0.0 <= confidence <= 1.0:  # NaN fails this too
             return
-        key = (source, min(BINS - 1, int(confidence * BINS)))
+        key = (source, _bin(confidence))
         guesses = self._guesses
         if key in guesses:
             guesses[key] += 1
