@@ -6,6 +6,8 @@ Each candidate tool gets a few features, combined by a small softmax whose weigh
 * ``ngram``: log-probability of the tool after the last k calls (names and ok/error outcomes, with a
   turn-start marker), k = 1..order, interpolated Witten-Bell style so short contexts back off to longer
   evidence smoothly and a context seen once does not dominate;
+* ``maxent``: the log-probability the discriminative scorer of :mod:`flow_maxent` gives the tool (one
+  learned weight per context feature and tool: last calls, words, tools called in the session and turn);
 * ``assoc`` / ``assoc_start``: how strongly the words of the latest user message go with the tool being
   used in that turn (smoothed pointwise mutual information), and the same at the start of a turn;
 * ``assoc_first``: at the start of a turn, how strongly the message's words go with the tool being the
@@ -26,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts
+from forethought.predictors.patterns.flow_maxent import ToolScorer, context_features
 from forethought.predictors.patterns.text import name_words
 
 SEP = "\x1f"
@@ -34,10 +37,10 @@ START_MARK = "<s>"
 ERROR_MARK = "!"
 
 _NO_TOOLS: frozenset[str] = frozenset()
-FEATURES = ("ngram", "assoc", "assoc_start", "assoc_first", "name_match", "in_turn", "repeat", "unseen")
+FEATURES = ("ngram", "maxent", "assoc", "assoc_start", "assoc_first", "name_match", "in_turn", "repeat", "unseen")
 DEFAULT_WEIGHTS: Mapping[str, float] = {
-    "ngram": 1.0, "assoc": 1.0, "assoc_start": 0.5, "assoc_first": 0.5, "name_match": 2.0, "in_turn": -0.5,
-    "repeat": -0.5, "unseen": 0.0,
+    "ngram": 1.0, "maxent": 0.5, "assoc": 1.0, "assoc_start": 0.5, "assoc_first": 0.5, "name_match": 2.0,
+    "in_turn": -0.5, "repeat": -0.5, "unseen": 0.0,
 }
 """Starting weights: a sensible predictor before anything is learned."""
 
@@ -62,6 +65,8 @@ class FlowView:
     tokens: tuple[str, ...]
     words: frozenset[str]
     turn_calls: tuple[str, ...]
+    session_tools: frozenset[str] = frozenset()
+    """The tools called so far in the session."""
 
     @property
     def turn_start(self) -> bool:
@@ -92,6 +97,7 @@ class FlowModel:
         """user word -> tools counted in a turn with it (every other tool's joint count is 0)."""
         self._word_firsts: dict[str, set[str]] = {}
         """user word -> tools counted as the first call of a turn with it."""
+        self.maxent = ToolScorer(counts)
         self._known: set[str] = set()
         self._tools: dict[str, tuple[str, str, frozenset[str], int]] = {}
         self._word_keys: dict[str, tuple[str, str]] = {}
@@ -106,6 +112,9 @@ class FlowModel:
 
     def register(self, key: str) -> None:
         """Index a counter key loaded from a store."""
+        if key.startswith(PLAIN_PREFIX):
+            self.maxent.register(key)
+            return
         parts = key.split(SEP)
         if parts[0] == "n" and len(parts) >= 2 and parts[-1].startswith("="):
             self._followers.setdefault(SEP.join(parts[:-1]), set()).add(parts[-1][1:])
@@ -169,6 +178,9 @@ class FlowModel:
                 out.append((prefix, seen, seen + ASSOC_SMOOTHING, tools_of.get(word, _NO_TOOLS)))
         return out
 
+    def _maxent_features(self, view: FlowView) -> tuple[str, ...]:
+        return context_features(view.tokens, view.words, view.turn_start, view.session_tools, view.turn_calls)
+
     def _assoc(self, candidates: Sequence[str], priors: Sequence[float],
                word_counts: Sequence[tuple[str, float, float, Set[str]]]) -> list[float]:
         """Per candidate: the mean of the best :data:`ASSOC_TOP_WORDS` smoothed PMIs of its words."""
@@ -211,6 +223,7 @@ class FlowModel:
             first_priors = [((stored[k] * scale if (k := SEP.join(("tf", tool))) in stored else 0.0) + 1.0)
                             / first_spread for tool in candidates]
             firsts = self._assoc(candidates, first_priors, self._word_counts(view.words, first=True))
+        maxent = self.maxent.log_probs(self._maxent_features(view), candidates)
         floored = [ngram[tool] if ngram[tool] > NGRAM_FLOOR else NGRAM_FLOOR for tool in candidates]
         next_logs = list(map(math.log, floored))
         if self._name_matches[0] is not view.words:
@@ -225,6 +238,7 @@ class FlowModel:
                 name_matches[tool] = len(words & view.words) / word_count if word_count else 0.0
             rows[tool] = (
                 next_log,
+                maxent[tool],
                 assoc,
                 assoc if turn_start else 0.0,
                 firsts[row],
@@ -275,6 +289,7 @@ class FlowModel:
                 squares = self.counts.get(_SQUARES_KEYS[feature]) + gradient * gradient
                 self.counts.add(_SQUARES_KEYS[feature], gradient * gradient)
                 self.counts.add(_WEIGHT_KEYS[feature], LEARNING_RATE * gradient / math.sqrt(ADAGRAD_START + squares))
+        self.maxent.learn(self._maxent_features(view), pool, tool)
         self.counts.add("N")
         self.counts.add(self._info(tool)[0])
         self._known.add(tool)

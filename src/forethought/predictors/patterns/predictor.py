@@ -250,7 +250,8 @@ class PatternPredictor:
             latest = context.history[-1]
             words = message_words(" ".join(map(str, latest.call.arguments.values())) + " "
                                   + latest.output[:MAX_CUE_CHARS])
-        view = FlowView(tuple(tokens[-(self.config.order + 1):]), words, turn_calls)
+        view = FlowView(tuple(tokens[-(self.config.order + 1):]), words, turn_calls,
+                        frozenset(o.call.name for o in context.history))
         system = system_text(context.messages)
         user_texts = [str(m.get("content") or "") for m in context.messages
                       if isinstance(m, Mapping) and m.get("role") == "user"] or [context.user_message]

@@ -1,0 +1,114 @@
+"""A discriminative next-tool scorer: a sparse log-linear model over the step's context, learned online.
+
+The count-based features of :mod:`flow` each look at one thing (the last calls, the message's words, the
+tools already called); their combination is one weight per feature, the same for every tool. What they
+cannot say is *which* tool a given piece of context favours over the others once the rest is known: "the
+message says *book* and the last call was a lookup" is not the sum of the two. This model learns that
+directly: one weight per (context feature, tool), trained by online softmax regression on every observed
+call (the gradient of the log-probability of the tool that came, over the tools offered).
+
+Context features (indicators, nothing known about any tool or workload): a bias; the last call token
+(its name and ok/error outcome, or the turn-start marker) and the last two; each content word of the
+message (or, with no user text, of the latest call and output); each word at a turn's start; each tool
+called earlier in the session and each called already in this turn. Its log-probabilities feed
+:mod:`flow`'s softmax as one more feature (``maxent``), whose weight is learned like the others.
+
+Weights live in the predictor's :class:`~forethought.predictors.patterns.counts.Counts` as plain
+(never decayed) counters, so they are saved, merged and reloaded like everything else. A step updates
+only the tools that matter to its gradient: the one called and those the model gave at least
+:data:`UPDATE_FLOOR` of probability.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts
+
+SEP = "\x1f"
+PREFIX = PLAIN_PREFIX + "M"
+LEARNING_RATE = 1.0
+"""Step size per (feature, tool) weight, divided by the root of the number of active features (a step
+then moves a logit by about LEARNING_RATE * sqrt(features), whatever the message's length)."""
+UPDATE_FLOOR = 1e-3
+"""Tools given less probability than this are not updated (their gradient is negligible)."""
+MAX_WORDS = 24
+"""Words of a message used as features (in sorted order)."""
+
+
+def context_features(tokens: Sequence[str], words: frozenset[str], turn_start: bool,
+                     session_tools: frozenset[str], turn_calls: Sequence[str]) -> tuple[str, ...]:
+    """The indicator features of one step (see the module's docstring)."""
+    feats = ["b"]
+    if tokens:
+        feats.append("p1" + SEP + tokens[-1])
+        if len(tokens) > 1:
+            feats.append("p2" + SEP + tokens[-2] + SEP + tokens[-1])
+    chosen = sorted(words)[:MAX_WORDS]
+    feats.extend("w" + SEP + w for w in chosen)
+    if turn_start:
+        feats.extend("ws" + SEP + w for w in chosen)
+    feats.extend("s" + SEP + t for t in sorted(session_tools))
+    feats.extend("i" + SEP + t for t in sorted(set(turn_calls)))
+    return tuple(feats)
+
+
+class ToolScorer:
+    """Per (context feature, tool) weights; log-probabilities of candidate tools; online updates."""
+
+    def __init__(self, counts: Counts) -> None:
+        self.counts = counts
+        self._tools_of: dict[str, set[str]] = {}
+        """feature -> tools with a weight for it (every other tool's weight is 0)."""
+
+    def register(self, key: str) -> None:
+        """Index a counter key loaded from a store."""
+        if key.startswith(PREFIX + SEP):
+            parts = key.split(SEP)
+            if len(parts) >= 3:
+                self._tools_of.setdefault(SEP.join(parts[1:-1]), set()).add(parts[-1])
+
+    def _logits(self, feats: Sequence[str], candidates: Sequence[str]) -> dict[str, float]:
+        stored = self.counts.stored()
+        logits = dict.fromkeys(candidates, 0.0)
+        for feat in feats:
+            tools = self._tools_of.get(feat)
+            if not tools:
+                continue
+            base = PREFIX + SEP + feat + SEP
+            for tool in tools:
+                if tool in logits:
+                    logits[tool] += stored.get(base + tool, 0.0)
+        return logits
+
+    def log_probs(self, feats: Sequence[str], candidates: Sequence[str]) -> dict[str, float]:
+        """Log-probability of each candidate being called next."""
+        if not candidates:
+            return {}
+        logits = self._logits(feats, candidates)
+        top = max(logits.values())
+        log_total = top + math.log(sum(math.exp(v - top) for v in logits.values()))
+        return {t: v - log_total for t, v in logits.items()}
+
+    def learn(self, feats: Sequence[str], candidates: Sequence[str], tool: str) -> None:
+        """One gradient step of the log-probability of ``tool`` (called in a step with ``feats``)."""
+        pool = list(dict.fromkeys([*candidates, tool]))
+        logs = self.log_probs(feats, pool)
+        step = LEARNING_RATE / math.sqrt(max(1, len(feats)))
+        updates = []
+        for t, log_p in logs.items():
+            p = math.exp(log_p)
+            gradient = (1.0 if t == tool else 0.0) - p
+            if t == tool or p >= UPDATE_FLOOR:
+                updates.append((t, gradient * step))
+        for feat in feats:
+            base = PREFIX + SEP + feat + SEP
+            tools = self._tools_of.setdefault(feat, set())
+            for t, delta in updates:
+                self.counts.add(base + t, delta)
+                tools.add(t)
+
+    def weights(self, feat: str) -> Mapping[str, float]:
+        """The weights of one feature, by tool (for tests and inspection)."""
+        return {t: self.counts.get(PREFIX + SEP + feat + SEP + t) for t in sorted(self._tools_of.get(feat, ()))}
