@@ -31,7 +31,7 @@ from forethought.engines.vllm.pin import (
     pinned_schema,
     single_call_steps,
 )
-from forethought.engines.vllm.plugin import PREFIX, ToolCachePlugin
+from forethought.engines.vllm.plugin import ENGINE_CHAT_ROUTE, ENGINE_PREFIX, PREFIX, ToolCachePlugin
 from forethought.engines.vllm.replay import ReplayProxy
 from forethought.engines.vllm.server import EngineUnavailable, VllmConfig, locate, serve_command
 from forethought.errors import UpstreamError, WorkloadError
@@ -200,7 +200,8 @@ async def test_plugin_mounts_the_gateway_and_points_it_at_its_server() -> None:
     plugin = ToolCachePlugin(environ={})
     app = _App()
     plugin.attach_router(app)
-    assert [getattr(r, "path", None) for r in app.router.routes] == [CACHE_ROUTE, PREFIX]
+    assert [getattr(r, "path", None) for r in app.router.routes] == [
+        CACHE_ROUTE, ENGINE_CHAT_ROUTE, ENGINE_PREFIX + "/stats", ENGINE_PREFIX + "/reset", ENGINE_PREFIX, PREFIX]
 
     class State:
         pass
@@ -297,3 +298,4 @@ def test_a_missing_vllm_venv_is_reported_with_the_way_to_build_it(tmp_path: Any)
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "8123"
     assert {"--enable-prefix-caching", "--enable-auto-tool-choice", "--enforce-eager"} <= set(argv)
     assert argv[argv.index("--tool-call-parser") + 1] == "hermes"
+    assert argv[argv.index("--logits-processors") + 1] == "forethought.engines.vllm.forced:ForcedTokens"

@@ -14,15 +14,24 @@ order rotated per repeat, each through the multi-agent runner of :mod:`forethoug
   streaming early dispatch; the main model through the gateway;
 * ``engine-side`` — the same speculations posted to forethought's gateway (its own process) in front of
   the replay proxy and vLLM: a matching call continues inside the response;
-* ``engine-plugin`` — the same, through the endpoint plugin (:mod:`forethought.engines.vllm.plugin`) inside
-  vLLM's own API server: no gateway process, the cache route on vLLM's port.
+* ``engine-plugin`` — the same, through the endpoint plugin's own chat endpoint (:mod:`forethought.engines.vllm.chat`)
+  inside vLLM's own API server: no gateway process, the cache route on vLLM's port, and a matching call continues
+  the response inside the engine, on the same request (its KV cache kept; only the tool result's tokens prefilled);
+* ``engine-relay`` (opt-in, ``VllmBenchParams.arms``) — the plugin's relay (the gateway mounted in vLLM's server):
+  its continuation is a new request that the prefix cache serves.
+
+Calls are pinned by forced tokens (:mod:`forethought.engines.vllm.forced`: the call's canonical tokens as the chat
+template renders it), in every arm alike, so a continuation inside the engine holds token for token the
+conversation a new request would render; the plugin's endpoint asks the replay proxy for each segment's pinning.
 
 Before each arm vLLM's prefix cache is emptied (``POST /reset_prefix_cache``, vLLM's dev mode), so every arm
 starts cold. Figures per (M, arm): wall time, mean agent time and time saved against serial, generated tokens per second
 of wall time, and vLLM's own counters (``/metrics``, differences around the arm): prompt tokens, prompt tokens
-computed (after the prefix cache) and cached, generated tokens, requests. Equivalence is checked task by task
-against serial (tool outputs and final backend states), and every arm must finish with no conversation error
-and no replay mismatch, else the run fails loudly.
+computed (after the prefix cache) and cached, generated tokens, requests, vLLM's FLOP estimate
+(``--enable-mfu-metrics``), and for the plugin's endpoint the tokens it appended to live requests: vLLM's prompt
+counters count a request's first prefill only, so ``prompt_tokens_computed_all`` adds them. Equivalence is
+checked task by task against serial (tool outputs and final backend states), and every arm must finish with no
+conversation error and no replay mismatch, else the run fails loudly.
 """
 
 from __future__ import annotations
@@ -47,9 +56,9 @@ from forethought.bench.multi_agent import ArmOutcome, MultiAgentParams, _Servers
 from forethought.bench.report import document, write_json
 from forethought.engines.vllm import metrics
 from forethought.engines.vllm.pin import single_call_steps
-from forethought.engines.vllm.plugin import PLUGIN_NAME, POST_WAIT_ENV, PREFIX, UPSTREAM_ENV
+from forethought.engines.vllm.plugin import ENGINE_PREFIX, PLUGIN_NAME, POST_WAIT_ENV, PREFIX, REPLAY_ENV, UPSTREAM_ENV
 from forethought.engines.vllm.replay import create_replay_proxy
-from forethought.engines.vllm.server import VllmConfig, VllmServer, build_model, free_port, locate
+from forethought.engines.vllm.server import MODEL_NAME, VllmConfig, VllmServer, build_model, free_port, locate
 from forethought.errors import ForethoughtError
 from forethought.serve.engine import TimingConfig
 from forethought.serve.gateway import GatewayConfig, create_gateway
@@ -61,6 +70,8 @@ if TYPE_CHECKING:
     from forethought.bench.main import BenchConfig
 
 ARMS = ("serial", "client-side", "engine-side", "engine-plugin")
+ALL_ARMS = (*ARMS, "engine-relay")
+MFU_FLAG = "--enable-mfu-metrics"
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 """Enables vLLM's ``POST /reset_prefix_cache``: each arm starts with an empty prefix cache (else the first arm
 pays the prefill of every shared prompt prefix and the others find it cached)."""
@@ -79,10 +90,13 @@ class VllmBenchParams:
     samples: int = 1
     speculator_ttft_s: float = 0.08
     speculator_decode_tokens_per_s: float = 250.0
+    arms: tuple[str, ...] = ARMS
 
     def __post_init__(self) -> None:
         if self.max_turns < 1 or self.repeats < 1 or self.samples < 1:
             raise ValueError("max_turns, repeats and samples must be >= 1")
+        if "serial" not in self.arms or not set(self.arms) <= set(ALL_ARMS):
+            raise ValueError(f"arms must include serial and be among {', '.join(ALL_ARMS)}")
         if min(self.api_overhead_s, self.post_wait_s) < 0:
             raise ValueError("api_overhead_s and post_wait_s must be >= 0")
 
@@ -97,6 +111,7 @@ class _Stack:
     speculator_url: str
     gateway_url: str
     plugin_url: str
+    engine_chat_url: str
     vllm_url: str
     proxy_url: str
     ready_s: float
@@ -114,18 +129,21 @@ async def _stack(trajectories: Sequence[Trajectory], config: BenchConfig, params
     speculator = SpeculatorConfig(alpha=config.alpha, timing=spec_timing, seed=config.seed)
     vllm_url = f"http://127.0.0.1:{port}"
     async with serve_in_subprocess(create_replay_proxy, vllm_url, list(trajectories),
-                                   meta["whitespace_token_ids"]) as proxy_url, \
+                                   meta["whitespace_token_ids"], MODEL_NAME, int(meta["eos_token_id"])) as proxy_url, \
             serve_in_subprocess(create_model_server, list(trajectories), TimingConfig(time_scale=config.time_scale),
                                 speculator) as speculator_url, \
             serve_in_subprocess(create_gateway, proxy_url + "/v1",
                                 GatewayConfig(post_wait_s=params.post_wait_s)) as gateway_url:
         env = {**vllm.extra_env, UPSTREAM_ENV: proxy_url + "/v1", POST_WAIT_ENV: str(params.post_wait_s),
-               DEV_MODE_ENV: "1"}
-        server = VllmServer(replace(vllm, port=port, plugins=(*vllm.plugins, PLUGIN_NAME), extra_env=env))
+               DEV_MODE_ENV: "1", REPLAY_ENV: proxy_url}
+        extra = vllm.extra_args if MFU_FLAG in vllm.extra_args else (*vllm.extra_args, MFU_FLAG)
+        server = VllmServer(replace(vllm, port=port, plugins=(*vllm.plugins, PLUGIN_NAME), extra_env=env,
+                                    extra_args=extra))
         await asyncio.to_thread(server.start)
         try:
             await require_plugin(server.url)
-            yield _Stack(speculator_url, gateway_url, server.url + PREFIX, server.url, proxy_url, server.ready_s)
+            yield _Stack(speculator_url, gateway_url, server.url + PREFIX, server.url + ENGINE_PREFIX, server.url,
+                         proxy_url, server.ready_s)
         finally:
             await asyncio.to_thread(server.stop)
 
@@ -146,22 +164,29 @@ async def _replay_stats(control: httpx2.AsyncClient, proxy_url: str) -> dict[str
     return stats
 
 
+_ArmRun = tuple[ArmOutcome, metrics.EngineCounters, dict[str, Any], dict[str, Any]]
+"""An arm's outcome, vLLM's counters around it, the replay proxy's and the plugin endpoint's counters."""
+
+
 async def _run_arm(arm: str, m: int, tasks: Sequence[tuple[int, Trajectory]], per_agent: int, workload: BfclWorkload,
                    stack: _Stack, control: httpx2.AsyncClient, config: BenchConfig,
-                   multi: MultiAgentParams) -> tuple[ArmOutcome, metrics.EngineCounters, dict[str, Any]]:
-    url = stack.plugin_url if arm == "engine-plugin" else stack.gateway_url
+                   multi: MultiAgentParams) -> _ArmRun:
+    url = {"engine-plugin": stack.engine_chat_url, "engine-relay": stack.plugin_url}.get(arm, stack.gateway_url)
     servers = _Servers(stack.speculator_url, url, control)
     (await control.post(stack.proxy_url + "/replay/reset")).raise_for_status()
+    (await control.post(stack.engine_chat_url + "/reset")).raise_for_status()
     (await control.post(stack.vllm_url + "/reset_prefix_cache")).raise_for_status()  # every arm starts cold
     before = await metrics.read(stack.vllm_url, control)
-    outcome = await run_arm_agents("engine-side" if arm == "engine-plugin" else arm, m, tasks, per_agent, workload,
-                                   servers, config, multi)
+    outcome = await run_arm_agents("engine-side" if arm.startswith("engine-") else arm, m, tasks, per_agent,
+                                   workload, servers, config, multi)
     after = await metrics.read(stack.vllm_url, control)
-    return replace(outcome, arm=arm), after - before, await _replay_stats(control, stack.proxy_url)
+    chat = await control.get(stack.engine_chat_url + "/stats")
+    chat.raise_for_status()
+    return replace(outcome, arm=arm), after - before, await _replay_stats(control, stack.proxy_url), chat.json()
 
 
 def _summary(outcome: ArmOutcome, serial: ArmOutcome, counters: metrics.EngineCounters,
-             replay: Mapping[str, Any]) -> dict[str, Any]:
+             replay: Mapping[str, Any], chat: Mapping[str, Any]) -> dict[str, Any]:
     mean_agent = statistics.fmean(outcome.agent_s)
     serial_agent = statistics.fmean(serial.agent_s)
     by_task = {(rep, run.trajectory_id): run for rep, run in serial.runs}
@@ -171,7 +196,9 @@ def _summary(outcome: ArmOutcome, serial: ArmOutcome, counters: metrics.EngineCo
         "mean_agent_s": mean_agent,
         "time_saved": 1.0 - mean_agent / serial_agent if serial_agent > 0 else 0.0,
         "tokens_per_s": counters.generation_tokens / outcome.makespan_s if outcome.makespan_s > 0 else 0.0,
-        "vllm": counters.as_dict(),
+        "vllm": {**counters.as_dict(),
+                 "prompt_tokens_computed_all": round(counters.prompt_tokens_computed) + int(chat["appended_tokens"])},
+        "engine_chat": dict(chat),
         "served_calls": outcome.served_calls,
         "posts": outcome.posts,
         "hits": sum(run.stats.hits for _, run in outcome.runs),
@@ -195,6 +222,7 @@ def _aggregate(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out["vllm"] = {key: _median([s["vllm"][key] for s in samples]) for key in samples[0]["vllm"]}
     for key in ("served_calls", "posts", "hits", "misses", "replay_verified"):
         out[key] = sum(int(s[key]) for s in samples)
+    out["engine_chat"] = {key: sum(int(s["engine_chat"][key]) for s in samples) for key in samples[0]["engine_chat"]}
     out["replay_mismatches"] = [m for s in samples for m in s["replay_mismatches"]]
     out["errors"] = [e for s in samples for e in s["errors"]]
     out["equivalent"] = all(s["equivalent"] for s in samples)
@@ -204,8 +232,8 @@ def _aggregate(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def _table(agents: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Table:
     table = Table(title="vLLM (CPU, tiny random model): multi-agent arms")
-    for header in ("agents", "arm", "wall s", "saved/agent", "gen tok/s", "prompt tok", "computed", "cached",
-                   "served", "equiv"):
+    for header in ("agents", "arm", "wall s", "saved/agent", "gen tok/s", "prompt tok", "computed", "+appended",
+                   "cached", "GFLOP", "in-engine", "served", "equiv"):
         table.add_column(header, justify="right")
     for m, arms in agents.items():
         for arm, v in arms.items():
@@ -213,7 +241,10 @@ def _table(agents: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Table:
             table.add_row(m, arm, f"{v['wall_s']['median']:.1f}", f"{v['time_saved']['median']:.1%}",
                           f"{v['tokens_per_s']['median']:.1f}", f"{vl['prompt_tokens']['median']:,.0f}",
                           f"{vl['prompt_tokens_computed']['median']:,.0f}",
-                          f"{vl['prompt_tokens_cached']['median']:,.0f}", str(v["served_calls"]),
+                          f"{vl['prompt_tokens_computed_all']['median']:,.0f}",
+                          f"{vl['prompt_tokens_cached']['median']:,.0f}",
+                          f"{vl['estimated_flops']['median'] / 1e9:,.1f}",
+                          str(v["engine_chat"]["continued_in_engine"]), str(v["served_calls"]),
                           "yes" if v["equivalent"] else "NO")
     return table
 
@@ -242,18 +273,19 @@ async def run_vllm_bench(config: BenchConfig, agent_counts: Sequence[int] = (1, 
             console.print(f"[dim]vLLM ready in {stack.ready_s:.0f} s at {stack.vllm_url}[/dim]")
         for m in agent_counts:
             tasks = tasks_for(trajectories, m, tasks_per_agent)
-            samples: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+            arms = params.arms
+            samples: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
             for repeat in range(params.repeats):
-                order = ARMS[repeat % len(ARMS):] + ARMS[:repeat % len(ARMS)]
-                ran: dict[str, tuple[ArmOutcome, metrics.EngineCounters, dict[str, Any]]] = {}
+                order = arms[repeat % len(arms):] + arms[:repeat % len(arms)]
+                ran: dict[str, _ArmRun] = {}
                 for arm in order:
                     if console is not None:
                         console.print(f"[dim]{m} agents x {tasks_per_agent} tasks, repeat {repeat + 1}: {arm}[/dim]")
                     ran[arm] = await _run_arm(arm, m, tasks, tasks_per_agent, workload, stack, control, config, multi)
                 serial = ran["serial"][0]
-                for arm, (outcome, counters, replay) in ran.items():
-                    samples[arm].append(_summary(outcome, serial, counters, replay))
-            agents_out[str(m)] = {arm: _aggregate(samples[arm]) for arm in ARMS}
+                for arm, (outcome, counters, replay, chat) in ran.items():
+                    samples[arm].append(_summary(outcome, serial, counters, replay, chat))
+            agents_out[str(m)] = {arm: _aggregate(samples[arm]) for arm in arms}
     failures = [f"{m}/{arm}: {text}" for m, arms in agents_out.items() for arm, v in arms.items()
                 for text in (*v["errors"], *v["replay_mismatches"])]
     results = {
@@ -279,4 +311,5 @@ async def run_vllm_bench(config: BenchConfig, agent_counts: Sequence[int] = (1, 
     return doc
 
 
-__all__ = ["ARMS", "CPU_CAVEAT", "VllmBenchParams", "replay_trajectories", "require_plugin", "run_vllm_bench"]
+__all__ = ["ALL_ARMS", "ARMS", "CPU_CAVEAT", "VllmBenchParams", "replay_trajectories", "require_plugin",
+           "run_vllm_bench"]

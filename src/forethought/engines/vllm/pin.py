@@ -13,6 +13,9 @@ The prompt stays the real one: the chat template renders ``chat_template_kwargs.
 the agent offered) in place of the one pinned tool, so consecutive requests share their prefix and vLLM's
 prefix cache sees the same conversation a real model would.
 
+:func:`pin_forced_body` pins a call by forced tokens instead (:mod:`.forced`): the form a continuation
+inside the engine can use, since a request's grammar cannot change between its chunks.
+
 :func:`single_call_steps` splits parallel steps into one call per step (one named call per response), and
 :func:`check_call` compares what the engine emitted with the recorded call; a difference is a
 :class:`~forethought.errors.WorkloadError` that names both.
@@ -26,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from forethought._trajectory import Trajectory, Turn
+from forethought.engines.vllm.forced import FORCED_ARG
 from forethought.errors import WorkloadError
 from forethought.serve.wrong_calls import named_arguments
 
@@ -165,6 +169,31 @@ def pin_body(body: Mapping[str, Any], step: PinnedStep, model: str, whitespace_i
     return out
 
 
+def pin_forced_body(body: Mapping[str, Any], step: PinnedStep, model: str, whitespace_ids: Sequence[int],
+                    forced: Sequence[int], answer_tokens: int | None = None) -> dict[str, Any]:
+    """The request for ``body`` that makes vLLM emit ``step`` by forced tokens (:mod:`.forced`) in place of a
+    grammar: a call step offers the agent's own tools with ``tool_choice: "auto"`` and forces ``forced`` (the
+    call's canonical tokens and the end of the message); vLLM's hermes parser reads the call from the text, as it
+    would a real model's. Answers are pinned as in :func:`pin_body`. The prompt is rendered as in
+    :func:`pin_body` (``prompt_tools``), so both modes give the same prompts."""
+    if step.name is None:
+        return pin_body(body, step, model, whitespace_ids, answer_tokens)
+    tools = list(body.get("tools") or [])
+    if step.name not in schemas_of(tools):
+        raise WorkloadError(f"the request does not offer {step.name}, the recorded call")
+    if not forced:
+        raise WorkloadError("a forced call needs its tokens")
+    out: dict[str, Any] = {
+        "model": model, "messages": body["messages"], "stream": bool(body.get("stream")),
+        "temperature": 0.0, "seed": body.get("seed", 0), "tools": tools, "tool_choice": "auto",
+        "chat_template_kwargs": {"prompt_tools": tools}, "max_tokens": len(forced),
+        "vllm_xargs": {FORCED_ARG: [int(t) for t in forced]},
+    }
+    if body.get("stream"):
+        out["stream_options"] = body.get("stream_options") or {"include_usage": True}
+    return out
+
+
 def check_call(step: PinnedStep, calls: Sequence[tuple[str, str]], where: str) -> None:
     """Raise :class:`WorkloadError` unless ``calls`` (name, arguments text) is exactly the recorded call."""
     if step.name is None:
@@ -184,4 +213,4 @@ def check_call(step: PinnedStep, calls: Sequence[tuple[str, str]], where: str) -
 
 
 __all__ = ["PinnedStep", "Position", "call_token_budget", "canonical", "check_call", "next_step", "pin_body",
-           "pinned_schema", "pinned_value", "position", "schemas_of", "single_call_steps"]
+           "pin_forced_body", "pinned_schema", "pinned_value", "position", "schemas_of", "single_call_steps"]

@@ -9,19 +9,23 @@ the same cache, protocol, tokens, limits and 4xx answers, imported, not copied) 
 * ``POST /forethought/v1/chat/completions`` — the relaying chat endpoint: a streamed response gets its
   response id and token headers, and when a message's calls close and every one has a posted result, the
   response continues with the results appended;
+* ``POST /forethought/engine/v1/chat/completions`` — the plugin's own chat endpoint (:mod:`.chat`): the same
+  cache, and a matching call continues the response inside vLLM's engine, on the same request (its KV cache
+  kept); ``GET /forethought/engine/stats``, ``POST /forethought/engine/reset`` — its counters;
 * ``GET /forethought/gateway/stats``, ``POST /forethought/gateway/reset`` — its counters;
 * ``POST /forethought/engine/session`` (only with ``FORETHOUGHT_SESSION_PROBE=1``) — a multi-turn request on
   vLLM's engine client, as one streaming-input session (:mod:`.session`: the KV cache kept between turns) or as
   a fresh request per turn, token ids in and out: the measurement of docs/engine-vllm.md section 4.
 
-The relay's continuation is still a new request to vLLM's OpenAI handler (over loopback, from inside the
-same process), which finds the conversation's prefix in vLLM's prefix cache if it is still there. The
-engine can keep the KV cache across the call (the session route shows it); vLLM 0.32's OpenAI chat handler
-offers no hook to use that for a chat response; docs/engine-vllm.md names the missing interface.
+The relay's continuation is a new request to vLLM's OpenAI handler (over loopback, from inside the same
+process), which finds the conversation's prefix in vLLM's prefix cache if it is still there. vLLM 0.32's
+OpenAI chat handler calls ``generate`` once per response, with no hook to append a turn; the engine chat
+endpoint is the plugin's own handler around vLLM's pieces, which keeps the request alive across the call.
 
 Configuration is the server's environment (this is vLLM's process): ``FORETHOUGHT_UPSTREAM`` (the OpenAI
 base URL the relay sends to, default this server's own ``/v1``; the replay bench points it at its replay
-proxy), ``FORETHOUGHT_POST_WAIT_S`` (the gateway's ``post_wait_s``).
+proxy), ``FORETHOUGHT_POST_WAIT_S`` (the gateway's ``post_wait_s``), ``FORETHOUGHT_REPLAY_URL`` (the replay
+proxy that pins the engine chat endpoint's segments; unset: the client's body is used as it is).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
+from forethought.engines.vllm.chat import EngineChat, ReplayPinner
 from forethought.engines.vllm.session import Chunk, run_fresh, run_session, scripted
 from forethought.errors import WorkloadError
 from forethought.serve.gateway import CACHE_ROUTE, Gateway, GatewayConfig
@@ -45,6 +50,9 @@ POST_WAIT_ENV = "FORETHOUGHT_POST_WAIT_S"
 UNSET_UPSTREAM = "http://127.0.0.1:0/v1"
 SESSION_PROBE_ENV = "FORETHOUGHT_SESSION_PROBE"
 SESSION_ROUTE = PREFIX + "/engine/session"
+ENGINE_PREFIX = PREFIX + "/engine"
+ENGINE_CHAT_ROUTE = ENGINE_PREFIX + "/v1/chat/completions"
+REPLAY_ENV = "FORETHOUGHT_REPLAY_URL"
 MAX_SESSION_CHUNKS = 16
 MAX_PAUSE_S = 60.0
 
@@ -62,13 +70,21 @@ class ToolCachePlugin:
                                mark_continuations=self.explicit_upstream is not None)
         self.gateway = Gateway(self.explicit_upstream or UNSET_UPSTREAM, config)
         self.session_probe = env.get(SESSION_PROBE_ENV) == "1"
+        replay = env.get(REPLAY_ENV)
+        self.chat = EngineChat(self.gateway, ReplayPinner(replay) if replay else None)
         self.engine: Any = None
 
     def attach_router(self, app: Any) -> None:
-        """Add the cache route at the root, the session route (if enabled) and the gateway under ``/forethought``."""
+        """Add the cache route at the root, the engine's own chat endpoint and its counters, the session route
+        (if enabled) and the gateway under ``/forethought``."""
         app.router.routes.append(Route(CACHE_ROUTE, self.gateway.app, methods=["POST"]))
-        if self.session_probe:  # before the mount, which takes every path under the prefix
+        app.router.routes.append(Route(ENGINE_CHAT_ROUTE, self.chat.completions, methods=["POST"]))
+        app.router.routes.append(Route(ENGINE_PREFIX + "/stats", self.chat.stats_route, methods=["GET"]))
+        app.router.routes.append(Route(ENGINE_PREFIX + "/reset", self.chat.reset_route, methods=["POST"]))
+        if self.session_probe:  # before the mounts, which take every path under their prefix
             app.router.routes.append(Route(SESSION_ROUTE, self.session, methods=["POST"]))
+        # the gateway's other routes (/health, /gateway/stats, ...) under the engine endpoint's prefix too
+        app.router.routes.append(Mount(ENGINE_PREFIX, app=self.gateway.app))
         app.router.routes.append(Mount(PREFIX, app=self.gateway.app))
 
     async def session(self, request: Request) -> JSONResponse:
@@ -96,7 +112,7 @@ class ToolCachePlugin:
             host = getattr(args, "host", None) or "127.0.0.1"
             self.gateway.upstream = f"http://{host}:{getattr(args, 'port', 8000)}/v1"
         state.forethought_gateway = self.gateway
-        self.engine = engine_client
+        self.engine = self.chat.engine = engine_client
 
 
 def parse_session_body(body: Any) -> tuple[str, list[Chunk], str | None, float]:
@@ -125,4 +141,5 @@ def parse_session_body(body: Any) -> tuple[str, list[Chunk], str | None, float]:
     return mode, chunks, salt, float(pause)
 
 
-__all__ = ["PLUGIN_NAME", "SESSION_PROBE_ENV", "SESSION_ROUTE", "ToolCachePlugin", "parse_session_body"]
+__all__ = ["ENGINE_CHAT_ROUTE", "ENGINE_PREFIX", "PLUGIN_NAME", "REPLAY_ENV",
+           "SESSION_PROBE_ENV", "SESSION_ROUTE", "ToolCachePlugin", "parse_session_body"]

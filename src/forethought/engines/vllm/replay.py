@@ -9,6 +9,12 @@ finish chunk is passed on, the emitted call is compared with the recorded one (:
 A difference is never passed on as a result: the stream ends with an ``error`` chunk naming both calls (the
 agent's client raises), and ``GET /replay/stats`` counts it under ``mismatches`` with the message.
 
+With ``forced_eos_id`` (the model's end-of-message token) calls are pinned by forced tokens (:mod:`.forced`,
+:func:`.pin.pin_forced_body`) in place of a grammar: the canonical tokens of the call as the chat template
+renders it, read back by vLLM's hermes parser. ``POST /replay/pin`` and ``POST /replay/check`` offer the
+same pinning and check to the plugin's own chat endpoint (:mod:`.chat`), which talks to vLLM's engine
+directly and so cannot be pinned by a proxy in front of it; the counters are shared.
+
 Everything else of the engine is real: tokenization and the chat template, prefill, batching, the prefix
 cache, decoding under the grammar. ``GET /health``, ``GET /v1/models`` and ``GET /metrics`` are passed to
 vLLM. One proxy serves every arm of a benchmark, so the hop it adds is paid alike.
@@ -28,7 +34,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from forethought._trajectory import Trajectory
-from forethought.engines.vllm.pin import PinnedStep, check_call, next_step, pin_body, single_call_steps
+from forethought.engines.vllm.forced import call_text
+from forethought.engines.vllm.pin import (
+    PinnedStep,
+    check_call,
+    next_step,
+    pin_body,
+    pin_forced_body,
+    single_call_steps,
+)
 from forethought.errors import ForethoughtError, WorkloadError
 from forethought.llm.sse import aiter_json
 from forethought.serve.http import EventStream, StreamChunks
@@ -56,8 +70,10 @@ class ReplayProxy:
     """State of one proxy (the trajectories, vLLM's address, counters) and its Starlette ``app``."""
 
     def __init__(self, upstream_url: str, trajectories: Sequence[Trajectory], whitespace_ids: Sequence[int],
-                 model: str = "tiny") -> None:
+                 model: str = "tiny", forced_eos_id: int | None = None) -> None:
         self.upstream = upstream_url.rstrip("/")
+        self.forced_eos_id = forced_eos_id
+        self._forced: dict[str, tuple[int, ...]] = {}
         self.trajectories = {t.id: single_call_steps(t) for t in trajectories}
         self.whitespace_ids = tuple(whitespace_ids)
         self.model = model
@@ -71,6 +87,8 @@ class ReplayProxy:
             Route("/health", self._get, methods=["GET"]),
             Route("/metrics", self._get, methods=["GET"]),
             Route("/replay/stats", self._stats, methods=["GET"]),
+            Route("/replay/pin", self._pin_route, methods=["POST"]),
+            Route("/replay/check", self._check_route, methods=["POST"]),
             Route("/replay/reset", self._reset, methods=["POST"]),
         ])
 
@@ -86,6 +104,68 @@ class ReplayProxy:
             response.raise_for_status()
             cached = self._answer_tokens[text] = max(1, int(response.json()["count"]))
         return cached
+
+    async def forced_tokens(self, step: PinnedStep) -> tuple[int, ...]:
+        """The canonical tokens of ``step``'s call as the chat template renders it, and the end of the message."""
+        assert step.name is not None and self.forced_eos_id is not None
+        text = call_text(step.name, step.arguments or {})
+        cached = self._forced.get(text)
+        if cached is None:
+            response = await self._http.post(self.upstream + "/tokenize", json={
+                "model": self.model, "prompt": text, "add_special_tokens": False})
+            response.raise_for_status()
+            cached = self._forced[text] = (*(int(t) for t in response.json()["tokens"]), self.forced_eos_id)
+        return cached
+
+    async def pin(self, body: Mapping[str, Any]) -> tuple[Trajectory, PinnedStep, dict[str, Any]]:
+        """The trajectory, the step due and the request that makes vLLM emit it (forced tokens when this proxy
+        was made with ``forced_eos_id``, else a grammar); counts the request."""
+        trajectory, step = self._step(body)
+        answer = await self.answer_tokens(step.answer) if step.name is None else None
+        if self.forced_eos_id is not None and step.name is not None:
+            pinned = pin_forced_body(body, step, self.model, self.whitespace_ids, await self.forced_tokens(step))
+        else:
+            pinned = pin_body(body, step, self.model, self.whitespace_ids, answer)
+        self.stats.requests += 1
+        if step.name is None:
+            self.stats.answer_steps += 1
+        else:
+            self.stats.call_steps += 1
+        return trajectory, step, pinned
+
+    def check(self, trajectory: Trajectory, step: PinnedStep, calls: Sequence[tuple[str, str]]) -> str | None:
+        """``None`` (and one more verified call) when ``calls`` is the recorded step, else the mismatch (counted)."""
+        try:
+            check_call(step, calls, f"{trajectory.id} turn {step.position.turn} step {step.position.step}")
+        except WorkloadError as exc:
+            self.stats.mismatches.append(str(exc))
+            return str(exc)
+        self.stats.verified += step.name is not None
+        return None
+
+    async def _pin_route(self, request: Request) -> Response:
+        """``POST /replay/pin`` with the agent's request body -> ``{"body": the request to send vLLM}``."""
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise WorkloadError("the body must be a JSON object")
+            _, _, pinned = await self.pin(body)
+        except (ValueError, ForethoughtError) as exc:
+            self.stats.rejected += 1
+            return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}}, status_code=400)
+        return JSONResponse({"body": pinned})
+
+    async def _check_route(self, request: Request) -> Response:
+        """``POST /replay/check`` with ``{"body": the agent's request, "calls": [[name, arguments], ...]}``."""
+        try:
+            payload = await request.json()
+            body, raw_calls = payload["body"], payload["calls"]
+            calls = [(str(name), str(text)) for name, text in raw_calls]
+            trajectory, step = self._step(body)
+        except (ValueError, KeyError, TypeError, ForethoughtError) as exc:
+            return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}}, status_code=400)
+        wrong = self.check(trajectory, step, calls)
+        return JSONResponse({"ok": wrong is None, "message": wrong})
 
     def _step(self, body: Mapping[str, Any]) -> tuple[Trajectory, PinnedStep]:
         metadata = body.get("metadata") or {}
@@ -103,20 +183,13 @@ class ReplayProxy:
             body = await request.json()
             if not isinstance(body, dict) or not body.get("stream"):
                 raise WorkloadError("the replay proxy serves streaming chat completions only")
-            trajectory, step = self._step(body)
-            answer = await self.answer_tokens(step.answer) if step.name is None else None
-            pinned = pin_body(body, step, self.model, self.whitespace_ids, answer)
+            trajectory, step, pinned = await self.pin(body)
         except (ValueError, ForethoughtError) as exc:
             self.stats.rejected += 1
             return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}}, status_code=400)
         except httpx2.HTTPError as exc:
             return JSONResponse({"error": {"message": f"vLLM unreachable: {exc!r}", "type": "upstream_error"}},
                                 status_code=502)
-        self.stats.requests += 1
-        if step.name is None:
-            self.stats.answer_steps += 1
-        else:
-            self.stats.call_steps += 1
         upstream = self._http.build_request("POST", self.upstream + "/v1/chat/completions", json=pinned)
         try:
             response = await self._http.send(upstream, stream=True)
@@ -127,10 +200,9 @@ class ReplayProxy:
             content = await response.aread()
             await response.aclose()
             return Response(content, status_code=response.status_code, media_type="application/json")
-        where = f"{trajectory.id} turn {step.position.turn} step {step.position.step}"
-        return EventStream(self._relay(response, step, where))
+        return EventStream(self._relay(response, trajectory, step))
 
-    async def _relay(self, response: httpx2.Response, step: PinnedStep, where: str) -> StreamChunks:
+    async def _relay(self, response: httpx2.Response, trajectory: Trajectory, step: PinnedStep) -> StreamChunks:
         names: dict[int, str] = {}
         texts: dict[int, list[str]] = {}
         try:
@@ -144,13 +216,10 @@ class ReplayProxy:
                         texts.setdefault(index, []).append(function.get("arguments") or "")
                     if choice.get("finish_reason") is not None:
                         calls = [(names.get(i, ""), "".join(texts[i])) for i in sorted(texts)]
-                        try:
-                            check_call(step, calls, where)
-                        except WorkloadError as exc:
-                            self.stats.mismatches.append(str(exc))
-                            yield _sse({"error": {"message": f"replay mismatch: {exc}", "type": "replay_mismatch"}})
+                        wrong = self.check(trajectory, step, calls)
+                        if wrong is not None:
+                            yield _sse({"error": {"message": f"replay mismatch: {wrong}", "type": "replay_mismatch"}})
                             return
-                        self.stats.verified += step.name is not None
                         if step.name is not None and choice["finish_reason"] == "stop":
                             choice["finish_reason"] = "tool_calls"
                 yield _sse(chunk)
@@ -176,9 +245,9 @@ class ReplayProxy:
 
 
 def create_replay_proxy(upstream_url: str, trajectories: Sequence[Trajectory], whitespace_ids: Sequence[int],
-                        model: str = "tiny") -> Starlette:
+                        model: str = "tiny", forced_eos_id: int | None = None) -> Starlette:
     """The app of a new :class:`ReplayProxy` (a picklable factory for a child process)."""
-    return ReplayProxy(upstream_url, trajectories, whitespace_ids, model).app
+    return ReplayProxy(upstream_url, trajectories, whitespace_ids, model, forced_eos_id).app
 
 
 __all__ = ["ReplayProxy", "ReplayStats", "create_replay_proxy"]

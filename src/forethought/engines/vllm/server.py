@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx2
 
+from forethought.engines.vllm.forced import QUALNAME as FORCED_QUALNAME
 from forethought.errors import ForethoughtError, UpstreamError
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
@@ -113,12 +114,14 @@ def _env(config: VllmConfig) -> dict[str, str]:
 
 
 def serve_command(config: VllmConfig, port: int) -> list[str]:
-    """The child's argv: vLLM's OpenAI API server for the tiny model with tool calling and prefix caching."""
+    """The child's argv: vLLM's OpenAI API server for the tiny model with tool calling, prefix caching and
+    forethought's forced-token logits processor (:mod:`.forced`; idle for a request that does not ask for it)."""
     return [str(config.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(config.model_path),
             "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
             "--dtype", "bfloat16", "--max-model-len", str(config.max_model_len),
             "--max-num-seqs", str(config.max_num_seqs), "--enable-prefix-caching",
             "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--seed", str(config.seed),
+            "--logits-processors", FORCED_QUALNAME,
             *(["--enforce-eager"] if config.enforce_eager else []), *config.extra_args]
 
 

@@ -57,7 +57,7 @@ For each call, return a JSON object with the function name and its arguments wit
 <|im_start|>assistant
 {% if message.content %}{{ message.content }}{% endif %}
 {%- for call in message.tool_calls or [] %}
-{%- set arguments = call.function.arguments %}
+{%- set arguments = call.function.arguments -%}
 <tool_call>
 {"name": "{{ call.function.name }}", "arguments": {{ arguments if arguments is string else arguments | tojson }}}
 </tool_call>
