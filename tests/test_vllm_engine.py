@@ -33,9 +33,16 @@ from forethought.engines.vllm.pin import (
     pin_body,
     pinned_schema,
 )
-from forethought.engines.vllm.plugin import PREFIX, SESSION_PROBE_ENV, SESSION_ROUTE
+from forethought.engines.vllm.plugin import ENGINE_PREFIX, PREFIX, REPLAY_ENV, SESSION_PROBE_ENV, SESSION_ROUTE
 from forethought.engines.vllm.replay import ReplayProxy
-from forethought.engines.vllm.server import MODEL_NAME, EngineUnavailable, VllmConfig, VllmServer, locate
+from forethought.engines.vllm.server import (
+    MODEL_NAME,
+    EngineUnavailable,
+    VllmConfig,
+    VllmServer,
+    free_port,
+    locate,
+)
 from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import (
     MessageDone,
@@ -47,7 +54,7 @@ from forethought.llm.events import (
     ToolResultServed,
 )
 from forethought.llm.responses import OpenAIResponsesClient, to_responses_tools
-from forethought.llm.tool_cache import CACHE_CLIENT_HEADER, TOKEN_HEADER, CacheTarget
+from forethought.llm.tool_cache import CACHE_CLIENT_HEADER, SEGMENT_HEADER, TOKEN_HEADER, CacheTarget
 from forethought.serve.gateway_responses import RESULT_EVENT as RESPONSES_RESULT_EVENT
 from forethought.serve.http import serve_in_process
 from forethought.workloads.bfcl_workload import BfclWorkload
@@ -55,11 +62,15 @@ from forethought.workloads.bfcl_workload import BfclWorkload
 POST_WAIT_S = 3.0
 """The plugin's wait for posts: long enough for this test to post after the response started."""
 
+REPLAY_PORT = free_port()
+"""Where the engine chat test serves the replay proxy that pins the plugin's engine endpoint (told to vLLM at start)."""
+
 try:
     CONFIG: VllmConfig | None = locate(VllmConfig(plugins=("forethought",), enforce_eager=True,
                                                   extra_args=("--enable-mfu-metrics",),
                                                   extra_env={"FORETHOUGHT_POST_WAIT_S": str(POST_WAIT_S),
-                                                             SESSION_PROBE_ENV: "1"}))
+                                                             SESSION_PROBE_ENV: "1", "VLLM_SERVER_DEV_MODE": "1",
+                                                             REPLAY_ENV: f"http://127.0.0.1:{REPLAY_PORT}"}))
     REASON = ""
 except EngineUnavailable as exc:
     CONFIG, REASON = None, str(exc)
@@ -364,3 +375,100 @@ async def test_plugin_relays_responses_serves_a_posted_result_and_continues_on_v
     assert served[0]["call_id"] == calls[0]["call_id"]
     assert all(canonical(json.loads(c["arguments"])) == canonical(ARGUMENTS) for c in calls)
     assert final["usage"]["input_tokens"] > 0 and final["usage"]["output_tokens"] > 0
+
+
+CHAT_TOOLS = ({"type": "function", "function": {"name": "cd", "description": "Change directory.", "parameters": {
+    "type": "object", "properties": {"folder": {"type": "string"}}, "required": ["folder"]}}},
+              {"type": "function", "function": {"name": "cat", "description": "Show a file.", "parameters": {
+                  "type": "object", "properties": {"file_name": {"type": "string"}}, "required": ["file_name"]}}})
+CHAT_TRAJECTORY = Trajectory("engine-chat", (Turn("Show me the notes in my todo file.", (
+    (ToolCall("cd", {"folder": "notes"}),), (ToolCall("cat", {"file_name": "todo.txt"}),)),
+    "Here is your todo list: buy milk."),), CHAT_TOOLS)
+CHAT_OUTPUTS = {"cd": '{"current_working_directory": "notes"}', "cat": '{"file_content": "buy milk, call Ann"}'}
+
+
+async def _transcript(client: OpenAIChatClient, post: bool) -> tuple[list[tuple[str, ...]], int]:
+    """Calls, results and text as the client sees them; the plain loop runs the tools itself and asks again.
+    With ``post`` each step's result is posted to the response's cache for the segment it belongs to (at the
+    response's start, then when a result is served), as a speculator would. Returns the requests sent too."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": CHAT_TRAJECTORY.turns[0].user}]
+    steps = CHAT_TRAJECTORY.turns[0].steps
+    seen: list[tuple[str, ...]] = []
+    requests = 0
+
+    async def post_step(http: httpx2.AsyncClient, target: CacheTarget, segment: int) -> None:
+        if segment < len(steps):
+            entries = [{"name": c.name, "params": dict(c.arguments), "output": CHAT_OUTPUTS[c.name]}
+                       for c in steps[segment]]
+            posted = await http.post(target.url, json=entries, headers={
+                TOKEN_HEADER: target.token, SEGMENT_HEADER: str(segment)})
+            assert posted.json() == {"cached": len(entries)}
+
+    async with httpx2.AsyncClient(timeout=30.0) as http:
+        while True:
+            requests += 1
+            closed: list[ToolCallClosed] = []
+            text: list[str] = []
+            done: MessageDone | None = None
+            target: CacheTarget | None = None
+            async for event in client.stream(MODEL_NAME, messages, list(CHAT_TOOLS),
+                                             metadata={"trajectory_id": CHAT_TRAJECTORY.id}):
+                if isinstance(event, ResponseStarted) and post:
+                    target = CacheTarget.from_response(event)
+                    assert target is not None
+                    await post_step(http, target, 0)
+                elif isinstance(event, ToolCallClosed):
+                    closed.append(event)
+                    seen.append(("call", event.name, canonical(dict(event.arguments or {}))))
+                elif isinstance(event, ToolResultServed):
+                    seen.append(("result", event.name, event.output))
+                    closed = []  # served: the message goes on inside the response
+                    if target is not None:
+                        await post_step(http, target, event.segment)
+                elif isinstance(event, TextDelta):
+                    text.append(event.text)
+                elif isinstance(event, MessageDone):
+                    done = event
+            assert done is not None
+            if text:
+                seen.append(("text", "".join(text)))
+            if done.finish_reason != "tool_calls":
+                return seen, requests
+            messages.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw}} for c in closed]})
+            for call in closed:
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": CHAT_OUTPUTS[call.name]})
+                seen.append(("result", call.name, CHAT_OUTPUTS[call.name]))
+
+
+async def test_engine_chat_continues_inside_vllm_with_the_plain_loops_transcript(vllm: VllmServer) -> None:
+    """The plugin's engine chat endpoint against the plain loop (each turn a new request) on the same vLLM,
+    both pinned by forced tokens through one replay proxy, each arm with an empty prefix cache: the same
+    transcript (calls, results, the answer's text), one request instead of three, and fewer prompt tokens
+    computed by vLLM's counters (plus the tokens the endpoint appended, which vLLM's prompt counters skip)."""
+    proxy = ReplayProxy(vllm.url, [CHAT_TRAJECTORY], vllm.meta["whitespace_token_ids"],
+                        forced_eos_id=int(vllm.meta["eos_token_id"]))
+    async with serve_in_process(proxy.app, port=REPLAY_PORT) as proxy_url, \
+            httpx2.AsyncClient(timeout=30.0) as http:
+        (await http.post(vllm.url + "/reset_prefix_cache")).raise_for_status()
+        before = await metrics.read(vllm.url)
+        async with OpenAIChatClient(proxy_url + "/v1") as client:
+            plain, plain_requests = await _transcript(client, post=False)
+        plain_used = await metrics.read(vllm.url) - before
+        (await http.post(vllm.url + "/reset_prefix_cache")).raise_for_status()
+        (await http.post(vllm.url + ENGINE_PREFIX + "/reset")).raise_for_status()
+        before = await metrics.read(vllm.url)
+        async with OpenAIChatClient.for_gateway(vllm.url + ENGINE_PREFIX + "/v1") as client:
+            inside, inside_requests = await _transcript(client, post=True)
+        inside_used = await metrics.read(vllm.url) - before
+        stats = (await http.get(vllm.url + ENGINE_PREFIX + "/stats")).json()
+    await proxy.aclose()
+    assert [kind for kind, *_ in plain] == ["call", "result", "call", "result", "text"]
+    assert inside == plain, "the client sees the plain loop's transcript, the model's own answer included"
+    assert (plain_requests, inside_requests) == (3, 1)
+    assert stats["continued_in_engine"] == 2 and stats["continued_fresh"] == 0 and stats["served_calls"] == 2
+    assert proxy.stats.mismatches == [] and proxy.stats.verified == 4
+    inside_computed = inside_used.prompt_tokens_computed + stats["appended_tokens"]
+    assert 0 < stats["appended_tokens"] < inside_computed < plain_used.prompt_tokens_computed
+    assert inside_used.generation_tokens == plain_used.generation_tokens
+    assert 0 < inside_used.estimated_flops < plain_used.estimated_flops, "vLLM's own estimate sees less prefill"

@@ -160,12 +160,15 @@ class _Session:
             return
         self.ended = True
         self.queue.put_nowait(None)
-        with contextlib.suppress(Exception):
+        try:
             async with asyncio.timeout(END_DRAIN_S):
                 async for _ in self.stream:
                     pass
-        with contextlib.suppress(Exception):
-            await self.stream.aclose()
+        except Exception:  # a session that fails to end cleanly is aborted below
+            pass
+        finally:  # also when the client went away mid-drain: closing the stream aborts the engine request
+            with contextlib.suppress(Exception):
+                await self.stream.aclose()
 
 
 @dataclass(slots=True)
