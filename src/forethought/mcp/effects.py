@@ -17,6 +17,7 @@ proxy's own settings, and one ``[servers.NAME]`` table per upstream server (``"*
     guesses = 1
     min_confidence = 0.2
     max_upstream_ratio = 1.5
+    hedge_factor = 2.0
 
     [servers.sqlite]
     trusted = true
@@ -44,6 +45,7 @@ DEFAULT_GUESSES = 1
 DEFAULT_MIN_CONFIDENCE = 0.2
 DEFAULT_TTL_S = 30.0
 DEFAULT_MAX_UPSTREAM_RATIO = 1.5
+DEFAULT_HEDGE_FACTOR = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,9 @@ class ProxySettings:
     """How long a speculated result stays servable unless a tool's policy says otherwise."""
     max_upstream_ratio: float = DEFAULT_MAX_UPSTREAM_RATIO
     """The most upstream requests (guesses and validators included) per client call of a session."""
+    hedge_factor: float = DEFAULT_HEDGE_FACTOR
+    """A client's call that finds its guess still running sends its own request once the guess has run this
+    many times the tool's measured runtime (0: at once; see :mod:`~forethought.mcp.race`)."""
 
     def __post_init__(self) -> None:
         if self.guesses < 0:
@@ -99,6 +104,8 @@ class ProxySettings:
             raise McpPolicyError("mcp.ttl_s must be > 0")
         if not self.max_upstream_ratio >= 1.0:
             raise McpPolicyError("mcp.max_upstream_ratio must be >= 1")
+        if not 0.0 <= self.hedge_factor < float("inf"):
+            raise McpPolicyError("mcp.hedge_factor must be a number >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +169,8 @@ def decide(tool: Mapping[str, Any], server: ServerPolicy, settings: ProxySetting
 
 
 _SERVER_KEYS = {"trusted", "tools"}
-_SETTING_KEYS = {"guesses": int, "min_confidence": float, "ttl_s": float, "max_upstream_ratio": float}
+_SETTING_KEYS = {"guesses": int, "min_confidence": float, "ttl_s": float, "max_upstream_ratio": float,
+                 "hedge_factor": float}
 
 
 def policy_from_data(data: Mapping[str, Any], origin: str = "policy") -> McpPolicy:

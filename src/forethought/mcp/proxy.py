@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sqlite3
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from forethought.errors import ForethoughtError
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError
 from forethought.mcp.relay import MessageSource, Relay
-from forethought.mcp.speculation import CallReport, SessionSpeculator
+from forethought.mcp.speculation import CallReport, PredictorFactory, SessionSpeculator
 from forethought.mcp.stats import ProxyStats, StatsStore
 from forethought.mcp.upstream import MessageSink, UpstreamLink
 from forethought.mcp.writeclock import MemoryWriteClock, SqliteWriteClock, WriteClock
@@ -86,8 +87,10 @@ async def open_upstream(config: ProxyConfig) -> AsyncIterator[tuple[MessageSourc
 class Proxy:
     """What all client sessions of one proxy process share."""
 
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, predictor_for: PredictorFactory | None = None) -> None:
         self.config = config
+        self._factory = predictor_for
+        """Builds each session's predictor (default: the pattern predictor on the store)."""
         self.runtime = Runtime(policy=config.policy.runtime_for(config.name or ""))
         self._patterns: PatternStore = MemoryPatternStore()
         self._stats_store: StatsStore | None = None
@@ -107,6 +110,8 @@ class Proxy:
         self.links: list[UpstreamLink] = []
         """The upstream link of every client session served (the tests count its requests)."""
         self.on_call: Callable[[CallReport], None] | None = None
+        self.refusals: Counter[str] = Counter()
+        """Predictions the finished sessions did not speculate, by reason."""
 
     def current(self) -> ProxyStats:
         """Totals so far, the sessions still open included (what the metrics show)."""
@@ -116,6 +121,8 @@ class Proxy:
         return total
 
     def _predictor_for(self, schemas: Mapping[str, Mapping[str, Any]]) -> tuple[Predictor, str]:
+        if self._factory is not None:
+            return self._factory(schemas)
         predictor = PatternPredictor.for_tools(schemas, store=self._patterns)
         return predictor, predictor.fingerprint
 
@@ -134,6 +141,7 @@ class Proxy:
                 await relay.run()
             finally:
                 self._live.remove(speculator)
+                self.refusals.update(speculator.refusals)
                 stats = speculator.stats()
                 self.finished = self.finished.plus(stats)
                 self._save(speculator.fingerprint or UNLISTED, stats)

@@ -15,7 +15,8 @@ each tool's validator (:mod:`~forethought.mcp.freshness`) makes it stale when a 
 proxy sharing the write clock, or when the validator the policy names for it answers differently.
 
 Guesses are bounded twice: at most ``guesses`` launches after each result, and never more upstream requests
-than ``max_upstream_ratio`` times the client's own calls (a guess that would pass the bound is not made).
+than ``max_upstream_ratio`` times the client's own calls when a client call comes (a guess that would pass
+the bound at the next call, hit or miss, is not made).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import asyncio
 import contextvars
 import json
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -46,10 +47,13 @@ from forethought.predictors.base import ObservedCall, PredictionContext, Predict
 
 log = logging.getLogger(__name__)
 
-SOURCE = "mcp-pattern"
+SOURCE_PREFIX = "mcp-"
+"""Guesses are priced and reported under ``mcp-`` and their predictor's source (``mcp-pattern``)."""
 HISTORY = 32
 """Calls of the session the predictor sees (the latest ones)."""
 OUTPUT_CHARS = 4000
+SEND_YIELDS = 8
+"""Event-loop turns a step waits at most for its guesses' requests to go out before the predictor learns."""
 """Characters of a result's text the predictor learns from."""
 _PAYLOAD = PAYLOAD
 _PARAMETERS = {"type": "object", "properties": {_PAYLOAD: {"type": "string"}}, "required": [_PAYLOAD]}
@@ -126,12 +130,20 @@ class SessionSpeculator:
         self._session: Session | None = None
         self._predictor: Predictor | None = None
         self._history: deque[ObservedCall] = deque(maxlen=HISTORY)
+        self._observed = 0
+        """Calls appended to the history so far."""
+        self._asked: tuple[int, PredictionContext] | None = None
+        """The context of the latest prediction, and how many calls the history had then: the call that
+        follows is learned in that same context (the predictor reuses what it derived for it)."""
+        self._schemas: Mapping[str, Mapping[str, Any]] = {}
         self._sent: dict[str, frozenset[str]] = {}
         """Tool -> the argument names of the client's latest call of it."""
         self._envelope: dict[str, Any] = {}
         self._in_flight = 0
         self._calls = self._hits = self._misses = self._passthrough = 0
         self._saved_s = 0.0
+        self.refusals: Counter[str] = Counter()
+        """Predictions the proxy itself did not speculate, by reason (the runtime's refusals are its events)."""
 
     def upstream_named(self, info: object) -> None:
         """The upstream introduced itself (``serverInfo`` of its ``initialize`` answer); a name given on the
@@ -181,7 +193,9 @@ class SessionSpeculator:
         self.tools, self.effects = listing, effects
         self._session = self._runtime.session(tools=tools)
         self._predictor, self.fingerprint = self._predictor_for(schemas)
+        self._schemas = schemas
         self._history.clear()
+        self._asked = None
 
     def _envelope_now(self) -> Mapping[str, Any]:
         return self._envelope
@@ -235,7 +249,7 @@ class SessionSpeculator:
         if writes:
             self._clock.tick()  # before the write is sent: every proxy sharing the clock stops serving guesses
         payload = payload_of(arguments)
-        self._race.claim(_race_key(name, payload), request)
+        self._race.claim(_race_key(name, payload), request, self._hedge_s(name))
         try:
             outcome = await session.execute_detailed(ToolCall(name, {_PAYLOAD: payload}))
         except ForethoughtError as exc:
@@ -262,6 +276,16 @@ class SessionSpeculator:
             self._saved_s += outcome.saved_s
         return CallReport(answer, "miss" if outcome.kind == "miss" else "hit")
 
+    def _hedge_s(self, name: str) -> float:
+        """How long a guess of ``name`` may run before a client's call of it also goes upstream: the hedge
+        factor times the tool's measured runtime (else the mean of the tools measured; nothing measured: 0)."""
+        factor = self._policy.settings.hedge_factor
+        measured = self._runtime.tool_runtime_ewma
+        if factor <= 0 or not measured:
+            return 0.0
+        typical = measured.get(name)
+        return factor * (typical if typical is not None else sum(measured.values()) / len(measured))
+
     async def _relay(self, request: JSONRPCRequest) -> Answer:
         try:
             return await self._link.request(request)
@@ -269,61 +293,93 @@ class SessionSpeculator:
             return Answer(error=upstream_gone_error(exc.detail))
 
     async def learn_and_guess(self, request: JSONRPCRequest, report: CallReport) -> None:
-        """After an answer went to the client: learn the call, then speculate the likely next ones."""
+        """After an answer went to the client: speculate the likely next calls, then learn the call.
+
+        The guesses go first: they are predicted from the history with this call in it, and the predictor
+        learns the call (which only refines its counts for later steps) once their requests are out, so
+        learning never delays a guess."""
         session, predictor = self._session, self._predictor
         params = request.params or {}
         name = params.get("name")
         if session is None or predictor is None or report.kind == "passthrough" or not isinstance(name, str):
             return
         effect = self.effects.get(name)
+        learn: tuple[PredictionContext, ObservedCall] | None = None
         if effect is not None and not effect.private:
             observed = ObservedCall(ToolCall(name, dict(params.get("arguments") or {})), output_text(report.answer),
                                     ok=report.answer.servable)
-            try:
-                predictor.observe(self._context(), observed)
-            except Exception:  # a failing predictor costs the guess, never the call
-                log.warning("pattern predictor failed to learn a call of %s", name, exc_info=True)
+            asked = self._asked
+            learn = (asked[1] if asked is not None and asked[0] == self._observed else self._context(), observed)
             self._history.append(observed)
+            self._observed += 1
             self._sent[name] = frozenset(params.get("arguments") or {})
-        if self._in_flight:
-            return  # another call of this step is still running: its end starts the next step
+        try:
+            if not self._in_flight:  # else another call of this step is still running: its end starts the next
+                await self._guess(session, predictor)
+        finally:
+            if learn is not None:
+                try:
+                    predictor.observe(*learn)
+                except Exception:  # a failing predictor costs the guess, never the call
+                    log.warning("pattern predictor failed to learn a call of %s", name, exc_info=True)
+
+    async def _guess(self, session: Session, predictor: Predictor) -> None:
+        """Speculate the most likely next calls (then wait, briefly, for their requests to go out)."""
         session.end_turn()
         if self._link.gone is not None or session.closed:
             return
+        context = self._context()
+        self._asked = (self._observed, context)
         try:
-            predictions = await predictor.predict(self._context())
+            predictions = await predictor.predict(context)
         except Exception:
             log.warning("pattern predictor failed to predict", exc_info=True)
             return
         settings = self._policy.settings
         validators = self._policy.server(self.server_name).validators
-        launched = 0
+        launched = sent = 0
         for p in predictions:
             if launched >= settings.guesses:
                 break
             effect = self.effects.get(p.call.name)
-            if not p.executable or effect is None or not effect.early or p.confidence < settings.min_confidence:
+            if not p.executable or effect is None or not effect.early:
+                self.refusals["not an early-allowed call"] += 1
+                continue
+            if p.confidence < settings.min_confidence:
+                self.refusals["below min_confidence"] += 1
                 continue
             cost = 1 + (2 if p.call.name in validators else 0)  # the guess, and its validator at start and claim
             if not self._within_bound(cost):
+                self.refusals["upstream bound"] += 1
                 break
             arguments = self._spelt(p.call.name, p.call.arguments)
             ticket = session.speculate(ToolCall(p.call.name, {_PAYLOAD: payload_of(arguments)}),
-                                       source=SOURCE, confidence=float(p.confidence))
+                                       source=SOURCE_PREFIX + p.source, confidence=float(p.confidence))
             launched += ticket.status in ("launched", "deduplicated")
+            sent += ticket.status == "launched"
+        target = self._link.speculative_calls + sent
+        for _ in range(SEND_YIELDS):  # a guess's task takes a few loop turns to send its request
+            if self._link.speculative_calls >= target:
+                break
+            await asyncio.sleep(0)
 
     def _spelt(self, name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
         return spelt_as_client(arguments, _schema(self.tools.get(name, {})), self._sent.get(name, frozenset()))
 
     def _context(self) -> PredictionContext:
         return PredictionContext(session_id="mcp", messages=(), user_message="", history=tuple(self._history),
-                                 tools={name: _schema(entry) for name, entry in self.tools.items()})
+                                 tools=self._schemas)
 
     # --- the end --------------------------------------------------------------------------------------
 
     def _within_bound(self, cost: int) -> bool:
-        """Whether ``cost`` more upstream requests keep the session within ``max_upstream_ratio`` of direct."""
-        return self._upstream_requests() + cost <= self._policy.settings.max_upstream_ratio * self._calls
+        """Whether ``cost`` more upstream requests for a guess of the client's next call keep the session
+        within ``max_upstream_ratio`` of direct when that call comes, whether it claims the guess or is sent
+        upstream as well: ``upstream + cost + 1 <= ratio * (calls + 1)``. So every client call finds the
+        upstream within the bound (only a session that ends without a next call can pass it, by less than
+        one request)."""
+        ratio = self._policy.settings.max_upstream_ratio
+        return self._upstream_requests() + cost + 1 <= ratio * (self._calls + 1)
 
     @property
     def raced(self) -> int:

@@ -23,25 +23,35 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 
+from forethought._calls import ToolCall
 from forethought._trajectory import Trajectory
+from forethought.bench.mcp.oracle import oracle_factory
 from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.proxy import Proxy, ProxyConfig
+from forethought.telemetry import Event, EventKind
 from forethought.workloads.bfcl import BfclEntry, load_bfcl, split_interleaved, to_trajectory
 from forethought.workloads.bfcl_workload import spread
+from forethought.workloads.latency import LatencyModel, call_key_text
 from forethought.workloads.mcp_bfcl import STATE_URI, measured_read_only, server_command
 
 ARMS = ("direct", "proxy-cold", "proxy-warm")
+"""The arms every MCP suite runs."""
+ORACLE = "oracle"
+BFCL_ARMS = (*ARMS, ORACLE)
+"""The BFCL suite's arms: the three, and the oracle (the proxy told the true next call, :mod:`oracle`)."""
 TRAIN_FOLD = 100
 """Entries in one fold of the interleaved BFCL split (the most the warm store can be trained on)."""
 
@@ -56,6 +66,15 @@ class McpBenchConfig:
     python: str = sys.executable
     settings: ProxySettings = field(default_factory=ProxySettings)
     """The proxies' own knobs (guesses per result, confidence floor, upstream bound)."""
+    arms: tuple[str, ...] = BFCL_ARMS
+    """The arms to run (``direct`` always runs: the others are measured against it)."""
+    oracle_depth: int = 1
+    """How many of the true next calls the oracle proposes after each result."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.arms) - set(BFCL_ARMS)
+        if unknown:
+            raise ValueError(f"unknown MCP bench arms: {sorted(unknown)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +87,9 @@ class Replay:
     upstream_calls: int
     early_non_read: int
     hits: int
+    speculation: Mapping[str, int] = field(default_factory=dict)
+    """What happened to the guesses: the runtime's events by kind (rejections by reason) and the proxy's
+    own refusals."""
 
 
 @dataclass(slots=True)
@@ -79,6 +101,7 @@ class ArmTotals:
     calls: int = 0
     identical: bool = True
     per_trajectory_saved: list[float] = field(default_factory=list)
+    speculation: Counter[str] = field(default_factory=Counter)
 
 
 def _dump(result: Any) -> str:
@@ -140,10 +163,25 @@ async def _run_arm(arm: str, trajectory: Trajectory, command: Sequence[str], pro
             seconds, answers, state = await _replay(session, trajectory, think_s)
         calls = len(answers)
         return Replay(seconds, tuple(answers), state, calls, 0, 0)
-    (seconds, answers, state), link = await _proxied(proxy, lambda s: _replay(s, trajectory, think_s))
+    events: Counter[str] = Counter()
+    unsubscribe = proxy.runtime.telemetry.subscribe(lambda e: events.update([event_label(e)]))
+    try:
+        (seconds, answers, state), link = await _proxied(proxy, lambda s: _replay(s, trajectory, think_s))
+    finally:
+        unsubscribe()
     early_non_read = sum(1 for t in link.speculative_tools if t not in read_only)
     hits = proxy.finished.hits
-    return Replay(seconds, tuple(answers), state, link.client_calls + link.speculative_calls, early_non_read, hits)
+    events.update({f"proxy refused: {reason}": n for reason, n in proxy.refusals.items()})
+    return Replay(seconds, tuple(answers), state, link.client_calls + link.speculative_calls, early_non_read, hits,
+                  dict(events))
+
+
+def event_label(event: Event) -> str:
+    """An event's kind, and for a rejection its reason without the figures (``rejected: worth``)."""
+    if event.kind is not EventKind.REJECTED:
+        return str(event.kind.value)
+    reason = str(re.split(r"[:0-9(]", event.detail, maxsplit=1)[0]).strip()
+    return f"rejected: {reason}" if reason else "rejected"
 
 
 def _proxy(store: Path, command: Sequence[str], settings: ProxySettings) -> Proxy:
@@ -170,24 +208,26 @@ async def _train(entries: Sequence[BfclEntry], store: Path, config: McpBenchConf
 
 
 async def mcp_bench(config: McpBenchConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """Run the three arms on the test fold; returns the ``bench``-style results."""
+    """Run the arms on the test fold; returns the ``bench``-style results."""
     entries = load_bfcl()
     read_only = measured_read_only(entries)
     train, test = split_interleaved(entries)
     test = spread(test, config.trajectories)
     train = spread(train, config.training)
-    totals = {arm: ArmTotals() for arm in ARMS}
+    arms = tuple(a for a in BFCL_ARMS if a == "direct" or a in config.arms)
+    totals = {arm: ArmTotals() for arm in arms}
+    latency = LatencyModel(mean_s=config.latency_s, seed=config.seed)
     with tempfile.TemporaryDirectory(prefix="forethought-mcp-bench-") as tmp:
         cold, warm = Path(tmp) / "cold.sqlite", Path(tmp) / "warm.sqlite"
-        await _train(train, warm, config, read_only, progress)
+        if "proxy-warm" in arms:
+            await _train(train, warm, config, read_only, progress)
         for i, entry in enumerate(test):
             trajectory = to_trajectory(entry)
             command = server_command(config.python, entry, config.latency_s, config.seed, sorted(read_only))
-            order = ARMS[i % 3:] + ARMS[:i % 3]
+            order = arms[i % len(arms):] + arms[:i % len(arms)]
             runs: dict[str, Replay] = {}
             for arm in order:
-                proxy = None if arm == "direct" else _proxy(cold if arm == "proxy-cold" else warm, command,
-                                                            config.settings)
+                proxy = _arm_proxy(arm, cold, warm, command, config, trajectory)
                 try:
                     runs[arm] = await _run_arm(arm, trajectory, command, proxy, read_only, config.think_s)
                 finally:
@@ -203,12 +243,47 @@ async def mcp_bench(config: McpBenchConfig, progress: Callable[[str], None] = la
                 t.calls += len(run.answers)
                 t.identical &= run.answers == base.answers and run.state == base.state
                 t.per_trajectory_saved.append(1 - run.seconds / base.seconds if base.seconds else 0.0)
-            progress(f"{entry.id}: " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in ARMS))
-    calls = [c.name for e in test for calls in e.ground_truth for c in calls]
-    share = sum(c in read_only for c in calls) / len(calls) if calls else 0.0
-    bound = share * config.latency_s / (config.latency_s + config.think_s)
+                t.speculation.update(run.speculation)
+            progress(f"{entry.id}: " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in arms))
+    calls = [c for e in test for step in e.ground_truth for c in step]
+    share = sum(c.name in read_only for c in calls) / len(calls) if calls else 0.0
+    per_call = config.latency_s + config.think_s
+    bound = share * config.latency_s / per_call if per_call else 0.0
+    timing = _timing(calls, read_only, latency, config.think_s, totals["direct"].seconds)
     return _results(asdict(config), totals, read_only) | {"read_only_call_share": round(share, 4),
-                                                          "time_saved_bound": round(bound, 4)}
+                                                          "time_saved_bound": round(bound, 4), "timing": timing}
+
+
+def _arm_proxy(arm: str, cold: Path, warm: Path, command: Sequence[str], config: McpBenchConfig,
+               trajectory: Trajectory) -> Proxy | None:
+    """The proxy of one arm for one trajectory (``None`` for direct)."""
+    if arm == "direct":
+        return None
+    if arm == ORACLE:
+        calls = [call for turn in trajectory.turns for step in turn.steps for call in step]
+        return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=config.settings, trust_all=True)),
+                     predictor_for=oracle_factory(calls, config.oracle_depth))
+    return _proxy(cold if arm == "proxy-cold" else warm, command, config.settings)
+
+
+def _timing(calls: Sequence[ToolCall], read_only: frozenset[str], latency: LatencyModel, think_s: float,
+            direct_s: float) -> dict[str, Any]:
+    """Think time against tool latency on the test calls, and the time a guess after each result could hide:
+    ``min(latency, think)`` of every read-only call (the server draws each call's latency from the same seeded
+    model, so these are the latencies the direct arm waited)."""
+    seen: dict[str, int] = {}
+    reads: list[float] = []
+    writes: list[float] = []
+    for call in calls:
+        key = call_key_text(dict(call.arguments))
+        n = seen[call.name + key] = seen.get(call.name + key, -1) + 1
+        (reads if call.name in read_only else writes).append(latency.delay(call.name, key, n))
+    hideable = sum(min(r, think_s) for r in reads)
+    return {"think_s": think_s, "calls": len(calls), "read_calls": len(reads),
+            "read_latency_s": round(sum(reads), 3), "write_latency_s": round(sum(writes), 3),
+            "read_latency_mean_s": round(statistics.fmean(reads), 4) if reads else 0.0,
+            "hideable_s": round(hideable, 3),
+            "hideable_share": round(hideable / direct_s, 4) if direct_s else 0.0}
 
 
 def _results(params: dict[str, Any], totals: dict[str, ArmTotals], read_only: frozenset[str]) -> dict[str, Any]:
@@ -227,7 +302,11 @@ def _results(params: dict[str, Any], totals: dict[str, ArmTotals], read_only: fr
             "upstream_ratio": round(t.upstream_calls / direct.upstream_calls, 3) if direct.upstream_calls else 0.0,
             "early_non_read_runs": t.early_non_read,
             "identical_to_direct": t.identical,
+            "speculation": dict(sorted(t.speculation.items())),
         }
+    oracle = arms.get(ORACLE, {}).get("time_saved")
+    for r in arms.values():
+        r["oracle_share"] = round(r["time_saved"] / oracle, 4) if oracle else None
     return {"params": params | {"read_only_tools": sorted(read_only)}, "arms": arms,
             "equivalent": all(t.identical for t in totals.values())}
 
