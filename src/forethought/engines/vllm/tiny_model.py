@@ -10,7 +10,10 @@ give the same files; a directory whose ``forethought.json`` holds the current bu
 
 The chat template renders ``prompt_tools`` (a chat-template argument) in place of ``tools`` when given: the
 replay adapter offers the model one pinned tool for the grammar while the prompt keeps every real tool, so
-consecutive requests of a conversation share their prefix.
+consecutive requests of a conversation share their prefix. An assistant's calls are rendered right after its
+header (``<|im_start|>assistant\n<tool_call>\n{...}\n</tool_call><|im_end|>``), so the canonical tokens of a call
+that forced pinning makes the model emit (:mod:`forethought.engines.vllm.forced`) are the tokens a new request
+renders for it, and a continuation inside the engine holds exactly the conversation a new request would.
 """
 
 from __future__ import annotations
