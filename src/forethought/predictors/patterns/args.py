@@ -337,23 +337,20 @@ class ArgumentModel:
             return False
         hit = produced[1] == truth
         record = self._record(tool, param, key)
-        for s_key, n_key in (record.here, *record.wider):
-            self.counts.add(n_key)
-            if hit:
-                self.counts.add(s_key)
+        pairs = (record.here, *record.wider)
+        self.counts.add_ones([k for pair in pairs for k in pair] if hit else [n_key for _, n_key in pairs])
         return hit
 
     def _count_constant(self, tool: str, param: str, truth: str, words: frozenset[str]) -> None:
-        self.counts.add(SEP.join(("c", tool, param)))
-        for word in words:
-            self.counts.add(SEP.join(("k", tool, param, word)))
+        prefix = SEP.join(("k", tool, param, ""))
+        self.counts.add_ones([SEP.join(("c", tool, param)), *[prefix + word for word in words]])
         if len(truth) > MAX_CONSTANT_CHARS:
             return
-        self.counts.add(SEP.join(("c", tool, param, truth)))
         self._values.setdefault((tool, param), set()).add(truth)
         cues = self._cues.setdefault((tool, param), {})
+        suffix = SEP + truth
+        self.counts.add_ones([SEP.join(("c", tool, param, truth)), *[prefix + word + suffix for word in words]])
         for word in words:
-            self.counts.add(SEP.join(("k", tool, param, word, truth)))
             cues.setdefault(word, set()).add(truth)
 
     # --- prediction -----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ success rate, so one lucky observation never looks like a certainty.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 PLAIN_PREFIX = "~"
@@ -76,6 +76,9 @@ class Counts:
         self._pending: dict[str, float] = {}
         self._pending_ticks = 0.0
         self._scale_now = 1.0
+        self.version = 0
+        """Changes with every change to a counter (what was worked out from them may be reused while it
+        stays)."""
 
     def __len__(self) -> int:
         return len(self._values)
@@ -87,6 +90,7 @@ class Counts:
         return iter(list(self._values))
 
     def _refresh_scale(self) -> None:
+        self.version += 1
         if self.half_life is None:
             self._scale_now = 1.0
             return
@@ -121,9 +125,31 @@ class Counts:
 
     def add(self, key: str, delta: float = 1.0) -> None:
         """Add ``delta`` to ``key`` now."""
+        self.version += 1
         scaled = delta / self._scale_now if decays(key) else delta
         self._values[key] = self._values.get(key, 0.0) + scaled
         self._pending[key] = self._pending.get(key, 0.0) + scaled
+
+    def add_ones(self, keys: Iterable[str]) -> None:
+        """:meth:`add` 1 to each of ``keys`` (a key listed twice gets 2), in one call."""
+        self.version += 1
+        values, pending = self._values, self._pending
+        decayed = 1.0 / self._scale_now
+        for key in keys:
+            scaled = decayed if key[:_PLAIN_CHARS] != PLAIN_PREFIX else 1.0
+            values[key] = values.get(key, 0.0) + scaled
+            pending[key] = pending.get(key, 0.0) + scaled
+
+    def add_plain(self, items: Iterable[tuple[str, float]]) -> None:
+        """Add each ``(key, delta)`` now, for keys that never decay (:data:`PLAIN_PREFIX`; checked): one
+        call for many additions, as a learning step of many weights makes them."""
+        self.version += 1
+        values, pending = self._values, self._pending
+        for key, delta in items:
+            if key[:_PLAIN_CHARS] != PLAIN_PREFIX:
+                raise ValueError(f"add_plain takes keys that never decay, not {key!r}")
+            values[key] = values.get(key, 0.0) + delta
+            pending[key] = pending.get(key, 0.0) + delta
 
     def rebase(self, epoch: float) -> None:
         """Re-express every decaying number (stored and pending) at scale ``epoch``."""
@@ -132,6 +158,7 @@ class Counts:
                 if decays(key):
                     table[key] = rescale(value, self.epoch, epoch, self.half_life)
         self.epoch = epoch
+        self.version += 1
         self._scale_now = 1.0 if self.half_life is None else 2.0 ** ((self.epoch - self.clock) / self.half_life)
 
     def take_pending(self) -> tuple[dict[str, float], float]:

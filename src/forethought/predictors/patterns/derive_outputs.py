@@ -7,8 +7,10 @@ end, ``items[-1]``), walked until :data:`MAX_INDEX_BYTES` of scalar text, and th
 (:mod:`~forethought.predictors.patterns.text`) inside its text fields, tokenized up to
 :data:`MAX_TOKEN_BYTES` in all. Each leaf is filed under *lookup keys*: forms that every transform of
 :mod:`~forethought.predictors.patterns.derive_values` preserves (a string's alphanumeric characters,
-lower-cased, whole or first / last word; a number's integer part; a date's ISO form), so that explaining
-a value (which leaves give it?) reads a few dict entries instead of every leaf.
+lower-cased, whole or first / last word; a number's integer part; a date's ISO form; a text longer than
+:data:`MAX_KEYED_BYTES` under itself, as a copy), so that explaining a value (which leaves give it?)
+reads a few dict entries instead of every leaf. Of the atoms of a text field only those a rule can name
+are kept (the first and last few of each kind).
 
 Rules address list items by index only up to :data:`MAX_LIST_INDEX` (and from the end up to
 :data:`MAX_FROM_END`), so only those items are walked; a whole list is still one node (read whole by
@@ -26,8 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from forethought.predictors.patterns.derive_index import MAX_FROM_END as ATOM_FROM_END
+from forethought.predictors.patterns.derive_index import MAX_ORDINAL as ATOM_ORDINAL
 from forethought.predictors.patterns.derive_values import DATE_FORMATS, value_key
-from forethought.predictors.patterns.text import NUMBER_WORDS, Atom, parse_number, text_atoms
+from forethought.predictors.patterns.text import NUMBER_WORDS, Atom, output_atoms, parse_number
 
 MAX_INDEX_BYTES = 512 * 1024
 """Scalar text walked per output; an output larger than this is indexed up to it."""
@@ -45,7 +49,8 @@ MAX_WALK_ITEMS = 2000
 OUTPUT_INDEXES = 1024
 """Outputs whose index is remembered (those of the calls in the sessions served)."""
 TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention")
-"""Atom kinds looked for inside an output's text fields."""
+"""Atom kinds looked for inside an output's text fields (those
+:func:`~forethought.predictors.patterns.text.output_atoms` finds)."""
 
 
 def leaf_name(path: str) -> str:
@@ -90,6 +95,8 @@ def target_keys(value: Any) -> tuple[str, ...]:
     for item in (value,) if single is None or isinstance(single, list | dict) else (value, single):
         if isinstance(item, str):
             keys.append("s:" + alnum(item))
+            if len(item) > MAX_KEYED_BYTES:
+                keys.append("x:" + item)  # as a long leaf is filed (:func:`_long_string_keys`)
             number = parse_number(item)
             if number is not None:
                 keys.extend(_number_keys(number))
@@ -122,9 +129,21 @@ def _string_keys(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
+def _long_string_keys(text: str) -> tuple[str, ...]:
+    """The lookup keys of a text longer than :data:`MAX_KEYED_BYTES`: the text itself (a long value is a
+    copy, not a case change of one; reading every character to fold it would cost more than all the rest
+    of the index) and the keys of its first and last words."""
+    keys = ["x:" + text]
+    head, tail = text.split(None, 1), text.rsplit(None, 1)
+    if len(head) > 1:
+        keys.append("s:" + alnum(head[0]))
+        keys.append("s:" + alnum(tail[-1]))
+    return tuple(dict.fromkeys(keys))
+
+
 def _leaf_keys(leaf: Any) -> tuple[str, ...]:
     if isinstance(leaf, str):
-        return _string_keys(leaf)
+        return _string_keys(leaf) if len(leaf) <= MAX_KEYED_BYTES else _long_string_keys(leaf)
     if isinstance(leaf, int | float) and not isinstance(leaf, bool):
         return (f"n:{math.floor(leaf)}",) if math.isfinite(leaf) and abs(leaf) <= 1e15 else ()
     return ("v:" + value_key(leaf),)
@@ -275,15 +294,17 @@ def _worth_tokenizing(text: str) -> bool:
 
 
 def _tokenize(index: OutputIndex, path: str, leaf: str, text: str) -> None:
-    grouped: dict[str, list[Atom]] = {}
-    for atom in text_atoms(text, words_too=False):
-        if atom.kind in TOKEN_KINDS and atom.text != leaf:
-            grouped.setdefault(atom.kind, []).append(atom)
-    index.tokens[path] = {kind: tuple(atoms) for kind, atoms in grouped.items()}
+    # Rules name an atom of a field as one of the first ATOM_ORDINAL or last ATOM_FROM_END of its kind: only
+    # those are kept (the first ones, then the last ones, so that [n] and [-1 - n] still pick them).
+    found = output_atoms(text, leaf, ATOM_ORDINAL, ATOM_FROM_END)
+    index.tokens[path] = {kind: tuple(atom for _, atom in kept) for kind, (_, kept) in found.items()}
     whole = path not in index.truncated
-    for kind, atoms in grouped.items():
-        for i, atom in enumerate(atoms):
-            token = TokenAtom(path, kind, i, len(atoms) - 1 - i if whole else None, atom)
+    for kind, (count, kept) in found.items():
+        for i, atom in kept:
+            from_end = count - 1 - i if whole else None
+            if i >= ATOM_ORDINAL and (from_end is None or from_end >= ATOM_FROM_END):
+                continue  # no rule can name it
+            token = TokenAtom(path, kind, i, from_end, atom)
             keys = list(_string_keys(atom.text))
             if atom.date is not None:
                 keys.append("d:" + atom.date.isoformat())

@@ -102,6 +102,9 @@ class FlowModel:
         self._tools: dict[str, tuple[str, str, frozenset[str], int]] = {}
         self._word_keys: dict[str, tuple[str, str]] = {}
         """user word -> the key of its count and the prefix of its joint counts' keys."""
+        self._last_rows: tuple[FlowView, tuple[str, ...], int, dict[str, tuple[float, ...]]] | None = None
+        """The rows of the latest ranking (view, candidates, counts version, rows): learning the call that
+        follows a prediction reuses them while no counter changed."""
         self._name_matches: tuple[frozenset[str], dict[str, float]] = (frozenset(), {})
         """The words of the latest message ranked for, and each tool's name_match feature with them."""
 
@@ -269,7 +272,9 @@ class FlowModel:
         """Candidate tools with their probability of being called next, most likely first."""
         if not candidates:
             return []
-        ranked = sorted(self._softmax(self._rows(view, candidates)).items())
+        rows = self._rows(view, candidates)
+        self._last_rows = (view, tuple(candidates), self.counts.version, rows)
+        ranked = sorted(self._softmax(rows).items())
         ranked.sort(key=operator.itemgetter(1), reverse=True)  # stable: equal probabilities stay by name
         return ranked
 
@@ -278,7 +283,13 @@ class FlowModel:
     def learn(self, view: FlowView, candidates: Sequence[str], tool: str) -> None:
         """Count one observed call (``tool``, made in ``view``) and take one gradient step on the weights."""
         pool = list(dict.fromkeys([*candidates, tool]))
-        rows = self._rows(view, pool)
+        last = self._last_rows
+        if (last is not None and last[0] is view and last[2] == self.counts.version
+                and last[1] == tuple(pool)):
+            rows = last[3]  # ranked just before, nothing learned since: the same rows
+        else:
+            rows = self._rows(view, pool)
+        self._last_rows = None
         probs = self._softmax(rows)
         for i, feature in enumerate(FEATURES):
             expected = sum(probs[t] * rows[t][i] for t in pool)
@@ -289,24 +300,25 @@ class FlowModel:
                 squares = self.counts.get(_SQUARES_KEYS[feature]) + gradient * gradient
                 self.counts.add(_SQUARES_KEYS[feature], gradient * gradient)
                 self.counts.add(_WEIGHT_KEYS[feature], LEARNING_RATE * gradient / math.sqrt(ADAGRAD_START + squares))
-        self.maxent.learn(self._maxent_features(view), pool, tool)
-        self.counts.add("N")
-        self.counts.add(self._info(tool)[0])
+        maxent_column = FEATURES.index("maxent")
+        self.maxent.learn(self._maxent_features(view), pool, tool, {t: row[maxent_column] for t, row in rows.items()})
+        keys = ["N", self._info(tool)[0]]
         self._known.add(tool)
         for context in self._contexts(view.tokens):
             base = _ngram_key(context)
-            self.counts.add(base)
-            self.counts.add(_ngram_key(context, tool))
+            keys.append(base)
+            keys.append(_ngram_key(context, tool))
             self._followers.setdefault(base, set()).add(tool)
         if tool not in view.turn_calls:
             if view.turn_start:
-                self.counts.add("T")
-                self.counts.add(SEP.join(("tf", tool)))
+                keys.append("T")
+                keys.append(SEP.join(("tf", tool)))
                 for word in view.words:
-                    self.counts.add(SEP.join(("w", word)))
-                    self.counts.add(SEP.join(("wf", word, tool)))
+                    keys.append(SEP.join(("w", word)))
+                    keys.append(SEP.join(("wf", word, tool)))
                     self._word_firsts.setdefault(word, set()).add(tool)
-            self.counts.add(self._info(tool)[1])
+            keys.append(self._info(tool)[1])
             for word in view.words:
-                self.counts.add(SEP.join(("w", word, tool)))
+                keys.append(SEP.join(("w", word, tool)))
                 self._word_tools.setdefault(word, set()).add(tool)
+        self.counts.add_ones(keys)

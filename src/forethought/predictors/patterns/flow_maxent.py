@@ -33,6 +33,10 @@ LEARNING_RATE = 1.0
 then moves a logit by about LEARNING_RATE * sqrt(features), whatever the message's length)."""
 UPDATE_FLOOR = 1e-3
 """Tools given less probability than this are not updated (their gradient is negligible)."""
+UPDATE_RIVALS = 32
+"""Besides the tool called, only the most probable others are pushed down (at most this many: a step's cost
+is bounded however many tools are offered)."""
+LOG_FLOOR = math.log(UPDATE_FLOOR)
 MAX_WORDS = 24
 """Words of a message used as features (in sorted order)."""
 
@@ -59,27 +63,26 @@ class ToolScorer:
 
     def __init__(self, counts: Counts) -> None:
         self.counts = counts
-        self._tools_of: dict[str, set[str]] = {}
-        """feature -> tools with a weight for it (every other tool's weight is 0)."""
+        self._tools_of: dict[str, dict[str, str]] = {}
+        """feature -> tools with a weight for it (every other tool's weight is 0), with the weight's key."""
 
     def register(self, key: str) -> None:
         """Index a counter key loaded from a store."""
         if key.startswith(PREFIX + SEP):
             parts = key.split(SEP)
             if len(parts) >= 3:
-                self._tools_of.setdefault(SEP.join(parts[1:-1]), set()).add(parts[-1])
+                self._tools_of.setdefault(SEP.join(parts[1:-1]), {})[parts[-1]] = key
 
     def _logits(self, feats: Sequence[str], candidates: Sequence[str]) -> dict[str, float]:
         stored = self.counts.stored()
         logits = dict.fromkeys(candidates, 0.0)
+        tools_of = self._tools_of
         for feat in feats:
-            tools = self._tools_of.get(feat)
-            if not tools:
-                continue
-            base = PREFIX + SEP + feat + SEP
-            for tool in tools:
-                if tool in logits:
-                    logits[tool] += stored.get(base + tool, 0.0)
+            tools = tools_of.get(feat)
+            if tools:
+                for tool, key in tools.items():
+                    if tool in logits:
+                        logits[tool] += stored.get(key, 0.0)
         return logits
 
     def log_probs(self, feats: Sequence[str], candidates: Sequence[str]) -> dict[str, float]:
@@ -91,23 +94,28 @@ class ToolScorer:
         log_total = top + math.log(sum(math.exp(v - top) for v in logits.values()))
         return {t: v - log_total for t, v in logits.items()}
 
-    def learn(self, feats: Sequence[str], candidates: Sequence[str], tool: str) -> None:
-        """One gradient step of the log-probability of ``tool`` (called in a step with ``feats``)."""
-        pool = list(dict.fromkeys([*candidates, tool]))
-        logs = self.log_probs(feats, pool)
+    def learn(self, feats: Sequence[str], candidates: Sequence[str], tool: str,
+              log_probs: Mapping[str, float] | None = None) -> None:
+        """One gradient step of the log-probability of ``tool`` (called in a step with ``feats``), on the
+        tool and its :data:`UPDATE_RIVALS` most probable rivals. ``log_probs``: :meth:`log_probs` of
+        ``feats`` over the candidates and ``tool``, when already worked out."""
+        logs = log_probs if log_probs is not None else self.log_probs(feats, list(dict.fromkeys([*candidates, tool])))
         step = LEARNING_RATE / math.sqrt(max(1, len(feats)))
-        updates = []
-        for t, log_p in logs.items():
-            p = math.exp(log_p)
-            gradient = (1.0 if t == tool else 0.0) - p
-            if t == tool or p >= UPDATE_FLOOR:
-                updates.append((t, gradient * step))
+        rivals = sorted(((-v, t) for t, v in logs.items() if t != tool and v >= LOG_FLOOR))[:UPDATE_RIVALS]
+        updates = [(tool, (1.0 - math.exp(logs.get(tool, 0.0))) * step),
+                   *((t, -math.exp(-neg) * step) for neg, t in rivals)]
+        tools_of = self._tools_of
+        additions = []
         for feat in feats:
-            base = PREFIX + SEP + feat + SEP
-            tools = self._tools_of.setdefault(feat, set())
+            tools = tools_of.get(feat)
+            if tools is None:
+                tools = tools_of[feat] = {}
             for t, delta in updates:
-                self.counts.add(base + t, delta)
-                tools.add(t)
+                key = tools.get(t)
+                if key is None:
+                    key = tools[t] = PREFIX + SEP + feat + SEP + t
+                additions.append((key, delta))
+        self.counts.add_plain(additions)
 
     def weights(self, feat: str) -> Mapping[str, float]:
         """The weights of one feature, by tool (for tests and inspection)."""

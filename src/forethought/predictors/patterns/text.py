@@ -213,65 +213,110 @@ def first_date(text: str) -> dt.date | None:
     return None
 
 
-def text_atoms(text: str, words_too: bool = True) -> list[Atom]:
-    """All atoms of ``text``, ordered by kind (as in :data:`ATOM_KINDS`) and then by position (without
-    proper nouns and plain words unless ``words_too``)."""
-    # (kind, start, text) -> (kind rank, start, order found, atom): sorting these orders the atoms.
-    found: dict[tuple[str, int, str], tuple[int, int, int, Atom]] = {}
+_Found = dict[tuple[str, int, str], tuple[int, int, int, int, float | None, dt.date | None]]
+"""(kind, start, text) -> (kind rank, start, order found, end, number, date): the atoms found so far,
+without their neighbours; sorting the values orders them as :func:`text_atoms` does."""
 
-    def add(kind: str, start: int, end: int, value: str, number: float | None = None,
-            date: dt.date | None = None) -> None:
-        value = value.strip()
-        if not value or len(value) > MAX_ATOM_CHARS or (kind, start, value) in found:
-            return
-        before, after = _neighbours(text, start, end)
-        found[(kind, start, value)] = (_KIND_RANK[kind], start, len(found),
-                                       Atom(value, kind, start, before, after, number, date))
 
-    spans = list(map(re.Match.span, _WORD.finditer(text)))
-    words = _WORD.findall(text)
-    lowered = list(map(str.lower, words))
+def _add(found: _Found, kind: str, start: int, end: int, value: str, number: float | None = None,
+         date: dt.date | None = None) -> None:
+    value = value.strip()
+    if value and len(value) <= MAX_ATOM_CHARS and (kind, start, value) not in found:
+        found[(kind, start, value)] = (_KIND_RANK[kind], start, len(found), end, number, date)
 
+
+def _scan(text: str, words: Sequence[str], spans: Sequence[tuple[int, int]], lowered: Sequence[str],
+          numbers: bool = True) -> _Found:
+    """The atoms of ``text`` other than compounds, proper nouns and plain words (without ``numbers``, the
+    number atoms' values are left None: :func:`parse_number` of their text gives them)."""
+    found: _Found = {}
     for pattern in _QUOTED:
         for m in pattern.finditer(text):
-            add("quoted", m.start(), m.end(), m.group(1))
+            _add(found, "quoted", m.start(), m.end(), m.group(1))
     # Each pattern below runs only on a text holding the characters every match of it needs.
     for m in _FILE.finditer(text) if _FILE_HINT.search(text) else ():
         if not m.group(1).split(".")[-1].isdigit():
-            add("file", m.start(1), m.end(1), m.group(1))
+            _add(found, "file", m.start(1), m.end(1), m.group(1))
     for m in _NUMBER.finditer(text):
-        add("number", m.start(), m.end(), m.group(0), parse_number(m.group(0)))
+        _add(found, "number", m.start(), m.end(), m.group(0), parse_number(m.group(0)) if numbers else None)
     for (start, end), word, low in zip(spans, words, lowered, strict=True):
         if low in _NUMBER_WORDS:
-            add("number", start, end, word, float(_NUMBER_WORDS[low]))
+            _add(found, "number", start, end, word, float(_NUMBER_WORDS[low]) if numbers else None)
     for m in _ID.finditer(text):
-        add("id", m.start(1), m.end(1), m.group(1))
+        _add(found, "id", m.start(1), m.end(1), m.group(1))
     for m in _TAG.finditer(text) if "#" in text or "@" in text else ():
-        add("hashtag" if m.group(1).startswith("#") else "mention", m.start(1), m.end(1), m.group(1))
+        _add(found, "hashtag" if m.group(1).startswith("#") else "mention", m.start(1), m.end(1), m.group(1))
     for m in _URL.finditer(text) if "://" in text else ():
-        add("url", m.start(), m.end(), m.group(0))
+        _add(found, "url", m.start(), m.end(), m.group(0))
     for m in _PATH.finditer(text) if "/" in text else ():
         if "://" not in text[max(0, m.start() - 3):m.end()]:
-            add("path", m.start(1), m.end(1), m.group(1))
+            _add(found, "path", m.start(1), m.end(1), m.group(1))
     for start, end, date in _date_spans(text):
-        add("date", start, end, text[start:end], date=date)
+        _add(found, "date", start, end, text[start:end], date=date)
+    return found
+
+
+def _words(text: str) -> tuple[list[str], list[tuple[int, int]], list[str]]:
+    words = _WORD.findall(text)
+    return words, list(map(re.Match.span, _WORD.finditer(text))), list(map(str.lower, words))
+
+
+def output_atoms(text: str, exclude: str, first: int, last: int
+                 ) -> dict[str, tuple[int, tuple[tuple[int, Atom], ...]]]:
+    """The atoms of ``text`` that an output's rules can name, by kind: how many there are of the kind (as
+    :func:`text_atoms` without words finds them, ``exclude`` left out) and the first ``first`` and last
+    ``last`` of them, each with its place among them (from 0). Atoms here have no neighbours (``""``):
+    rules read an output's atoms by kind and place only. Only the atoms kept are built, so a text dense
+    with atoms costs little more than its scan."""
+    words, spans, lowered = _words(text)
+    by_kind: dict[str, list[tuple[int, int, int, str, int, float | None, dt.date | None]]] = {}
+    for (kind, start, value), (_, _, order, end, number, date) in _scan(text, words, spans, lowered, False).items():
+        if value != exclude:
+            by_kind.setdefault(kind, []).append((start, order, end, value, start, number, date))
+    out: dict[str, tuple[int, tuple[tuple[int, Atom], ...]]] = {}
+    for kind, entries in by_kind.items():
+        entries.sort()
+        count = len(entries)
+        places = range(count) if count <= first + last else (*range(first), *range(count - last, count))
+        numbers = kind == "number"
+        out[kind] = (count, tuple((i, Atom(entries[i][3], kind, entries[i][4], "", "",
+                                           parse_number(entries[i][3]) if numbers else entries[i][5], entries[i][6]))
+                                  for i in places))
+    return out
+
+
+def text_atoms(text: str, words_too: bool = True) -> list[Atom]:
+    """All atoms of ``text``, ordered by kind (as in :data:`ATOM_KINDS`) and then by position (without
+    proper nouns and plain words unless ``words_too``)."""
+    words, spans, lowered = _words(text)
+    found = _scan(text, words, spans, lowered)
+
+    def atoms() -> list[Atom]:
+        out = []
+        for (kind, start, value), (_, _, _, end, number, date) in sorted(found.items(), key=lambda kv: kv[1]):
+            if kind == "word":
+                out.append(Atom(value, kind, start, *_word_neighbours(text, spans, words, end), None, None))
+            else:
+                out.append(Atom(value, kind, start, *_neighbours(text, start, end), number, date))
+        return out
+
     if not words_too:
-        return [entry[3] for entry in sorted(found.values())]
+        return atoms()
     for m in _COMPOUND.finditer(text) if ", " in text else ():
-        add("compound", m.start(1), m.end(1), m.group(1))
+        _add(found, "compound", m.start(1), m.end(1), m.group(1))
     for m in _PROPER.finditer(text):
         value = m.group(1).rstrip(".")
         if " " not in value and (value == "I" or _opens_sentence(text, m.start(1))):
             continue  # "I", and one capitalised word opening a sentence ("Could", "Please"): not names
-        add("proper", m.start(1), m.end(1), value)
+        _add(found, "proper", m.start(1), m.end(1), value)
     word_rank = _KIND_RANK["word"]
     for i, ((start, _), word, low) in enumerate(zip(spans, words, lowered, strict=True)):
         if low in STOPWORDS:
             continue
-        # add("word", ...), written out: this is the loop over every word of the text.
+        # _add("word", ...), written out: this is the loop over every word of the text. A word's "end" is
+        # its place among the words (its neighbours are read from the lists).
         value = word.strip("'-").strip()
         if not value or len(value) > MAX_ATOM_CHARS or ("word", start, value) in found:
             continue
-        before, after = _word_neighbours(text, spans, words, i)
-        found[("word", start, value)] = (word_rank, start, len(found), Atom(value, "word", start, before, after))
-    return [entry[3] for entry in sorted(found.values())]
+        found[("word", start, value)] = (word_rank, start, len(found), i, None, None)
+    return atoms()
