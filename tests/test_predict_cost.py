@@ -21,6 +21,8 @@ def test_the_benchmark_times_every_prediction_and_writes_its_json(tmp_path: Path
     assert results["predict"]["count"] == results["observe"]["count"] == 14  # 7 calls per session
     assert results["predict"]["p50_ms"] <= results["predict"]["p99_ms"] <= results["predict"]["max_ms"]
     assert results["predict_cpu"]["count"] == 14 and results["train_calls"] == 21
+    assert results["observe_cpu"]["count"] == 14
+    assert results["observe_cpu"]["p50_ms"] <= results["observe_cpu"]["p99_ms"] <= results["observe_cpu"]["max_ms"]
     assert results["exact_top1"] > 0  # it predicts something right: the timings are of real work
     path = tmp_path / "cost.json"
     main(["--train-sessions", "2", "--test-sessions", "1", "--output-kb", "4", "--json", str(path)])

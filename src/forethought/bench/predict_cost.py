@@ -5,8 +5,8 @@ responses, so a prediction must stay cheap however large the outputs read so far
 generates sessions (nothing from any workload: made-up tools over made-up records, seeded) whose outputs
 are JSON documents of about ``output_kb`` kilobytes, trains a predictor on some of them, then replays
 the others call by call, timing every ``predict_now`` and ``observe``. It reports latency percentiles per
-prediction and per observation (wall clock; ``predict_cpu``: the thread's CPU time, which a busy
-machine inflates less), and the training time per session.
+prediction and per observation (wall clock; ``predict_cpu`` / ``observe_cpu``: the thread's CPU time,
+which a busy machine inflates less), and the training time per session.
 
 Deterministic inputs (a seed); timings are the machine's: run it on an idle machine, several times, and
 report medians with their spread.
@@ -125,6 +125,7 @@ def run_predict_cost(config: CostConfig | None = None) -> dict[str, Any]:
     predict_times: list[float] = []
     predict_cpu: list[float] = []
     observe_times: list[float] = []
+    observe_cpu: list[float] = []
     exact = 0
     for session in tested:
         for context, observed, _ in contexts(session):
@@ -133,12 +134,13 @@ def run_predict_cost(config: CostConfig | None = None) -> dict[str, Any]:
             predict_cpu.append(time.thread_time() - cpu)
             predict_times.append(time.perf_counter() - start)
             exact += int(bool(predictions) and predictions[0].call == observed.call)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             predictor.observe(context, observed)
+            observe_cpu.append(time.thread_time() - cpu)
             observe_times.append(time.perf_counter() - start)
     sizes = [len(o.output) for s in tested for t in s.turns for o in t.calls]
     return {"predict": _percentiles(predict_times), "predict_cpu": _percentiles(predict_cpu),
-            "observe": _percentiles(observe_times),
+            "observe": _percentiles(observe_times), "observe_cpu": _percentiles(observe_cpu),
             "train_s": train_s, "train_calls": calls, "train_ms_per_session": train_s * 1e3 / max(1, len(trained)),
             "exact_top1": exact / max(1, len(predict_times)), "largest_output_bytes": max(sizes, default=0),
             "config": {"train_sessions": config.train_sessions, "test_sessions": config.test_sessions,
