@@ -149,3 +149,13 @@ async def test_the_engine_endpoint_refuses_what_it_cannot_serve() -> None:
     assert (not_streaming.status_code, not_json.status_code, not_ready.status_code) == (400, 400, 503)
     assert chat.stats.responses == 0 and len(gateway.cache) == 0, "no scope opened for a refused request"
     await gateway.aclose()
+
+
+def test_the_vllm_bench_runs_serial_and_known_arms_only() -> None:
+    from forethought.bench.vllm_bench import ALL_ARMS, ARMS, VllmBenchParams
+
+    assert VllmBenchParams().arms == ARMS and "engine-relay" in ALL_ARMS and "engine-relay" not in ARMS
+    assert VllmBenchParams(arms=("serial", "engine-relay")).arms == ("serial", "engine-relay")
+    for arms in (("client-side",), ("serial", "oracle")):
+        with pytest.raises(ValueError, match="arms"):
+            VllmBenchParams(arms=arms)

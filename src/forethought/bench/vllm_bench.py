@@ -311,5 +311,35 @@ async def run_vllm_bench(config: BenchConfig, agent_counts: Sequence[int] = (1, 
     return doc
 
 
-__all__ = ["ALL_ARMS", "ARMS", "CPU_CAVEAT", "VllmBenchParams", "replay_trajectories", "require_plugin",
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m forethought.bench.vllm_bench``: the bench of ``forethought bench --engine vllm`` (same defaults)
+    with the engine's knobs that command does not offer: the arms and vLLM's KV-cache size (a small cache makes
+    the prefix cache evict between turns)."""
+    import argparse
+
+    from forethought.bench.main import BenchConfig
+
+    parser = argparse.ArgumentParser(description=(main.__doc__ or "").splitlines()[0])
+    parser.add_argument("--agents", default="1,8", help="comma-separated agent counts")
+    parser.add_argument("--tasks-per-agent", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, among {', '.join(ALL_ARMS)}")
+    parser.add_argument("--kv-cache-bytes", type=int, default=None,
+                        help="vLLM's --kv-cache-memory-bytes (default: VllmConfig's kv_cache_gib)")
+    parser.add_argument("--json", dest="json_path", default=None)
+    args = parser.parse_args(argv)
+    extra = ("--kv-cache-memory-bytes", str(args.kv_cache_bytes)) if args.kv_cache_bytes else ()
+    params = VllmBenchParams(repeats=args.repeats, arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
+    agents = [int(a) for a in args.agents.split(",") if a.strip()]
+    config = BenchConfig(workload="bfcl", trajectories=8, agents=agents[0], time_scale=0.3, repeats=args.repeats)
+    asyncio.run(run_vllm_bench(config, agents, args.tasks_per_agent, params, VllmConfig(extra_args=extra),
+                               console=Console(), json_path=args.json_path))
+    return 0
+
+
+__all__ = ["ALL_ARMS", "ARMS", "CPU_CAVEAT", "VllmBenchParams", "main", "replay_trajectories", "require_plugin",
            "run_vllm_bench"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
