@@ -64,6 +64,8 @@ def test_probabilities_stay_normalised_and_finite(steps: list[tuple[str, str, st
     scorer = ToolScorer(Counts(None))
     for last, word, tool in steps:
         scorer.learn(_feats(last, word), TOOLS, tool)
+        for feat in _feats(last, word):  # the mirror the logits are read from holds the counters' values
+            assert scorer.mirrored(feat) == scorer.weights(feat)
         probs = scorer.log_probs(_feats(last, word), TOOLS)
         assert all(math.isfinite(v) and v <= 0 for v in probs.values())
         assert math.isclose(sum(math.exp(v) for v in probs.values()), 1.0, rel_tol=1e-9)
@@ -80,6 +82,7 @@ def test_weights_survive_a_store_round_trip() -> None:
     loaded = PatternPredictor(store, "fp")
     assert loaded.flow.maxent.log_probs(feats, TOOLS) == learned.flow.maxent.log_probs(feats, TOOLS)
     assert loaded.flow.maxent.weights("b") == learned.flow.maxent.weights("b")
+    assert loaded.flow.maxent.mirrored("b") == loaded.flow.maxent.weights("b")
 
 
 def test_context_features_are_sorted_and_bounded() -> None:

@@ -21,6 +21,7 @@ only the tools that matter to its gradient: the one called and those the model g
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -59,31 +60,47 @@ def context_features(tokens: Sequence[str], words: frozenset[str], turn_start: b
 
 
 class ToolScorer:
-    """Per (context feature, tool) weights; log-probabilities of candidate tools; online updates."""
+    """Per (context feature, tool) weights; log-probabilities of candidate tools; online updates.
+
+    The weights are counters (saved and merged like every other); a mirror holds each feature's weights
+    as one row indexed by tool, so that a step's logits are a column sum of a few rows (done by built-ins,
+    not a Python loop per weight)."""
 
     def __init__(self, counts: Counts) -> None:
         self.counts = counts
-        self._tools_of: dict[str, dict[str, str]] = {}
-        """feature -> tools with a weight for it (every other tool's weight is 0), with the weight's key."""
+        self._column: dict[str, int] = {}
+        """tool -> its place in every row."""
+        self._rows: dict[str, list[float]] = {}
+        """feature -> its weights by tool column (columns past the row's end are 0)."""
+
+    def _place(self, tool: str) -> int:
+        column = self._column.get(tool)
+        if column is None:
+            column = self._column[tool] = len(self._column)
+        return column
 
     def register(self, key: str) -> None:
-        """Index a counter key loaded from a store."""
+        """Index a counter key loaded from a store (the mirror takes the counter's value)."""
         if key.startswith(PREFIX + SEP):
             parts = key.split(SEP)
             if len(parts) >= 3:
-                self._tools_of.setdefault(SEP.join(parts[1:-1]), {})[parts[-1]] = key
+                self._set(SEP.join(parts[1:-1]), self._place(parts[-1]), self.counts.get(key))
+
+    def _set(self, feat: str, column: int, value: float) -> None:
+        row = self._rows.get(feat)
+        if row is None:
+            row = self._rows[feat] = []
+        if len(row) <= column:
+            row.extend([0.0] * (column + 1 - len(row)))
+        row[column] = value
 
     def _logits(self, feats: Sequence[str], candidates: Sequence[str]) -> dict[str, float]:
-        stored = self.counts.stored()
-        logits = dict.fromkeys(candidates, 0.0)
-        tools_of = self._tools_of
-        for feat in feats:
-            tools = tools_of.get(feat)
-            if tools:
-                for tool, key in tools.items():
-                    if tool in logits:
-                        logits[tool] += stored.get(key, 0.0)
-        return logits
+        rows = self._rows
+        found = [row for feat in feats if (row := rows.get(feat)) is not None]
+        totals = list(map(sum, itertools.zip_longest(*found, fillvalue=0.0))) if found else []
+        width = len(totals)
+        column = self._column
+        return {t: float(totals[c]) if (c := column.get(t, width)) < width else 0.0 for t in candidates}
 
     def log_probs(self, feats: Sequence[str], candidates: Sequence[str]) -> dict[str, float]:
         """Log-probability of each candidate being called next."""
@@ -104,19 +121,29 @@ class ToolScorer:
         rivals = sorted(((-v, t) for t, v in logs.items() if t != tool and v >= LOG_FLOOR))[:UPDATE_RIVALS]
         updates = [(tool, (1.0 - math.exp(logs.get(tool, 0.0))) * step),
                    *((t, -math.exp(-neg) * step) for neg, t in rivals)]
-        tools_of = self._tools_of
+        columns = [(t, self._place(t), delta) for t, delta in updates]
+        width = max(column for _, column, _ in columns) + 1
+        rows = self._rows
         additions = []
         for feat in feats:
-            tools = tools_of.get(feat)
-            if tools is None:
-                tools = tools_of[feat] = {}
-            for t, delta in updates:
-                key = tools.get(t)
-                if key is None:
-                    key = tools[t] = PREFIX + SEP + feat + SEP + t
-                additions.append((key, delta))
+            row = rows.get(feat)
+            if row is None:
+                row = rows[feat] = []
+            if len(row) < width:
+                row.extend([0.0] * (width - len(row)))
+            base = PREFIX + SEP + feat + SEP
+            for t, column, delta in columns:
+                row[column] += delta
+                additions.append((base + t, delta))
         self.counts.add_plain(additions)
 
     def weights(self, feat: str) -> Mapping[str, float]:
-        """The weights of one feature, by tool (for tests and inspection)."""
-        return {t: self.counts.get(PREFIX + SEP + feat + SEP + t) for t in sorted(self._tools_of.get(feat, ()))}
+        """The weights of one feature, by tool (for tests and inspection), read from the counters."""
+        row = self._rows.get(feat, [])
+        return {t: self.counts.get(PREFIX + SEP + feat + SEP + t)
+                for t, column in sorted(self._column.items()) if column < len(row)}
+
+    def mirrored(self, feat: str) -> Mapping[str, float]:
+        """The mirror's weights of one feature, by tool (equal to :meth:`weights`; for tests)."""
+        row = self._rows.get(feat, [])
+        return {t: row[column] for t, column in sorted(self._column.items()) if column < len(row)}
