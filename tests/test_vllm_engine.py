@@ -462,7 +462,11 @@ async def test_engine_chat_continues_inside_vllm_with_the_plain_loops_transcript
             inside, inside_requests = await _transcript(client, post=True)
         inside_used = await metrics.read(vllm.url) - before
         stats = (await http.get(vllm.url + ENGINE_PREFIX + "/stats")).json()
+        refused = await http.post(vllm.url + ENGINE_PREFIX + "/v1/chat/completions", json={
+            "model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}], "stream": True,
+            "metadata": {"trajectory_id": "unknown"}})
     await proxy.aclose()
+    assert refused.status_code == 400 and "trajectory" in refused.json()["error"]["message"], "refused before streaming"
     assert [kind for kind, *_ in plain] == ["call", "result", "call", "result", "text"]
     assert inside == plain, "the client sees the plain loop's transcript, the model's own answer included"
     assert (plain_requests, inside_requests) == (3, 1)

@@ -213,8 +213,15 @@ class EngineChat:
             return _error(503, "vLLM's chat serving is not ready", "upstream_error")
         scope = await self.gateway.cache.open(body.get("tools"), expects_posts=request.headers.get(
             CACHE_CLIENT_HEADER) == CACHE_CLIENT_VALUE)
+        response = _Response(self, serving, body, scope)
+        try:  # the first segment is prepared before the stream starts, so a request vLLM refuses is a 4xx
+            response.first = await response.prepare()
+        except (WorkloadError, ValueError, httpx2.HTTPError) as exc:
+            await self.gateway.cache.close(scope)
+            self.stats.errors += 1
+            return _error(400, f"cannot prepare the response: {exc}")
         self.stats.responses += 1
-        stream = EventStream(_Response(self, serving, body, scope).chunks())
+        stream = EventStream(response.chunks())
         stream.headers[RESPONSE_ID_HEADER] = scope.response_id
         stream.headers[TOKEN_HEADER] = scope.token
         stream.headers[CACHE_PATH_HEADER] = CACHE_ROUTE.format(response_id=scope.response_id)
@@ -243,6 +250,7 @@ class _Response:
         self.model = str(body.get("model") or "")
         self.session: _Session | None = None
         self.continued = 0
+        self.first: tuple[Any, Any, list[int], Any] | None = None
 
     def _chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None,
                error: Any = None) -> bytes:
@@ -261,12 +269,13 @@ class _Response:
     async def chunks(self) -> StreamChunks:
         try:
             while True:
-                segment_body = {**self.body, "messages": self.messages, "stream": True}
+                segment_body = self._segment_body()
                 try:
-                    request, conversation, prompt_ids, params = await self._prepare(segment_body)
+                    prepared, self.first = self.first or await self.prepare(), None
                 except (WorkloadError, ValueError, httpx2.HTTPError) as exc:
                     yield self._error(f"cannot prepare the response: {exc}", "invalid_request_error")
                     return
+                request, conversation, prompt_ids, params = prepared
                 await self._schedule(prompt_ids, params)
                 segment = _Segment(ToolCallAssembler(), {}, [])
                 async for item in self._relay(segment, request, conversation):
@@ -298,11 +307,15 @@ class _Response:
                 await self.session.end()
             await self.owner.gateway.cache.close(self.scope)
 
-    async def _prepare(self, body: dict[str, Any]) -> tuple[Any, Any, list[int], Any]:
-        """vLLM's request object, conversation, prompt tokens and sampling parameters for one segment."""
+    def _segment_body(self) -> dict[str, Any]:
+        return {**self.body, "messages": self.messages, "stream": True}
+
+    async def prepare(self) -> tuple[Any, Any, list[int], Any]:
+        """vLLM's request object, conversation, prompt tokens and sampling parameters for the next segment."""
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.serve.utils.api_utils import get_max_tokens
 
+        body = self._segment_body()
         pinned = await self.owner.pinner.pin(body) if self.owner.pinner is not None else body
         try:
             request = ChatCompletionRequest.model_validate(pinned)
