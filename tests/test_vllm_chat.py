@@ -141,13 +141,20 @@ async def test_the_replay_proxy_pins_and_checks_for_the_engine_endpoint() -> Non
 async def test_the_engine_endpoint_refuses_what_it_cannot_serve() -> None:
     gateway = Gateway("http://127.0.0.1:9/v1")
     chat = EngineChat(gateway)
-    app = Starlette(routes=[Route("/c", chat.completions, methods=["POST"])])
+    app = Starlette(routes=[Route("/c", chat.completions, methods=["POST"]),
+                            Route("/stats", chat.stats_route), Route("/reset", chat.reset_route, methods=["POST"])])
+    stats = chat.stats
     async with serve_in_process(app) as url, httpx2.AsyncClient() as http:
         not_streaming = await http.post(url + "/c", json={"messages": [], "stream": False})
         not_json = await http.post(url + "/c", content=b"{")
         not_ready = await http.post(url + "/c", json={"messages": [], "stream": True})
+        stats.appended_tokens = 7
+        assert (await http.get(url + "/stats")).json()["appended_tokens"] == 7
+        await http.post(url + "/reset")
+        assert (await http.get(url + "/stats")).json()["appended_tokens"] == 0
     assert (not_streaming.status_code, not_json.status_code, not_ready.status_code) == (400, 400, 503)
     assert chat.stats.responses == 0 and len(gateway.cache) == 0, "no scope opened for a refused request"
+    assert chat.stats is stats, "reset in place: a response in flight keeps counting where the route reads"
     await gateway.aclose()
 
 

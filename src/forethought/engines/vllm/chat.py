@@ -231,7 +231,8 @@ class EngineChat:
         return JSONResponse(asdict(self.stats))
 
     async def reset_route(self, request: Request) -> Response:
-        self.stats = EngineChatStats()
+        for name in EngineChatStats.__dataclass_fields__:  # in place: responses in flight keep counting here
+            setattr(self.stats, name, 0)
         return JSONResponse({"reset": True})
 
 
