@@ -293,7 +293,7 @@ async def run_vllm_bench(config: BenchConfig, agent_counts: Sequence[int] = (1, 
         "equivalent": all(v["equivalent"] for arms in agents_out.values() for v in arms.values()),
         "failures": failures, "tasks_per_agent": tasks_per_agent, "params": asdict(params),
         "vllm": {"ready_s": stack.ready_s, "max_num_seqs": vllm.max_num_seqs, "max_model_len": vllm.max_model_len,
-                 "seed": vllm.seed},
+                 "seed": vllm.seed, "kv_cache_gib": vllm.kv_cache_gib, "kv_cache_bytes": vllm.kv_cache_bytes},
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         "elapsed_s": time.monotonic() - started,
     }
@@ -328,12 +328,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="vLLM's --kv-cache-memory-bytes (default: VllmConfig's kv_cache_gib)")
     parser.add_argument("--json", dest="json_path", default=None)
     args = parser.parse_args(argv)
-    extra = ("--kv-cache-memory-bytes", str(args.kv_cache_bytes)) if args.kv_cache_bytes else ()
     params = VllmBenchParams(repeats=args.repeats, arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
     agents = [int(a) for a in args.agents.split(",") if a.strip()]
     config = BenchConfig(workload="bfcl", trajectories=8, agents=agents[0], time_scale=0.3, repeats=args.repeats)
-    asyncio.run(run_vllm_bench(config, agents, args.tasks_per_agent, params, VllmConfig(extra_args=extra),
-                               console=Console(), json_path=args.json_path))
+    vllm = VllmConfig(kv_cache_bytes=args.kv_cache_bytes)
+    asyncio.run(run_vllm_bench(config, agents, args.tasks_per_agent, params, vllm, console=Console(),
+                               json_path=args.json_path))
     return 0
 
 

@@ -53,6 +53,9 @@ class VllmConfig:
     """The port to bind on 127.0.0.1 (0: a free one, chosen at start)."""
     max_model_len: int = 16384
     kv_cache_gib: int = 1
+    kv_cache_bytes: int | None = None
+    """vLLM's ``--kv-cache-memory-bytes`` in place of ``kv_cache_gib`` (vLLM's CPU platform lets its
+    ``VLLM_CPU_KVCACHE_SPACE`` override the option, so that variable is then left empty)."""
     max_num_seqs: int = 16
     startup_timeout_s: float = 420.0
     enforce_eager: bool = False
@@ -107,6 +110,8 @@ def _env(config: VllmConfig) -> dict[str, str]:
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                 "VLLM_DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1", "VIRTUAL_ENV": str(config.venv),
                 "PATH": f"{config.venv / 'bin'}:{env.get('PATH', '')}"})
+    if config.kv_cache_bytes is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = ""  # vLLM reads it only when non-empty; else it replaces the option
     if config.plugins:
         env["VLLM_PLUGINS"] = ",".join(config.plugins)
     env.update(config.extra_env)
@@ -122,7 +127,9 @@ def serve_command(config: VllmConfig, port: int) -> list[str]:
             "--max-num-seqs", str(config.max_num_seqs), "--enable-prefix-caching",
             "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--seed", str(config.seed),
             "--logits-processors", FORCED_QUALNAME,
-            *(["--enforce-eager"] if config.enforce_eager else []), *config.extra_args]
+            *(["--enforce-eager"] if config.enforce_eager else []),
+            *(["--kv-cache-memory-bytes", str(config.kv_cache_bytes)] if config.kv_cache_bytes is not None else []),
+            *config.extra_args]
 
 
 class VllmServer:
