@@ -139,6 +139,9 @@ def bench(
     mcp_suite: Annotated[str, typer.Option(help="mcp workload: bfcl (BFCL backends as an MCP server), repo (real "
                                                 "filesystem and git servers on a generated repository) or both.")] =
         "bfcl",
+    mcp_arms: Annotated[str, typer.Option(help="mcp workload, bfcl suite: the arms to run, comma-separated "
+                                               "(direct always runs): proxy-cold, proxy-warm, oracle.")] =
+        "proxy-cold,proxy-warm,oracle",
     policy: PolicyOption = None,
     json_path: JsonOption = None,
 ) -> None:
@@ -185,7 +188,7 @@ def bench(
         if mcp_suite not in ("bfcl", "repo", "both"):
             raise typer.BadParameter("mcp-suite must be bfcl, repo or both")
         doc = _run(lambda: run_mcp_bench(trajectories, tool_latency * (time_scale or 0.25), seed, console, json_path,
-                                         suite=mcp_suite))
+                                         suite=mcp_suite, arms=tuple(a for a in mcp_arms.split(",") if a)))
     elif workload == "code":
         from forethought.bench.code.runner import code_bench, format_code_bench, save_document
 

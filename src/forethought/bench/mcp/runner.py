@@ -52,6 +52,8 @@ ARMS = ("direct", "proxy-cold", "proxy-warm")
 ORACLE = "oracle"
 BFCL_ARMS = (*ARMS, ORACLE)
 """The BFCL suite's arms: the three, and the oracle (the proxy told the true next call, :mod:`oracle`)."""
+TRAIN_AT_ONCE = 4
+"""Training replays run at once (the store is shared by concurrent proxies, as it is in use)."""
 TRAIN_FOLD = 100
 """Entries in one fold of the interleaved BFCL split (the most the warm store can be trained on)."""
 
@@ -190,21 +192,21 @@ def _proxy(store: Path, command: Sequence[str], settings: ProxySettings) -> Prox
 
 async def _train(entries: Sequence[BfclEntry], store: Path, config: McpBenchConfig, read_only: frozenset[str],
                  progress: Callable[[str], None]) -> None:
-    """Warm ``store``: replay the training fold through the proxy (no think time, no latency)."""
-    for i, entry in enumerate(entries):
+    """Warm ``store``: replay the training fold through the proxy (no think time, no latency), a few
+    trajectories at a time (each through its own proxy on the shared store, as concurrent clients would)."""
+
+    async def one(entry: BfclEntry) -> None:
         command = server_command(config.python, entry, 0.0, config.seed, sorted(read_only))
         proxy = _proxy(store, command, config.settings)
         trajectory = to_trajectory(entry)
-
-        async def replay(session: Any, trajectory: Trajectory = trajectory) -> Any:
-            return await _replay(session, trajectory, 0.0)
-
         try:
-            await _proxied(proxy, replay)
+            await _proxied(proxy, lambda session: _replay(session, trajectory, 0.0))
         finally:
             proxy.close()
-        if (i + 1) % 8 == 0:
-            progress(f"trained on {i + 1}/{len(entries)} trajectories")
+
+    for start in range(0, len(entries), TRAIN_AT_ONCE):
+        await asyncio.gather(*(one(e) for e in entries[start:start + TRAIN_AT_ONCE]))
+        progress(f"trained on {min(start + TRAIN_AT_ONCE, len(entries))}/{len(entries)} trajectories")
 
 
 async def mcp_bench(config: McpBenchConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -329,7 +331,7 @@ def format_results(results: dict[str, Any]) -> str:
 
 
 async def run_mcp_bench(trajectories: int, latency_s: float, seed: int, console: Any,
-                        json_path: str | None, suite: str = "bfcl") -> dict[str, Any]:
+                        json_path: str | None, suite: str = "bfcl", arms: Sequence[str] = BFCL_ARMS) -> dict[str, Any]:
     """The ``bench --workload mcp`` command. ``bfcl``: think time equal to the mean tool latency; ``repo``: the
     real servers on a generated repository (:mod:`~forethought.bench.mcp.repo_bench`), ``trajectories`` tasks;
     ``both``: each, under ``results.suites``."""
@@ -341,7 +343,7 @@ async def run_mcp_bench(trajectories: int, latency_s: float, seed: int, console:
     suites: dict[str, dict[str, Any]] = {}
     if suite in ("bfcl", "both"):
         config = McpBenchConfig(trajectories=trajectories, training=min(TRAIN_FOLD, 4 * trajectories),
-                                think_s=latency_s, latency_s=latency_s, seed=seed)
+                                think_s=latency_s, latency_s=latency_s, seed=seed, arms=("direct", *arms))
         suites["bfcl"] = await mcp_bench(config, progress=progress)
     if suite in ("repo", "both"):
         from forethought.bench.mcp.repo_bench import RepoBenchConfig, repo_bench
