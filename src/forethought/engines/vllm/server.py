@@ -55,7 +55,7 @@ class VllmConfig:
     kv_cache_gib: int = 1
     kv_cache_bytes: int | None = None
     """vLLM's ``--kv-cache-memory-bytes`` in place of ``kv_cache_gib`` (vLLM's CPU platform lets its
-    ``VLLM_CPU_KVCACHE_SPACE`` override the option, so that variable is then left empty)."""
+    ``VLLM_CPU_KVCACHE_SPACE`` override the option, so that variable is then not set)."""
     max_num_seqs: int = 16
     startup_timeout_s: float = 420.0
     enforce_eager: bool = False
@@ -111,7 +111,7 @@ def _env(config: VllmConfig) -> dict[str, str]:
                 "VLLM_DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1", "VIRTUAL_ENV": str(config.venv),
                 "PATH": f"{config.venv / 'bin'}:{env.get('PATH', '')}"})
     if config.kv_cache_bytes is not None:
-        env["VLLM_CPU_KVCACHE_SPACE"] = ""  # vLLM reads it only when non-empty; else it replaces the option
+        del env["VLLM_CPU_KVCACHE_SPACE"]  # when set, vLLM's CPU platform replaces the option with it
     if config.plugins:
         env["VLLM_PLUGINS"] = ",".join(config.plugins)
     env.update(config.extra_env)
