@@ -122,7 +122,7 @@ async def test_early_dispatch_happens_before_the_message_ends() -> None:
 
 async def test_bench_runs_every_arm_and_checks_equivalence(tmp_path: Path) -> None:
     config = BenchConfig(trajectories=2, agents=2, time_scale=0.01, tool_latency_s=0.5, out_dir=str(tmp_path),
-                         repeats=2)
+                         repeats=2, offload=False)  # the worker-process path: the next test
     doc = await run_bench(config, console=None, json_path=str(tmp_path / "bench.json"))
     results = doc["results"]
     assert results["equivalent"] is True
@@ -140,3 +140,14 @@ async def test_bench_runs_every_arm_and_checks_equivalence(tmp_path: Path) -> No
     assert results["repeats"] == 2 and results["machine"]["cores"] >= 1 and results["verdict"]
     assert json.loads((tmp_path / "bench.json").read_text())["command"] == "bench"
     assert (tmp_path / "report.html").exists() and (tmp_path / "outcomes.png").exists()
+
+
+async def test_bench_with_the_pattern_predictor_in_a_worker_process(tmp_path: Path) -> None:
+    """The default (``--offload``): the same guesses from a worker process, still equivalent to serial."""
+    config = BenchConfig(arms="spec-pattern", trajectories=2, agents=2, time_scale=0.01, tool_latency_s=0.5,
+                         out_dir=str(tmp_path), repeats=1)
+    assert config.offload
+    doc = await run_bench(config, console=None, json_path=str(tmp_path / "bench.json"))
+    results = doc["results"]
+    assert results["equivalent"] is True
+    assert results["arms"]["spec-pattern"]["hits"] > 0 and results["arms"]["spec-pattern"]["launched"] > 0

@@ -21,6 +21,7 @@ from forethought.errors import (
     LLMError,
     MalformedArgumentsJSONError,
     PolicyError,
+    PredictorError,
     SnapshotError,
     StreamDroppedError,
     ToolDefinitionError,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     )
     from forethought.pacing import ReturnPacer
     from forethought.predictors import ModelSpeculator, ObservedCall, Prediction, PredictionContext, Predictor
+    from forethought.predictors.offload import OffloadedPredictor
     from forethought.predictors.patterns import PatternConfig, PatternPredictor
     from forethought.serve.scripted import serve_scripted
 
@@ -54,6 +56,7 @@ _LAZY = {
     **dict.fromkeys(("CodeExecutor", "CodePredictor", "ExecResult", "PlainExecutor", "ShadowLimits"),
                     "forethought.code"),
     "PythonTool": "forethought.code.harness",
+    "OffloadedPredictor": "forethought.predictors.offload",
     "ReturnPacer": "forethought.pacing",
     **dict.fromkeys(("AnthropicMessagesClient", "FakeLLMClient", "LLMClient", "OpenAIChatClient",
                      "OpenAIResponsesClient", "scripted_message"), "forethought.llm"),
@@ -105,6 +108,7 @@ __all__ = [
     "ModelSpeculator",
     "ObjectState",
     "ObservedCall",
+    "OffloadedPredictor",
     "OpenAIChatClient",
     "OpenAIResponsesClient",
     "PartialRule",
@@ -116,6 +120,7 @@ __all__ = [
     "Prediction",
     "PredictionContext",
     "Predictor",
+    "PredictorError",
     "PythonTool",
     "ReturnPacer",
     "Runtime",

@@ -118,6 +118,8 @@ def bench(
     samples: Annotated[int, typer.Option(help="Speculator samples per step (lambda).")] = 3,
     chain_depth: Annotated[int, typer.Option(help="Chained speculation: levels of predicted successors of a "
                                                   "speculated read (0: none).")] = 1,
+    offload: Annotated[bool, typer.Option("--offload/--in-process", help="The pattern predictor in a worker "
+                                          "process (default) or on the agents' event loop.")] = True,
     grouping: Annotated[str, typer.Option(help="step: one call per model message; turn: a turn's calls in one "
                                                "message.")] = "step",
     seed: int = 0,
@@ -155,7 +157,7 @@ def bench(
                          agents=agent_counts[0], tool_latency_s=tool_latency, latencies=_floats(latencies),
                          time_scale=time_scale if time_scale is not None else 0.1, alpha=alpha, samples=samples,
                          grouping=grouping, seed=seed, repeats=repeats, load=load, chain_depth=chain_depth,
-                         out_dir=out, policy=_policy(policy))
+                         offload=offload, out_dir=out, policy=_policy(policy))
     doc: dict[str, Any]
     if workers > 0:
         from forethought.bench.workers import run_cli

@@ -75,6 +75,14 @@ class UpstreamError(LLMError):
     """The endpoint answered with an error status or an unparsable stream."""
 
 
+# --- predictors ------------------------------------------------------------------------------------
+
+
+class PredictorError(ForethoughtError):
+    """A predictor could not be run as asked (not picklable for a worker process, its worker died,
+    it was closed); the agent reports it and goes on without that predictor's guesses."""
+
+
 # --- workloads -------------------------------------------------------------------------------------
 
 

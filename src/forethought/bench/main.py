@@ -11,6 +11,7 @@ in words.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -41,6 +42,8 @@ from forethought.bench.report import (
 from forethought.bench.runner import ArmRun, open_arm, run_arm, run_batch
 from forethought.bench.verdict import verdict
 from forethought.errors import ForethoughtError
+from forethought.predictors.base import Predictor
+from forethought.predictors.offload import OffloadedPredictor
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.serve.model_server import SpeculatorConfig, TimingConfig, create_model_server
 from forethought.serve.subprocess_server import serve_in_subprocess
@@ -66,6 +69,8 @@ class BenchConfig:
     grouping: str = "step"
     seed: int = 0
     chain_depth: int = 1
+    offload: bool = True
+    """The pattern predictor runs in a worker process (its CPU off the agents' event loop)."""
     ttft_s: float = 0.25
     decode_tokens_per_s: float = 60.0
     prefill_s_per_token: float = 0.0002
@@ -104,17 +109,20 @@ def make_workload(config: BenchConfig) -> Workload:
     raise ForethoughtError(f"unknown workload {config.workload!r} (bfcl, synthetic, sweep, code)")
 
 
-async def pattern_factory(workload: Workload) -> Callable[[], PatternPredictor]:
-    """Train once on the training fold's calls with their real outputs; each arm gets its own copy."""
+async def pattern_factory(workload: Workload, offload: bool = True) -> Callable[[], Predictor]:
+    """Train once on the training fold's calls with their real outputs; each arm gets its own copy (in a
+    worker process of its own with ``offload``: :class:`~forethought.predictors.offload.OffloadedPredictor`)."""
     sessions = await record_trajectories(workload.training(), lambda t: workload.session_tools(t, None).tools)
     trained = PatternPredictor.trained_on(sessions)
-    factory: Callable[[], PatternPredictor] = trained.copy
+    if offload:
+        return lambda: OffloadedPredictor(trained)  # pickled: a copy of the trained state for each worker
+    factory: Callable[[], Predictor] = trained.copy
     return factory
 
 
 async def run_arms(config: BenchConfig, workload: Workload, arms: Sequence[Arm], trajectories: Sequence[Trajectory],
                    latency: LatencyModel, console: Console | None,
-                   patterns: Callable[[], PatternPredictor] | None) -> dict[str, ArmRun]:
+                   patterns: Callable[[], Predictor] | None) -> dict[str, ArmRun]:
     """Run ``arms`` (serial first) against a freshly started engine; returns each arm's runs."""
     main, spec = _timing(config)
     speculator = SpeculatorConfig(alpha=config.alpha, timing=spec, seed=config.seed)
@@ -139,7 +147,7 @@ async def run_arms(config: BenchConfig, workload: Workload, arms: Sequence[Arm],
 
 async def run_interleaved(config: BenchConfig, workload: Workload, arms: Sequence[Arm],
                           trajectories: Sequence[Trajectory], latency: LatencyModel, console: Console | None,
-                          patterns: Callable[[], PatternPredictor] | None,
+                          patterns: Callable[[], Predictor] | None,
                           monitor: LagMonitor) -> list[dict[str, ArmRun]]:
     """Every arm on every batch of ``agents`` trajectories, the arms' order rotating; ``repeats`` times.
 
@@ -169,6 +177,7 @@ async def run_interleaved(config: BenchConfig, workload: Workload, arms: Sequenc
                                                oracle=lambda: OraclePredictor(trajectories),
                                                chain_depth=config.chain_depth) for arm in arms}
                 try:
+                    await asyncio.gather(*(context.start() for context in contexts.values()))
                     for number, batch in enumerate(batches):
                         shift = (repeat + number) % len(arms)
                         for arm in (*arms[shift:], *arms[:shift]):
@@ -212,7 +221,7 @@ def aggregate(per_repeat: Sequence[Mapping[str, ArmMetrics]]) -> dict[str, dict[
 
 async def measure_arms(config: BenchConfig, workload: Workload, arms: Sequence[Arm],
                        trajectories: Sequence[Trajectory], latency: LatencyModel, console: Console | None,
-                       patterns: Callable[[], PatternPredictor] | None,
+                       patterns: Callable[[], Predictor] | None,
                        state_changing: Mapping[str, frozenset[int]]) -> tuple[dict[str, dict[str, Any]],
                                                                              dict[str, Any], list[dict[str, ArmRun]]]:
     """One interleaved, repeated measurement: (arms JSON, machine JSON, the raw runs of every repeat)."""
@@ -244,7 +253,7 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
     trajectories = list(workload.trajectories())
     if not trajectories:
         raise ForethoughtError("the workload has no trajectories to run")
-    patterns = await pattern_factory(workload) if any(a.patterns for a in arms) else None
+    patterns = await pattern_factory(workload, config.offload) if any(a.patterns for a in arms) else None
     latency = LatencyModel(mean_s=config.tool_latency_s, seed=config.seed, time_scale=config.time_scale)
     state_changing: dict[str, frozenset[int]] = {}
     if hasattr(workload, "state_changing_calls"):

@@ -24,7 +24,7 @@ from forethought.bench.arms import Arm
 from forethought.llm.chat import OpenAIChatClient
 from forethought.predictors.base import Predictor
 from forethought.predictors.model import ModelSpeculator
-from forethought.predictors.patterns.predictor import PatternPredictor
+from forethought.predictors.offload import OffloadedPredictor
 from forethought.telemetry import EventKind
 from forethought.workloads.base import Workload
 from forethought.workloads.latency import LatencyModel
@@ -132,13 +132,20 @@ class ArmContext:
                       reliability=tuple(self.runtime.calibration.table()),
                       backoffs=self.runtime.telemetry.counts.get(EventKind.BACKOFF, 0))
 
+    async def start(self) -> None:
+        """Start the predictors that run in worker processes (before anything is timed)."""
+        await asyncio.gather(*(p.start() for p in self.predictors if isinstance(p, OffloadedPredictor)))
+
     async def aclose(self) -> None:
         self.runtime.close()
         await self.client.aclose()
+        for predictor in self.predictors:
+            if isinstance(predictor, OffloadedPredictor):
+                await predictor.close()
 
 
 def open_arm(arm: Arm, base_url: str, *, policy: Policy, samples: int,
-             pattern_factory: Callable[[], PatternPredictor] | None,
+             pattern_factory: Callable[[], Predictor] | None,
              oracle: Callable[[], Predictor] | None = None, chain_depth: int = 1) -> ArmContext:
     """Build ``arm``'s client, runtime and predictors (its pattern predictor a fresh trained copy)."""
     client = OpenAIChatClient(base_url + "/v1")
@@ -178,13 +185,14 @@ async def run_batch(context: ArmContext, trajectories: Sequence[Trajectory], wor
 
 async def run_arm(arm: Arm, trajectories: Sequence[Trajectory], workload: Workload, base_url: str, *,
                   agents: int, latency: LatencyModel | None, policy: Policy, samples: int,
-                  pattern_factory: Callable[[], PatternPredictor] | None,
+                  pattern_factory: Callable[[], Predictor] | None,
                   progress: Callable[[str], None] | None = None, repeat: int = 0,
                   oracle: Callable[[], Predictor] | None = None) -> ArmRun:
     """Run ``trajectories`` with at most ``agents`` concurrent agents under one runtime."""
     context = open_arm(arm, base_url, policy=policy, samples=samples, pattern_factory=pattern_factory,
                        oracle=oracle)
     try:
+        await context.start()
         await run_batch(context, trajectories, workload, agents=agents, latency=latency, progress=progress,
                         repeat=repeat)
     finally:

@@ -179,6 +179,11 @@ class PatternPredictor:
         clone.numbers = self.numbers.copy()
         return clone
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as what it has learned (as :meth:`copy` keeps it; no store), e.g. for a worker process:
+        its indexes and compiled schema checkers are rebuilt on loading."""
+        return (_restored, (self.fingerprint, self.config, self.counts.state(), self.numbers.copy()))
+
     # --- persistence ----------------------------------------------------------------------------------
 
     def sync(self) -> None:
@@ -465,3 +470,11 @@ class PatternPredictor:
                 self.flush()
             except (sqlite3.Error, OSError) as exc:
                 log.warning("pattern store %s: save failed, kept in memory: %s", self.fingerprint, exc)
+
+
+def _restored(fingerprint: Any, config: PatternConfig, state: Any, numbers: Any) -> PatternPredictor:
+    """A predictor unpickled from :meth:`PatternPredictor.__reduce__`."""
+    predictor = PatternPredictor(None, fingerprint, config)
+    predictor._load(state)
+    predictor.numbers = numbers
+    return predictor
