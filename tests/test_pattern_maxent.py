@@ -93,3 +93,20 @@ def test_context_features_are_sorted_and_bounded() -> None:
     assert word_feats == sorted(word_feats) and len(word_feats) == 24
     assert feats == context_features(("^", "a"), words, True, frozenset({"a", "b"}), ("a", "a"))
     assert sum(f.startswith("i\x1f") for f in feats) == 1
+
+
+def test_two_learners_merged_through_a_store_score_with_the_summed_weights() -> None:
+    """Weights are additive counters: after both sync, each predictor's mirror holds the sum of both steps."""
+    store = MemoryPatternStore()
+    first, second = PatternPredictor(store, "fp"), PatternPredictor(store, "fp")
+    feats = _feats("lookup", "confirm")
+    first.flow.maxent.learn(feats, TOOLS, "book")
+    second.flow.maxent.learn(feats, TOOLS, "cancel")
+    alone = {t: first.flow.maxent.weights("b")[t] + second.flow.maxent.weights("b")[t] for t in TOOLS}
+    first.sync()
+    second.sync()  # the store now holds both steps
+    first.sync()
+    for predictor in (first, second):
+        assert predictor.flow.maxent.weights("b") == predictor.flow.maxent.mirrored("b")
+        assert all(math.isclose(predictor.flow.maxent.weights("b")[t], alone[t], abs_tol=1e-12) for t in TOOLS)
+    assert first.flow.maxent.log_probs(feats, TOOLS) == second.flow.maxent.log_probs(feats, TOOLS)
