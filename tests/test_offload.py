@@ -171,3 +171,21 @@ async def test_any_interleaving_of_observe_and_predict_matches_in_process(
             remote.observe(context, observed)
         else:
             assert _calls(await remote.predict(context)) == _calls(await local.predict(context))
+
+
+async def test_workers_from_one_snapshot_are_independent_copies() -> None:
+    trained = _trained()
+    snapshot = OffloadedPredictor.pickled(trained)
+    first, second = (OffloadedPredictor.from_pickle(snapshot, trained.name) for _ in range(2))
+    await asyncio.gather(first.start(), second.start())
+    try:
+        local = trained.copy()
+        context, observed = _steps(60, "basalt")[0]
+        first.observe(context, observed)  # only the first learns
+        local.observe(context, observed)
+        later = _steps(60, "basalt")[1][0]
+        assert _calls(await first.predict(later)) == _calls(await local.predict(later))
+        assert _calls(await second.predict(later)) == _calls(await trained.copy().predict(later))
+        assert first.worker_pid() != second.worker_pid()
+    finally:
+        await asyncio.gather(first.close(), second.close())

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import multiprocessing
 import pickle
@@ -45,6 +46,8 @@ _worker_predictor: Any = None  # the wrapped predictor, in the worker process on
 def _load(snapshot: bytes) -> None:
     global _worker_predictor
     _worker_predictor = pickle.loads(snapshot)
+    gc.collect()
+    gc.freeze()  # the loaded state is long-lived: full collections need not walk it again and again
 
 
 def _ready() -> str:
@@ -64,12 +67,28 @@ class OffloadedPredictor:
     """``predictor`` run in a worker process: the same guesses, none of its CPU on the caller's loop."""
 
     def __init__(self, predictor: Predictor) -> None:
-        self.name = predictor.name
+        self._setup(predictor.name, self.pickled(predictor))
+
+    @classmethod
+    def from_pickle(cls, snapshot: bytes, name: str) -> OffloadedPredictor:
+        """A worker for the predictor pickled in ``snapshot`` (:meth:`pickled`): many workers from one
+        snapshot, and the caller need not keep the predictor itself in memory."""
+        offloaded = cls.__new__(cls)
+        offloaded._setup(name, snapshot)
+        return offloaded
+
+    @staticmethod
+    def pickled(predictor: Predictor) -> bytes:
+        """``predictor`` as a worker loads it; :class:`PredictorError` when it cannot be pickled."""
         try:
-            self._snapshot = pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL)
+            return pickle.dumps(predictor, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             raise PredictorError(f"predictor {predictor.name!r} cannot run in a worker process: it is not "
                                  f"picklable ({type(exc).__name__}: {exc})") from exc
+
+    def _setup(self, name: str, snapshot: bytes) -> None:
+        self.name = name
+        self._snapshot = snapshot
         self._log: list[tuple[PredictionContext, ObservedCall]] = []
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
