@@ -1,10 +1,10 @@
-"""A slow guess never delays a call: a client's call that finds its guess still running races it.
+"""A slow guess never delays a call for long: a client's call that finds its guess still running races it.
 
 When a client's ``tools/call`` arrives while a speculation of the very same call is still waiting for the
 upstream, the runtime would wait for that speculation (it started earlier, so it usually answers first).
 If it is slow or hangs, the client would wait longer than it would have directly. So the client's own
-request is sent upstream at once as well (verbatim: its id, its ``_meta``), and the speculation returns
-whichever answer comes first. Direct use is the bound: the client's answer is never later than its own
+request is sent upstream as well (verbatim: its id, its ``_meta``), and the speculation returns whichever
+answer comes first. Sent at once, direct use is the bound: the client's answer is never later than its own
 request's. The other answer, when it comes, is consumed by the upstream link and never reaches the client
 (the client's own request is never abandoned, so its late answer cannot arrive unexpected).
 
