@@ -59,3 +59,50 @@ def test_bad_settings_are_refused() -> None:
     for kwargs in ({"low": 0.5}, {"low": 2.0, "high": 1.5}, {"probe_every": 1}, {"settled_probe_every": 2}):
         with pytest.raises(ValueError):
             InterferenceMeter(**kwargs)  # type: ignore[arg-type]
+
+
+def test_decode_time_is_compared_not_the_time_to_first_token() -> None:
+    """Short sampled steps and long unsampled ones at the same decode speed: no harm, once the first token's
+    time is known; the whole-step figure alone would call it a 2x slowdown."""
+    known, whole = InterferenceMeter(), InterferenceMeter()
+    for _ in range(10):
+        # sampled: a 10-token call after a 1 s wait; unsampled: a 100-token answer after the same wait
+        known.note(1.0 + 9 * 0.01, 10, sampled=True, first_token_s=1.0)
+        known.note(1.0 + 99 * 0.01, 100, sampled=False, first_token_s=1.0)
+        whole.note(1.0 + 9 * 0.01, 10, sampled=True)
+        whole.note(1.0 + 99 * 0.01, 100, sampled=False)
+    assert known.ratio == pytest.approx(1.0) and known.level() == 0.0
+    assert whole.level() == 1.0
+
+
+def test_noise_alone_seldom_stops_sampling() -> None:
+    """Both sides drawn from one wide distribution (a busy machine): the averages differ, but not clearly."""
+    import random
+
+    rng = random.Random(7)
+    meter = InterferenceMeter()
+    levels = []
+    for _ in range(200):
+        meter.note(rng.choice((0.5, 1.0, 3.0)) * 10, 10, sampled=True)
+        if rng.random() < 0.3:
+            meter.note(rng.choice((0.5, 1.0, 3.0)) * 10, 10, sampled=False)
+        levels.append(meter.level())
+    assert sum(level > 0 for level in levels) <= len(levels) // 20  # at most 5% of steps
+
+
+def test_a_clear_slowdown_is_seen_through_noise() -> None:
+    import random
+
+    rng = random.Random(3)
+    meter = InterferenceMeter()
+    for _ in range(100):
+        meter.note(rng.uniform(0.9, 1.1) * 30, 10, sampled=True)  # 3x slower while sampling
+        meter.note(rng.uniform(0.9, 1.1) * 10, 10, sampled=False)
+    assert meter.level() == 1.0
+
+
+def test_a_one_token_step_with_a_known_first_token_has_no_decode_time() -> None:
+    meter = InterferenceMeter()
+    meter.note(0.5, 1, sampled=True, first_token_s=0.5)
+    meter.note(0.5, 3, sampled=True, first_token_s=0.6)  # first token after the end: not believed, whole step
+    assert meter.with_samples.count == 1 and meter.with_samples.value == pytest.approx(0.5 / 3)

@@ -267,6 +267,7 @@ class Agent:
         context = self._context(transcript)
         self.feed.start(context)
         started = time.monotonic()
+        first_at: float | None = None
         state = EarlyDispatch(self.session, enabled=self.early_dispatch, started=started,
                               on_speculated=self._on_ticket if self.engine_side else None)
         text_parts: list[str] = []
@@ -276,6 +277,8 @@ class Agent:
         served: list[ToolResultServed] = []
         try:
             async for event in _until_served(stream, served, state):
+                if first_at is None and isinstance(event, TextDelta | ToolCallStarted):
+                    first_at = time.monotonic()  # the first token: the rest of the step is decode time
                 if self.on_tool_event is not None and isinstance(event, ToolCallStarted | ToolCallArgumentsDelta):
                     self.on_tool_event(event)
                 if isinstance(event, TextDelta):
@@ -309,7 +312,7 @@ class Agent:
             self._carry = stream
             finish = "tool_calls"
         generated = time.monotonic()
-        self.feed.stop(generated - started, completion)
+        self.feed.stop(generated - started, completion, None if first_at is None else first_at - started)
         text = "".join(text_parts)
         ordered = state.ordered()
         assistant: dict[str, Any] = {"role": "assistant", "content": text or None}

@@ -59,8 +59,10 @@ class ChainingPredictor(Predictor, Protocol):
 class GenerationAware(Protocol):
     """A predictor that wants to know how long each main-model step took (to measure what it costs)."""
 
-    def note_generation(self, session_id: str, seconds: float, tokens: int) -> None:
-        """The main model's step in ``session_id`` took ``seconds`` for ``tokens`` completion tokens."""
+    def note_generation(self, session_id: str, seconds: float, tokens: int,
+                        first_token_s: float | None = None) -> None:
+        """The main model's step in ``session_id`` took ``seconds`` for ``tokens`` completion tokens, its
+        first token ``first_token_s`` after it began (``None``: not known)."""
 
 
 class GuessFeed:
@@ -107,14 +109,16 @@ class GuessFeed:
         covered = dataclasses.replace(context, covered=min(1.0, self._covered))
         await asyncio.gather(*(self._run(p, covered) for p in costly))
 
-    def stop(self, generation_s: float | None = None, completion_tokens: int = 0) -> None:
-        """The model's message ended (after ``generation_s`` seconds, ``completion_tokens`` generated): no
-        more guesses for this step; predictors that measure their cost to the main model are told."""
+    def stop(self, generation_s: float | None = None, completion_tokens: int = 0,
+             first_token_s: float | None = None) -> None:
+        """The model's message ended (after ``generation_s`` seconds, ``completion_tokens`` generated, the
+        first token after ``first_token_s``): no more guesses for this step; predictors that measure their
+        cost to the main model are told."""
         self._step += 1
         if generation_s is not None:
             for predictor in self.predictors:
                 if isinstance(predictor, GenerationAware):
-                    predictor.note_generation(self.session.id, generation_s, completion_tokens)
+                    predictor.note_generation(self.session.id, generation_s, completion_tokens, first_token_s)
         for task in self._tasks:
             task.cancel()
         self._tasks = []

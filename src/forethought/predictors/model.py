@@ -183,11 +183,13 @@ class ModelSpeculator:
         finally:
             queue.put_nowait(None)
 
-    def note_generation(self, session_id: str, seconds: float, tokens: int) -> None:
-        """The main model's step in ``session_id`` took ``seconds`` for ``tokens`` completion tokens."""
+    def note_generation(self, session_id: str, seconds: float, tokens: int,
+                        first_token_s: float | None = None) -> None:
+        """The main model's step in ``session_id`` took ``seconds`` for ``tokens`` completion tokens (its
+        first token after ``first_token_s``, when known)."""
         sampled = self._sampled.pop(session_id, None)
         if sampled is not None:
-            self.interference.note(seconds, tokens, sampled)
+            self.interference.note(seconds, tokens, sampled, first_token_s)
 
     def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
         guesses = self._guesses.get(context.session_id)
