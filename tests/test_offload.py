@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from forethought import OffloadedPredictor, PredictorError
 from forethought._calls import ToolCall
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor
+from forethought.predictors.offload import UNPROVEN_DEATHS
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, train
 
@@ -189,3 +190,123 @@ async def test_workers_from_one_snapshot_are_independent_copies() -> None:
         assert first.worker_pid() != second.worker_pid()
     finally:
         await asyncio.gather(first.close(), second.close())
+
+
+async def _kill_and_wait_broken(remote: OffloadedPredictor) -> None:
+    pool = remote._pool
+    pid = remote.worker_pid()
+    assert pool is not None and pid is not None
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(500):
+        if getattr(pool, "_broken", False):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the pool never noticed its worker died")
+
+
+async def test_a_prediction_on_an_already_broken_worker_sees_every_observation(
+        pair: tuple[PatternPredictor, OffloadedPredictor]) -> None:
+    local, remote = pair
+    steps = _steps(70, "glaciers")
+    for context, observed in steps[:2]:
+        local.observe(context, observed)
+        remote.observe(context, observed)
+    await remote.predict(steps[0][0])
+    await _kill_and_wait_broken(remote)
+    got = await remote.predict(steps[2][0])  # the submit finds the pool broken: restart, replay, then this
+    assert remote.restarts == 1
+    assert _calls(got) == _calls(await local.predict(steps[2][0]))
+
+
+async def test_an_observation_on_an_already_broken_worker_restarts_it_and_replays(
+        pair: tuple[PatternPredictor, OffloadedPredictor]) -> None:
+    local, remote = pair
+    steps = _steps(71, "glaciers")
+    local.observe(*steps[0])
+    remote.observe(*steps[0])
+    await remote.predict(steps[0][0])
+    await _kill_and_wait_broken(remote)
+    local.observe(*steps[1])
+    remote.observe(*steps[1])  # the restart happens here
+    assert remote.restarts == 1
+    assert _calls(await remote.predict(steps[2][0])) == _calls(await local.predict(steps[2][0]))
+
+
+async def test_one_death_with_many_predictions_in_flight_restarts_the_worker_once(
+        pair: tuple[PatternPredictor, OffloadedPredictor]) -> None:
+    local, remote = pair
+    context = _steps(72, "glaciers")[0][0]
+    await remote.predict(context)
+    tasks = [asyncio.create_task(remote.predict(context)) for _ in range(4)]
+    await asyncio.sleep(0)
+    pid = remote.worker_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert remote.restarts == 1
+    for result in results:  # each either made it before the death or failed clearly
+        assert isinstance(result, PredictorError) or _calls(result) == _calls(await local.predict(context))  # type: ignore[arg-type]
+    assert _calls(await remote.predict(context)) == _calls(await local.predict(context))
+
+
+class _Unloadable:
+    """Pickles fine, but loading it raises (as a class the worker cannot import would)."""
+
+    name = "unloadable"
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (int, ("not a number",))
+
+    async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
+        return []
+
+    def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+        return None
+
+
+async def test_a_predictor_the_worker_cannot_load_fails_clearly_and_is_not_respawned() -> None:
+    remote = OffloadedPredictor(_Unloadable())
+    try:
+        with pytest.raises(PredictorError, match="could not load it"):
+            await remote.start()
+        context, observed = _steps(80, "otters")[0]
+        remote.observe(context, observed)  # never raises: the predictor simply takes no more
+        for _ in range(3):
+            with pytest.raises(PredictorError, match="could not load it"):
+                await remote.predict(context)
+        assert remote.restarts == UNPROVEN_DEATHS - 1 and remote.worker_pid() is None  # tried twice, then never
+    finally:
+        await remote.close()
+
+
+async def test_checkpoints_shorten_the_replay_and_lose_nothing() -> None:
+    trained = _trained()
+    local = trained.copy()
+    remote = OffloadedPredictor(trained, checkpoint_every=3)
+    await remote.start()
+    try:
+        steps = [s for n, t in enumerate(TOPICS) for s in _steps(90 + n, t)][:8]
+        for context, observed in steps:
+            local.observe(context, observed)
+            remote.observe(context, observed)
+        await remote.predict(steps[0][0])  # after both checkpoints in the queue
+        for _ in range(200):
+            if remote.checkpoints >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert remote.checkpoints >= 2 and len(remote._log) <= 8 - 6
+        await _kill_and_wait_broken(remote)
+        later = _steps(99, "quartz")[1][0]
+        assert _calls(await remote.predict(later)) == _calls(await local.predict(later))
+        assert remote.restarts == 1
+    finally:
+        await remote.close()
+
+
+async def test_chained_predictions_come_from_the_worker(pair: tuple[PatternPredictor, OffloadedPredictor]) -> None:
+    from forethought.feed import AsyncChainingPredictor
+
+    local, remote = pair
+    assert isinstance(remote, AsyncChainingPredictor)
+    context, observed = _steps(100, "tides")[0]
+    assert _calls(await remote.predict_after_async(context, observed)) == _calls(local.predict_after(context, observed))

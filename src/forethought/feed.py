@@ -10,7 +10,8 @@ prices a guess by the tool time it can really hide. Under load (the runtime's pr
 predictor's list is cut to its best ``ceil(k * (1 - L))`` (none at ``L >= 1``) and the context carries
 ``L`` so a speculator model draws fewer samples. A hint (a prediction whose arguments are incomplete)
 runs its tool's ``prepare`` hook instead. Chains: when a speculation of a READ_ONLY or PURE tool that a
-predictor with ``predict_after`` proposed finishes, the calls that predictor expects next, given that
+predictor with ``predict_after`` (or ``predict_after_async``, e.g. one in a worker process) proposed
+finishes, the calls that predictor expects next, given that
 output, are speculated too (source ``chain``, confidence multiplied by the parent's), up to
 ``chain_depth`` levels and only while the step that launched them is still generating.
 """
@@ -39,7 +40,7 @@ from forethought.predictors.base import (
 )
 from forethought.telemetry import Event, EventKind
 
-__all__ = ["CHAIN_SOURCE", "ChainingPredictor", "GenerationAware", "GuessFeed"]
+__all__ = ["CHAIN_SOURCE", "AsyncChainingPredictor", "ChainingPredictor", "GenerationAware", "GuessFeed"]
 
 CHAIN_SOURCE = "chain"
 GENERATION_EWMA_WEIGHT = 0.3
@@ -52,6 +53,14 @@ class ChainingPredictor(Predictor, Protocol):
     """A predictor that can say what follows a call it has not seen the model make yet."""
 
     def predict_after(self, context: PredictionContext, speculated: ObservedCall) -> list[Prediction]:
+        """The calls likely to follow ``speculated`` (a call with its speculative output)."""
+
+
+@runtime_checkable
+class AsyncChainingPredictor(Predictor, Protocol):
+    """A chaining predictor that answers asynchronously (e.g. one in a worker process)."""
+
+    async def predict_after_async(self, context: PredictionContext, speculated: ObservedCall) -> list[Prediction]:
         """The calls likely to follow ``speculated`` (a call with its speculative output)."""
 
 
@@ -180,13 +189,13 @@ class GuessFeed:
         if self.on_ticket is not None and ticket.key is not None and ticket.status != "rejected":
             self.on_ticket(ticket)
         if (ticket.launched and ticket.key is not None and depth < self.chain_depth
-                and isinstance(predictor, ChainingPredictor)):
+                and isinstance(predictor, ChainingPredictor | AsyncChainingPredictor)):
             t = session.tools.get(prediction.call.name)
             if t is not None and t.effect in _CHAINABLE:
                 self._chain_after(ticket.key, prediction, predictor, context, depth)
 
-    def _chain_after(self, key: str, parent: Prediction, predictor: ChainingPredictor, context: PredictionContext,
-                     depth: int) -> None:
+    def _chain_after(self, key: str, parent: Prediction, predictor: ChainingPredictor | AsyncChainingPredictor,
+                     context: PredictionContext, depth: int) -> None:
         step = self._step
 
         def settled(result: SettledSpeculation) -> None:
@@ -194,15 +203,38 @@ class GuessFeed:
                 return
             output = render_output(result.value)
             observed = ObservedCall(parent.call, output, not reports_failure(result.value))
+            if isinstance(predictor, AsyncChainingPredictor):
+                task = asyncio.get_running_loop().create_task(self._chain_async(predictor, observed, parent,
+                                                                                context, depth, step))
+                self._tasks.append(task)  # cancelled with the step's other predictor tasks
+                return
             try:
                 successors = predictor.predict_after(context, observed)
             except Exception as exc:
-                _log.warning("predictor %s failed to chain and is ignored for this call: %s", predictor.name,
-                             type(exc).__name__)
+                self._chain_failed(predictor, exc)
                 return
-            for successor in successors[: self._limit(len(successors))]:
-                self.chained += 1
-                self.offer(dataclasses.replace(successor, confidence=parent.confidence * successor.confidence),
-                           predictor, context, depth + 1)
+            self._offer_successors(successors, parent, predictor, context, depth)
 
         self.session.on_settled(key, settled)
+
+    async def _chain_async(self, predictor: AsyncChainingPredictor, observed: ObservedCall, parent: Prediction,
+                           context: PredictionContext, depth: int, step: int) -> None:
+        try:
+            successors = await predictor.predict_after_async(context, observed)
+        except Exception as exc:
+            self._chain_failed(predictor, exc)
+            return
+        if step == self._step:  # the step is still generating
+            self._offer_successors(successors, parent, predictor, context, depth)
+
+    def _offer_successors(self, successors: Sequence[Prediction], parent: Prediction, predictor: Predictor,
+                          context: PredictionContext, depth: int) -> None:
+        for successor in successors[: self._limit(len(successors))]:
+            self.chained += 1
+            self.offer(dataclasses.replace(successor, confidence=parent.confidence * successor.confidence),
+                       predictor, context, depth + 1)
+
+    @staticmethod
+    def _chain_failed(predictor: Predictor, exc: Exception) -> None:
+        _log.warning("predictor %s failed to chain and is ignored for this call: %s", predictor.name,
+                     type(exc).__name__)
