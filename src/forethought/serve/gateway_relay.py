@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,22 @@ class UpstreamRefused(Exception):
         self.status = status
         self.body = body
 
+
+
+def served_results(messages: list[dict[str, Any]], text: str, ordered: Sequence[ToolCallClosed],
+                   outputs: Sequence[str], next_segment: int) -> list[dict[str, Any]]:
+    """Grow ``messages`` exactly as the client's conversation grows when it is served ``outputs`` for the
+    calls of an assistant message (its ``text`` and ``ordered`` calls), and give the chunk choice that tells
+    the client about each served result (one per call, in order)."""
+    messages.append({"role": "assistant", "content": text or None, "tool_calls": [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw}} for c in ordered]})
+    choices = []
+    for call, output in zip(ordered, outputs, strict=True):
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+        served = {"index": call.index, "tool_call_id": call.id, "name": call.name, "output": output,
+                  "segment": next_segment}
+        choices.append({"index": 0, "delta": {RESULT_FIELD: served}, "logprobs": None, "finish_reason": None})
+    return choices
 
 @dataclass(slots=True)
 class RelayStats:
@@ -206,16 +222,8 @@ class Relay:
     def _continue(self, segment: _Segment, outputs: list[str], next_segment: int) -> list[bytes]:
         """Result chunks for the client; the conversation grows exactly as the client's would."""
         ordered = [segment.closed[i] for i in sorted(segment.closed)]
-        text = "".join(segment.text)
-        self.messages.append({"role": "assistant", "content": text or None, "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw}} for c in ordered]})
-        out = []
-        for call, output in zip(ordered, outputs, strict=True):
-            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
-            served = {"index": call.index, "tool_call_id": call.id, "name": call.name, "output": output,
-                      "segment": next_segment}
-            out.append(self._chunk([{"index": 0, "delta": {RESULT_FIELD: served}, "logprobs": None,
-                                     "finish_reason": None}]))
+        out = [self._chunk([choice]) for choice in
+               served_results(self.messages, "".join(segment.text), ordered, outputs, next_segment)]
         self._continued += 1
         self.stats.continuations += 1
         self.stats.served_calls += len(ordered)

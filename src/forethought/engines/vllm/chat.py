@@ -47,11 +47,11 @@ from forethought.llm.tool_cache import (
     CACHE_CLIENT_VALUE,
     CACHE_PATH_HEADER,
     RESPONSE_ID_HEADER,
-    RESULT_FIELD,
     TOKEN_HEADER,
 )
 from forethought.serve.gateway import CACHE_ROUTE, Gateway
 from forethought.serve.gateway_cache import ResponseScope
+from forethought.serve.gateway_relay import served_results
 from forethought.serve.http import EventStream, StreamChunks
 
 END_DRAIN_S = 5.0
@@ -413,16 +413,8 @@ class _Response:
     def _continue(self, segment: _Segment, ordered: list[ToolCallClosed], outputs: list[str],
                   next_segment: int) -> list[bytes]:
         """Result chunks for the client; the conversation grows exactly as the client's would."""
-        text = "".join(segment.text)
-        self.messages.append({"role": "assistant", "content": text or None, "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw}} for c in ordered]})
-        out = []
-        for call, output in zip(ordered, outputs, strict=True):
-            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
-            served = {"index": call.index, "tool_call_id": call.id, "name": call.name, "output": output,
-                      "segment": next_segment}
-            out.append(self._chunk([{"index": 0, "delta": {RESULT_FIELD: served}, "logprobs": None,
-                                     "finish_reason": None}]))
+        out = [self._chunk([choice]) for choice in
+               served_results(self.messages, "".join(segment.text), ordered, outputs, next_segment)]
         self.continued += 1
         self.stats.served_calls += len(ordered)
         return out
