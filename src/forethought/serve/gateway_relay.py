@@ -50,6 +50,18 @@ class UpstreamRefused(Exception):
 
 
 
+def chat_chunk(response_id: str, created: int, model: str, choices: list[dict[str, Any]],
+               usage: dict[str, Any] | None = None, error: Any = None) -> bytes:
+    """One Chat Completions stream chunk of the response ``response_id``, as a server-sent event."""
+    data: dict[str, Any] = {"id": response_id, "object": "chat.completion.chunk", "created": created,
+                            "model": model, "choices": choices}
+    if usage is not None:
+        data["usage"] = usage
+    if error is not None:
+        data["error"] = error
+    return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+
+
 def served_results(messages: list[dict[str, Any]], text: str, ordered: Sequence[ToolCallClosed],
                    outputs: Sequence[str], next_segment: int) -> list[dict[str, Any]]:
     """Grow ``messages`` exactly as the client's conversation grows when it is served ``outputs`` for the
@@ -255,13 +267,7 @@ class Relay:
 
     def _chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None,
                error: Any = None) -> bytes:
-        data: dict[str, Any] = {"id": self.scope.response_id, "object": "chat.completion.chunk",
-                                "created": self._created, "model": self._model, "choices": choices}
-        if usage is not None:
-            data["usage"] = usage
-        if error is not None:
-            data["error"] = error
-        return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+        return chat_chunk(self.scope.response_id, self._created, self._model, choices, usage, error)
 
     def _error(self, message: str) -> bytes:
         return self._chunk([], error={"message": message, "type": "upstream_error"})

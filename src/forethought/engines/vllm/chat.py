@@ -51,7 +51,7 @@ from forethought.llm.tool_cache import (
 )
 from forethought.serve.gateway import CACHE_ROUTE, Gateway
 from forethought.serve.gateway_cache import ResponseScope
-from forethought.serve.gateway_relay import served_results
+from forethought.serve.gateway_relay import chat_chunk, served_results
 from forethought.serve.http import EventStream, StreamChunks
 
 END_DRAIN_S = 5.0
@@ -255,13 +255,7 @@ class _Response:
 
     def _chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None,
                error: Any = None) -> bytes:
-        data: dict[str, Any] = {"id": self.scope.response_id, "object": "chat.completion.chunk",
-                                "created": self.created, "model": self.model, "choices": choices}
-        if usage is not None:
-            data["usage"] = usage
-        if error is not None:
-            data["error"] = error
-        return _sse(data)
+        return chat_chunk(self.scope.response_id, self.created, self.model, choices, usage, error)
 
     def _error(self, message: str, kind: str = "upstream_error") -> bytes:
         self.stats.errors += 1
