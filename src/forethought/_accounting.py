@@ -10,6 +10,7 @@ the authoritative call path on top.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,7 @@ class SessionBase:
         """Where speculations of shared tools obtain their values (set by :meth:`Runtime.session`)."""
         self._prepared: set[str] = set()  # tools whose prepare hook ran this turn
         self._prepare_tasks: set[asyncio.Task[None]] = set()
+        self._withdrawn: dict[CallKey, list[tuple[str, float]]] = {}  # guesses withdrawn this turn: their votes
         self.closed = False
 
     # --- telemetry --------------------------------------------------------------------------------
@@ -112,7 +114,7 @@ class SessionBase:
 
     # --- discarding -------------------------------------------------------------------------------
 
-    def _finish(self, entry: Entry, kind: EventKind | None, detail: str = "") -> None:
+    def _finish(self, entry: Entry, kind: EventKind | None, detail: str = "", learn: bool = True) -> None:
         """Account once for an entry that leaves unserved (already out of the store); cancel its work.
 
         Emits ``kind`` (if any), then WASTED with the tool seconds when the tool ran and served nothing.
@@ -125,7 +127,7 @@ class SessionBase:
         if entry.slot is not None:
             self.runtime.scheduler.capacity.release(entry.slot)  # a task cancelled before it ran never does
         entry.drop_snapshot()
-        if kind is not _PREEMPTED:  # a preempted guess never learned whether it was right
+        if learn and kind is not _PREEMPTED:  # a preempted guess never learned whether it was right
             hit = entry.claimed or entry.partial_hits > 0
             for source, confidence in entry.votes:
                 self.runtime.calibration.record(source, confidence, hit)
@@ -158,6 +160,47 @@ class SessionBase:
         self._finish(entry, kind, "discarded" if kind is not _FAILED else type(entry.error).__name__)
         return True
 
+    def revise(self, key: CallKey, p_hit: float, eta_s: float | None = None) -> bool:
+        """New evidence says the unclaimed speculation under ``key`` hits with chance ``p_hit``.
+
+        It is priced again at that chance (``eta_s`` as for ``speculate``); when it is no longer worth the
+        policy's ``min_value_s`` and its tool has not finished, it is withdrawn: cancelled (CANCELLED, then
+        WASTED for the tool seconds it ran) so it stops spending tool time and capacity. Whether it would
+        have hit is learnt when the turn's calls are known: a call this turn with the same key counts it
+        as a hit for the sources that proposed it, the turn's end as a miss. A finished speculation is
+        kept (its cost is spent). Returns whether the speculation was withdrawn.
+        """
+        entry = self._store.get(key)
+        if entry is None or entry.claimed or entry.task is None or entry.task.done():
+            return False
+        if not 0.0 <= p_hit <= 1.0:  # NaN fails this too
+            raise ValueError(f"p_hit must be in [0, 1], got {p_hit!r}")
+        priced, _ = self.runtime.price(entry.tool, entry.source, entry.confidence, eta_s, p_hit=p_hit)
+        if priced.value >= self.runtime.policy.min_value_s:
+            entry.value = priced.value
+            if entry.slot is not None and math.isfinite(entry.slot.value):
+                entry.slot.value = priced.value
+            return False
+        self._store.pop(key)
+        if entry.started is None:
+            self._budget.refund(entry.tool.cost_units)
+        self._withdrawn[key] = list(entry.votes)
+        self._finish(entry, _CANCELLED, f"withdrawn: P(hit) revised to {p_hit:.2f}", learn=False)
+        return True
+
+    def _learn_withdrawn(self, key: CallKey | None) -> None:
+        """The turn's call ``key`` arrived (``None``: the turn ended): count withdrawn guesses it settles."""
+        if key is not None:
+            votes = self._withdrawn.pop(key, None)
+            if votes is not None:
+                for source, confidence in votes:
+                    self.runtime.calibration.record(source, confidence, True)
+            return
+        for votes in self._withdrawn.values():
+            for source, confidence in votes:
+                self.runtime.calibration.record(source, confidence, False)
+        self._withdrawn.clear()
+
     def _evict_expired(self, now: float) -> None:
         """Discard every entry whose TTL has passed (EXPIRED, then WASTED if its tool ran); cancel its work.
 
@@ -175,6 +218,8 @@ class SessionBase:
         for entry in self._store:
             n += self.discard(entry.key)
         self._next_expiry = _NEVER
+        if self._withdrawn:
+            self._learn_withdrawn(None)
         self._budget.reset()
         self._prepared.clear()
         return n

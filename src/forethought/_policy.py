@@ -87,6 +87,10 @@ class Policy:
     elsewhere); the event-loop lag, which is what delays this process's authoritative work, always is.
     ``backoff`` defaults to on unless the environment variable ``FORETHOUGHT_BACKOFF`` is ``off`` (or 0,
     false, no): a switch for test runs and measurements that must not depend on the machine's load.
+    ``combine_evidence``: when a sampling predictor (a speculator model) guesses beside cheaper ones, its
+    samples and their guesses are weighed together (:class:`~forethought.feed.GuessFeed`): a sample's
+    call the others did not propose is discounted by their coverage, and their running guesses that no
+    sample proposed are re-priced and withdrawn once no longer worth their tool time.
     """
 
     max_concurrent: int = 16
@@ -103,6 +107,7 @@ class Policy:
     backoff_lag_ms: tuple[float, float] = (10.0, 60.0)
     backoff_load_per_core: tuple[float, float] | None = None
     backoff_factor: float = 10.0
+    combine_evidence: bool = True
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict)
 
@@ -167,7 +172,7 @@ def policy_from_mapping(data: Mapping[str, Any], origin: str = "policy") -> Poli
             if not isinstance(value, Mapping):
                 raise PolicyError(f"{where}: expected a table of tools")
             kwargs["tools"] = {name: _tool_policy(name, spec, origin) for name, spec in value.items()}
-        elif key == "backoff":
+        elif key in ("backoff", "combine_evidence"):
             if not isinstance(value, bool):
                 raise PolicyError(f"{where}: expected true or false, got {value!r}")
             kwargs[key] = value

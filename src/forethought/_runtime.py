@@ -121,17 +121,19 @@ class Runtime:
                 self.telemetry.emit(Event(EventKind.BACKOFF, "", "", "", detail=now.reason))
         return now
 
-    def price(self, t: Tool, source: str, confidence: float, eta_s: float | None) -> tuple[Worth, Pressure]:
+    def price(self, t: Tool, source: str, confidence: float, eta_s: float | None,
+              p_hit: float | None = None) -> tuple[Worth, Pressure]:
         """What a guess of ``t`` from ``source`` at ``confidence`` is worth now, and the load it was priced at.
 
-        The waste weight rises with the load level, up to ``backoff_factor`` times the policy's.
+        ``p_hit``: its chance of a hit when the caller knows better than the calibration (revised by new
+        evidence). The waste weight rises with the load level, up to ``backoff_factor`` times the policy's.
         """
         pressure = self.pressure()
         policy = self.policy
         level = pressure.level
         weight = policy.waste_weight * (1.0 + policy.backoff_factor * level) if level else policy.waste_weight
-        return worth(self.calibration.p_hit(source, confidence), self.typical_run_s(t), eta_s, t.cost_units,
-                     weight), pressure
+        p = self.calibration.p_hit(source, confidence) if p_hit is None else p_hit
+        return worth(p, self.typical_run_s(t), eta_s, t.cost_units, weight), pressure
 
     def claim_wait_limit(self, tool: Tool | str) -> float:
         """How long a speculation may have run, in all, before a claim stops waiting for it.

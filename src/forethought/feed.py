@@ -26,15 +26,19 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from forethought._calls import ToolCall
 from forethought._runtime import Session, SettledSpeculation
 from forethought._store import SpeculationTicket
 from forethought._tools import Effect
+from forethought.errors import CallError
 from forethought.llm.dispatch import render_output
 from forethought.predictors.base import (
     ObservedCall,
     Prediction,
     PredictionContext,
     Predictor,
+    SampleVotes,
+    SamplingPredictor,
     StreamingPredictor,
     reports_failure,
 )
@@ -89,7 +93,10 @@ class GuessFeed:
         self._tasks: list[asyncio.Task[None]] = []
         self._covered = 0.0
         self._offered: set[str] = set()
+        self._priors: dict[str, float] = {}  # this step's guesses from predictors that do not sample: P(hit)
         self.chained = 0
+        self.withdrawn = 0
+        self._combine = session.runtime.policy.combine_evidence
 
     def start(self, context: PredictionContext) -> None:
         """A step begins: run every predictor on ``context`` (with the current load level).
@@ -102,6 +109,7 @@ class GuessFeed:
         self._started = time.monotonic()
         self._covered = 0.0
         self._offered = set()
+        self._priors = {}
         level = self.session.runtime.pressure().level
         if level != context.load_level:
             context = dataclasses.replace(context, load_level=level)
@@ -162,6 +170,10 @@ class GuessFeed:
             if isinstance(predictor, StreamingPredictor):
                 async for prediction in predictor.predict_stream(context):
                     self.offer(prediction, predictor, context)
+                if isinstance(predictor, SamplingPredictor) and self._combine:
+                    votes = predictor.votes(context.session_id)
+                    if votes is not None:
+                        self._revise(votes)
             else:
                 predictions = list(await predictor.predict(context))
                 for prediction in predictions[: self._limit(len(predictions))]:
@@ -181,11 +193,16 @@ class GuessFeed:
             session.prepare(prediction.call.name, prediction.call.arguments, prediction.source or predictor.name)
             return
         source = CHAIN_SOURCE if depth else (prediction.source or predictor.name)
-        ticket = session.speculate(prediction.call, source=source, confidence=prediction.confidence,
-                                   eta_s=self.eta_s())
+        confidence = prediction.confidence
+        if not depth and self._priors and isinstance(predictor, SamplingPredictor) and self._combine:
+            confidence = self._discounted(prediction.call, confidence)
+        ticket = session.speculate(prediction.call, source=source, confidence=confidence, eta_s=self.eta_s())
         if not depth and ticket.key is not None and ticket.status != "rejected" and ticket.key not in self._offered:
             self._offered.add(ticket.key)  # one call, one chance: the model's next call is one of them at most
-            self._covered += session.runtime.calibration.p_hit(source, prediction.confidence)
+            p_hit = session.runtime.calibration.p_hit(source, confidence)
+            self._covered += p_hit
+            if not isinstance(predictor, SamplingPredictor):
+                self._priors[ticket.key] = p_hit
         if self.on_ticket is not None and ticket.key is not None and ticket.status != "rejected":
             self.on_ticket(ticket)
         if (ticket.launched and ticket.key is not None and depth < self.chain_depth
@@ -193,6 +210,46 @@ class GuessFeed:
             t = session.tools.get(prediction.call.name)
             if t is not None and t.effect in _CHAINABLE:
                 self._chain_after(ticket.key, prediction, predictor, context, depth)
+
+    def _discounted(self, call: ToolCall, confidence: float) -> float:
+        """A sample's confidence in a call the other predictors did not propose, given that they already
+        cover the model's call with chance ``c``: its odds times ``1 - c`` (the call is one of theirs or
+        this one, not both). The calibration, binned by this figure, then learns how often such a guess
+        hits; a sample that agrees with a guess already made keeps its own confidence."""
+        if not 0.0 < confidence < 1.0:  # NaN fails this too: the session rejects it as it is
+            return confidence
+        try:
+            key = self.session.resolve(call)[2]
+        except CallError:
+            return confidence  # the session rejects it
+        if key in self._priors:
+            return confidence
+        uncovered = max(0.0, 1.0 - sum(self._priors.values()))
+        odds = confidence / (1.0 - confidence) * uncovered
+        return odds / (1.0 + odds)
+
+    def _revise(self, votes: SampleVotes) -> None:
+        """A sampling predictor's samples for this step have all ended: every guess of this step from the
+        other predictors that no sample proposed is less likely now; the session re-prices it and withdraws
+        it when it is no longer worth its tool time (:meth:`Session.revise`)."""
+        if not self._priors or not votes.samples:
+            return
+        session = self.session
+        proposed: list[set[str]] = []
+        for calls in votes.samples:
+            keys = set()
+            for call in calls:
+                try:
+                    keys.add(session.resolve(call)[2])
+                except CallError:
+                    continue  # a sample's malformed call supports nothing
+            proposed.append(keys)
+        eta = self.eta_s()
+        for key, prior in self._priors.items():
+            support = sum(1 for keys in proposed if key in keys)
+            p_hit = votes.revised(prior, support)
+            if p_hit < prior and session.revise(key, p_hit, eta):
+                self.withdrawn += 1
 
     def _chain_after(self, key: str, parent: Prediction, predictor: ChainingPredictor | AsyncChainingPredictor,
                      context: PredictionContext, depth: int) -> None:

@@ -86,3 +86,39 @@ class StreamingPredictor(Predictor, Protocol):
 
     def predict_stream(self, context: PredictionContext) -> AsyncIterator[Prediction]:
         """Predictions as they become available."""
+
+
+@dataclass(frozen=True, slots=True)
+class SampleVotes:
+    """What one step's samples of a sampling predictor said, once they have all finished.
+
+    ``samples`` holds, per sample that ran to its end, the calls it proposed (none: it proposed a final
+    answer); a sample that failed is left out, since it says nothing. ``alpha`` is the chance that one
+    sample proposes the model's call (the predictor's measured per-sample hit rate). A guess from another
+    source that no sample proposed is evidence against that guess: see :meth:`SampleVotes.revised`.
+    """
+
+    samples: tuple[tuple[ToolCall, ...], ...]
+    alpha: float
+
+    def revised(self, p_hit: float, proposed_by: int) -> float:
+        """The chance a guess with prior ``p_hit`` hits, given that ``proposed_by`` of the samples proposed it.
+
+        Bayes with independent samples: each proposes the model's call with chance ``alpha``; a wrong
+        sample rarely lands on one particular other call, so a guess some sample proposed keeps its prior
+        (no claim is made for it), and one none of the ``n`` samples proposed has its odds multiplied by
+        ``(1 - alpha) ** n``.
+        """
+        n = len(self.samples)
+        if proposed_by > 0 or n == 0 or not 0.0 < p_hit < 1.0 or not 0.0 < self.alpha < 1.0:
+            return p_hit
+        odds = p_hit / (1.0 - p_hit) * (1.0 - self.alpha) ** n
+        return odds / (1.0 + odds)
+
+
+@runtime_checkable
+class SamplingPredictor(StreamingPredictor, Protocol):
+    """A streaming predictor whose guesses come from independent samples (a speculator model)."""
+
+    def votes(self, session_id: str) -> SampleVotes | None:
+        """What the samples of ``session_id``'s current step proposed (``None``: none were drawn)."""

@@ -25,7 +25,7 @@ from typing import Any
 from forethought._calls import ToolCall, dumps_canonical
 from forethought.llm.chat import LLMClient
 from forethought.llm.events import MessageDone, ToolCallClosed
-from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
+from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, SampleVotes
 from forethought.predictors.interference import InterferenceMeter
 
 SAMPLE_METADATA_KEY = "sample"
@@ -39,9 +39,11 @@ def _identity(call: ToolCall) -> str:
 
 @dataclass(slots=True)
 class _SessionGuesses:
-    """The calls each sample proposed in a session's current step."""
+    """The calls each sample proposed in a session's current step (by identity), and which samples failed."""
 
-    per_sample: list[set[str]] = field(default_factory=list)
+    per_sample: list[dict[str, ToolCall]] = field(default_factory=list)
+    failed: set[int] = field(default_factory=set)
+    finished: bool = False
 
 
 @dataclass(slots=True)
@@ -132,11 +134,14 @@ class ModelSpeculator:
         self._sampled[context.session_id] = n > 0
         while len(self._sampled) > MAX_TRACKED_SESSIONS:  # sessions that never report back
             del self._sampled[next(iter(self._sampled))]
+        self._guesses.pop(context.session_id, None)  # last step's samples say nothing about this one
         if n == 0:
             return
-        guesses = self._guesses[context.session_id] = _SessionGuesses([set() for _ in range(n)])
+        guesses = self._guesses[context.session_id] = _SessionGuesses([{} for _ in range(n)])
+        while len(self._guesses) > MAX_TRACKED_SESSIONS:
+            del self._guesses[next(iter(self._guesses))]
         queue: asyncio.Queue[ToolCall | None] = asyncio.Queue()
-        tasks = [asyncio.create_task(self._sample(context, i, queue, guesses.per_sample[i])) for i in range(n)]
+        tasks = [asyncio.create_task(self._sample(context, i, queue, guesses)) for i in range(n)]
         self.stats.requests += 1
         self.stats.samples += n
         finished = 0
@@ -153,13 +158,15 @@ class ModelSpeculator:
                 seen.add(identity)
                 self.stats.proposals += 1
                 yield Prediction(call, self.confidence(), self.name)
+            guesses.finished = True
         finally:
             for task in tasks:
                 task.cancel()
 
     async def _sample(self, context: PredictionContext, index: int, queue: asyncio.Queue[ToolCall | None],
-                      proposed: set[str]) -> None:
+                      guesses: _SessionGuesses) -> None:
         started = time.monotonic()
+        proposed = guesses.per_sample[index]
         first = True
         try:
             extra = _with_sample(context.request_extra, index)
@@ -172,7 +179,7 @@ class ModelSpeculator:
                         first = False
                         self.stats.first_close_total_s += time.monotonic() - started
                         self.stats.first_close_count += 1
-                    proposed.add(_identity(call))
+                    proposed[_identity(call)] = call
                     queue.put_nowait(call)
                 elif isinstance(event, MessageDone) and event.usage is not None:
                     self.stats.tokens += event.usage.total_tokens
@@ -180,6 +187,7 @@ class ModelSpeculator:
             raise
         except Exception:
             self.stats.errors += 1
+            guesses.failed.add(index)
         finally:
             queue.put_nowait(None)
 
@@ -190,6 +198,16 @@ class ModelSpeculator:
         sampled = self._sampled.pop(session_id, None)
         if sampled is not None:
             self.interference.note(seconds, tokens, sampled, first_token_s)
+
+    def votes(self, session_id: str) -> SampleVotes | None:
+        """What this step's samples proposed, once every one of them has ended (``None`` before, or when
+        none were drawn); failed samples are left out."""
+        guesses = self._guesses.get(session_id)
+        if guesses is None or not guesses.finished:
+            return None
+        samples = tuple(tuple(proposed.values()) for i, proposed in enumerate(guesses.per_sample)
+                        if i not in guesses.failed)
+        return SampleVotes(samples, self.confidence())
 
     def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
         guesses = self._guesses.get(context.session_id)
