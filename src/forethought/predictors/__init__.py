@@ -5,7 +5,16 @@ a predictor sees); :mod:`~forethought.predictors.model` samples a speculator LLM
 recurring tool sequences and derives arguments. Predictors never execute tools and never import workloads.
 """
 
-from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor, StreamingPredictor
+from forethought.predictors.base import (
+    ObservedCall,
+    Prediction,
+    PredictionContext,
+    Predictor,
+    SampleVotes,
+    SamplingPredictor,
+    StreamingPredictor,
+)
 from forethought.predictors.model import ModelSpeculator
 
-__all__ = ["ModelSpeculator", "ObservedCall", "Prediction", "PredictionContext", "Predictor", "StreamingPredictor"]
+__all__ = ["ModelSpeculator", "ObservedCall", "Prediction", "PredictionContext", "Predictor", "SampleVotes",
+           "SamplingPredictor", "StreamingPredictor"]
