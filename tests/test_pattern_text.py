@@ -41,6 +41,27 @@ def test_compound_names_and_sentence_openers() -> None:
     assert "compound" not in _kinds("Paris France")  # a comma joins the parts
 
 
+def test_the_pronoun_i_is_never_part_of_a_name() -> None:
+    kinds = _kinds("Before I start packing, Michael Thompson said so. As I map out a trip from Rivermist, "
+                   "Anna and I fly. Tell I Am Legend. The Bank of I Paris.")
+    proper = kinds["proper"]
+    assert "Before I" not in proper and "As I" not in proper and "Before" not in proper and "As" not in proper
+    assert {"Michael Thompson", "Rivermist", "Anna", "Am Legend", "The Bank", "Paris"} <= set(proper)
+    assert "Bank of" not in " | ".join(proper)  # no connector left at a piece's end
+    assert "proper" not in _kinds("I. I I, I")
+
+
+@given(st.lists(st.sampled_from(["I", "Anna", "of", "New", "York", "the", "said", ".", ",", "Before"]),
+                max_size=12))
+def test_names_never_hold_the_pronoun_and_sit_where_they_say(words: list[str]) -> None:
+    text = " ".join(words)
+    for atom in text_atoms(text):
+        if atom.kind == "proper":
+            assert "I" not in atom.text.split()
+            assert text[atom.start:atom.start + len(atom.text)] == atom.text
+            assert atom.text[0].isupper() and atom.text.split()[-1][0].isupper()
+
+
 def test_files_numbers_ids_tags_and_urls() -> None:
     text = ("Copy notes.txt, pay $20,000.50 or 15% to USR003 via travel_card_12345; tweet #RoadTrip to "
             "@AutoUpdates and see https://example.com/a?b=1 or /var/log/syslog")

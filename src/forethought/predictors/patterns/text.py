@@ -285,6 +285,29 @@ def output_atoms(text: str, exclude: str, first: int, last: int
     return out
 
 
+_NOT_SPACE = re.compile(r"\S+")
+
+
+def _name_pieces(value: str, start: int) -> Iterator[tuple[int, str]]:
+    """The parts of a run of capitalised words that may be names, with their offsets: the pronoun "I" is
+    never part of one ("Before I start" gives no "Before I"; "I" alone is not a name)."""
+    if "I" not in value.split():
+        yield start, value
+        return
+    run: list[re.Match[str]] = []
+    for word in [*_NOT_SPACE.finditer(value), None]:
+        if word is None or word.group() == "I":
+            while run and not run[-1].group()[0].isupper():
+                run.pop()  # a connector ("of", "the") left at either end
+            while run and not run[0].group()[0].isupper():
+                run.pop(0)
+            if run:
+                yield start + run[0].start(), value[run[0].start():run[-1].end()]
+            run = []
+        else:
+            run.append(word)
+
+
 def text_atoms(text: str, words_too: bool = True) -> list[Atom]:
     """All atoms of ``text``, ordered by kind (as in :data:`ATOM_KINDS`) and then by position (without
     proper nouns and plain words unless ``words_too``)."""
@@ -305,10 +328,10 @@ def text_atoms(text: str, words_too: bool = True) -> list[Atom]:
     for m in _COMPOUND.finditer(text) if ", " in text else ():
         _add(found, "compound", m.start(1), m.end(1), m.group(1))
     for m in _PROPER.finditer(text):
-        value = m.group(1).rstrip(".")
-        if " " not in value and (value == "I" or _opens_sentence(text, m.start(1))):
-            continue  # "I", and one capitalised word opening a sentence ("Could", "Please"): not names
-        _add(found, "proper", m.start(1), m.end(1), value)
+        for start, value in _name_pieces(m.group(1).rstrip("."), m.start(1)):
+            if " " not in value and _opens_sentence(text, start):
+                continue  # one capitalised word opening a sentence ("Could", "Please"): not a name
+            _add(found, "proper", start, start + len(value), value)
     word_rank = _KIND_RANK["word"]
     for i, ((start, _), word, low) in enumerate(zip(spans, words, lowered, strict=True)):
         if low in STOPWORDS:
