@@ -70,6 +70,13 @@ def test_aggregate_takes_medians_spread_and_equivalence_of_every_repeat() -> Non
     assert set(out["x"]) >= {f.name for f in dataclasses.fields(ArmMetrics)} | {"repeats", "time_saved_spread"}
 
 
+def test_aggregate_takes_the_median_of_each_source_of_waste_a_missing_source_counting_zero() -> None:
+    repeats = [{"x": dataclasses.replace(_metrics(0.1), wasted_by_source={"pattern": 1.0, "model": 3.0})},
+               {"x": dataclasses.replace(_metrics(0.2), wasted_by_source={"pattern": 2.0})},
+               {"x": dataclasses.replace(_metrics(0.3), wasted_by_source={"pattern": 4.0, "model": 1.0})}]
+    assert aggregate(repeats)["x"]["wasted_by_source"] == {"model": 1.0, "pattern": 2.0}
+
+
 @given(st.lists(st.floats(0, 1e3), min_size=1, max_size=200), st.floats(0, 1))
 def test_percentile_is_one_of_the_values_and_monotone(values: list[float], q: float) -> None:
     p = percentile(values, q)

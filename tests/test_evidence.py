@@ -162,9 +162,11 @@ async def test_a_revised_guess_below_its_cost_is_withdrawn_and_its_outcome_learn
     assert session.has_speculation(ticket.key)
     assert session.revise(ticket.key, 0.01)  # worth less than its waste now: withdrawn
     assert not session.has_speculation(ticket.key)
-    kinds = [e.kind for e in events if e.kind in (EventKind.CANCELLED, EventKind.WASTED)]
-    assert kinds == [EventKind.CANCELLED, EventKind.WASTED]
-    assert any("withdrawn" in e.detail for e in events if e.kind is EventKind.CANCELLED)
+    kinds = [e.kind for e in events if e.kind in (EventKind.CANCELLED, EventKind.WITHDRAWN, EventKind.WASTED)]
+    assert kinds == [EventKind.WITHDRAWN, EventKind.WASTED]
+    assert all("revised to 0.01" in e.detail for e in events if e.kind is EventKind.WITHDRAWN)
+    assert session.stats().withdrawn == 1 and session.stats().cancelled == 0
+    assert runtime.telemetry.wasted_by_source.keys() == {"listed"}
     assert runtime.calibration.table() == []  # nothing learnt yet: the call decides
     gate.open()
     out = await session.execute_detailed(ToolCall("find", {"q": "x"}))
@@ -261,7 +263,7 @@ async def test_a_cheap_guess_no_sample_proposed_is_withdrawn(samples: int) -> No
     other = [ToolCall("read", {"id": str(i)}) for i in range(samples)]
     _, session, feed, events, _, gate = await run_step(
         [Listed([guess("find", 0.3, q="x")]), Sampler([[c] for c in other], alpha=0.8)])
-    withdrawn = [e for e in events if e.kind is EventKind.CANCELLED and "withdrawn" in e.detail]
+    withdrawn = [e for e in events if e.kind is EventKind.WITHDRAWN]
     # prior 0.3 (no calibration yet): odds 0.43 * 0.2 ** n -> p 0.08, 0.017, ...: below the waste price
     assert len(withdrawn) == 1 and withdrawn[0].source == "listed" and feed.withdrawn == 1
     gate.open()

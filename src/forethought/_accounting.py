@@ -33,7 +33,7 @@ CLOSE_WAIT_S = 5.0
 
 _NEVER = float("inf")
 _CANCELLED, _EXPIRED, _FAILED, _WASTED = EventKind.CANCELLED, EventKind.EXPIRED, EventKind.FAILED, EventKind.WASTED
-_PREEMPTED = EventKind.PREEMPTED
+_PREEMPTED, _WITHDRAWN = EventKind.PREEMPTED, EventKind.WITHDRAWN
 _ERROR, _USEFUL, _WASTE = Outcome.ERROR, Outcome.USEFUL, Outcome.WASTED
 
 
@@ -164,7 +164,7 @@ class SessionBase:
         """New evidence says the unclaimed speculation under ``key`` hits with chance ``p_hit``.
 
         It is priced again at that chance (``eta_s`` as for ``speculate``); when it is no longer worth the
-        policy's ``min_value_s`` and its tool has not finished, it is withdrawn: cancelled (CANCELLED, then
+        policy's ``min_value_s`` and its tool has not finished, it is withdrawn: cancelled (WITHDRAWN, then
         WASTED for the tool seconds it ran) so it stops spending tool time and capacity. Whether it would
         have hit is learnt when the turn's calls are known: a call this turn with the same key counts it
         as a hit for the sources that proposed it, the turn's end as a miss. A finished speculation is
@@ -185,7 +185,7 @@ class SessionBase:
         if entry.started is None:
             self._budget.refund(entry.tool.cost_units)
         self._withdrawn[key] = list(entry.votes)
-        self._finish(entry, _CANCELLED, f"withdrawn: P(hit) revised to {p_hit:.2f}", learn=False)
+        self._finish(entry, _WITHDRAWN, f"P(hit) revised to {p_hit:.2f}", learn=False)
         return True
 
     def _learn_withdrawn(self, key: CallKey | None) -> None:

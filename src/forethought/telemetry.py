@@ -63,6 +63,9 @@ class EventKind(enum.Enum):
     """A tool's ``prepare`` hook ran for a hint (``detail``: "ok" or the error type)."""
     BACKOFF = "backoff"
     """The runtime's load level changed state (normal, reduced, off); ``detail`` says why."""
+    WITHDRAWN = "withdrawn"
+    """A running or queued speculation was cancelled because new evidence made it no longer worth its tool
+    time (``Session.revise``; ``detail`` gives the revised P(hit)); WASTED follows if its tool had run."""
 
     # Members are singletons compared by identity; the C identity hash keeps the hot-path counting (dict
     # and set lookups keyed by kind) cheaper than Enum's Python-level hash of the member name.
@@ -125,6 +128,7 @@ class SessionStats:
     conflicts: int = 0
     committed: int = 0
     preempted: int = 0
+    withdrawn: int = 0
     saved_s: float = 0.0
     wasted_s: float = 0.0
 
@@ -140,7 +144,7 @@ _STAT_FIELDS = {EventKind.LAUNCHED: "launched", EventKind.DEDUPLICATED: "dedupli
                 EventKind.MISS: "misses", EventKind.WASTED: "wasted", EventKind.CANCELLED: "cancelled",
                 EventKind.EXPIRED: "expired", EventKind.FAILED: "failed", EventKind.STALE: "stale",
                 EventKind.CONFLICT: "conflicts", EventKind.COMMITTED: "committed",
-                EventKind.PREEMPTED: "preempted"}
+                EventKind.PREEMPTED: "preempted", EventKind.WITHDRAWN: "withdrawn"}
 
 
 def stats_from(counts: Counter[EventKind], saved_s: float, wasted_s: float) -> SessionStats:
@@ -199,6 +203,8 @@ class Telemetry:
         self.waits: dict[str, _WaitHistogram] = {}
         self.saved_s = 0.0
         self.wasted_s = 0.0
+        self.wasted_by_source: dict[str, float] = {}
+        """Wasted tool seconds per guess source."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Collector(self))
 
@@ -238,6 +244,7 @@ class Telemetry:
                 self.saved_s += seconds
             elif kind is _WASTED:
                 self.wasted_s += seconds
+                self.wasted_by_source[source] = self.wasted_by_source.get(source, 0.0) + seconds
         if self._subscribers:
             self._publish(Event(kind, session, tool, key_hash(key, self._secret) if key else "", source,
                                 confidence, seconds, detail, self._now()))
@@ -251,6 +258,7 @@ class Telemetry:
                 self.saved_s += event.seconds
             elif event.kind is EventKind.WASTED:
                 self.wasted_s += event.seconds
+                self.wasted_by_source[event.source] = self.wasted_by_source.get(event.source, 0.0) + event.seconds
         self._publish(event)
 
     def _publish(self, event: Event) -> None:

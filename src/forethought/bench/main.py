@@ -204,6 +204,9 @@ def aggregate(per_repeat: Sequence[Mapping[str, ArmMetrics]]) -> dict[str, dict[
             values = [row[field_name] for row in rows]
             if isinstance(first, bool):
                 arm[field_name] = all(values)
+            elif isinstance(first, dict):  # per key, a key missing from a repeat counting 0
+                keys = sorted({k for v in values for k in v})
+                arm[field_name] = {k: median([float(v.get(k, 0.0)) for v in values]) for k in keys}
             elif isinstance(first, int):
                 arm[field_name] = round(median([float(v) for v in values]))
             else:
@@ -332,6 +335,12 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
                    f"(time scale {config.time_scale:g})", arms_out)
         print_reliability(console, results["reliability"], "all" if "all" in results["reliability"] else
                           next(iter(results["reliability"]), ""))
+        for name, arm in arms_out.items():
+            split = arm.get("wasted_by_source") or {}
+            if len(split) > 1:
+                console.print(f"wasted tool s of {name} by source: "
+                              + ", ".join(f"{source} {seconds:.2f}" for source, seconds in sorted(split.items()))
+                              + f"; guesses withdrawn: {arm.get('withdrawn', 0)}")
         console.print(f"equivalence with serial: {'[green]OK[/green]' if equivalent else '[red]DIFFERS[/red]'}")
         for line in words:
             console.print(("[bold red]" if line.startswith(("WARNING", "NOT")) else "") + line, markup=True)

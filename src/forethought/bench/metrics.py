@@ -18,7 +18,7 @@ Definitions (all measured in the same run, side by side):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from forethought.agent import ToolRecord
 from forethought.bench.runner import ArmRun, TrajectoryRun
@@ -57,6 +57,10 @@ class ArmMetrics:
     """Guesses cancelled to make room for more valuable ones."""
     backoffs: int = 0
     """Changes of the runtime's load state (normal, reduced, off) during the arm."""
+    withdrawn: int = 0
+    """Guesses withdrawn when new evidence (a speculator's samples) made them no longer worth running."""
+    wasted_by_source: dict[str, float] = field(default_factory=dict)
+    """``wasted_tool_s`` split by the source of the wasted guess."""
 
 
 def _overlapped(record: ToolRecord) -> bool:
@@ -146,6 +150,8 @@ def arm_metrics(serial: ArmRun, arm: ArmRun,
         rejected=sum(s.rejected for s in stats),
         preempted=sum(s.preempted for s in stats),
         backoffs=arm.backoffs,
+        withdrawn=sum(s.withdrawn for s in stats),
+        wasted_by_source=dict(arm.wasted_by_source),
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +66,8 @@ class ArmRun:
     """Predicted against observed hit rates of the arm's guess sources (its runtime's calibration)."""
     backoffs: int = 0
     """How often the arm's runtime changed load state (normal, reduced, off)."""
+    wasted_by_source: Mapping[str, float] = field(default_factory=dict)
+    """Wasted tool seconds per guess source (its runtime's telemetry)."""
 
 
 def _request_extra(trajectory: Trajectory, arm: Arm, repeat: int) -> dict[str, Any]:
@@ -130,7 +132,8 @@ class ArmContext:
                       speculator_first_close_s=speculator.stats.mean_first_close_s if speculator else 0.0,
                       runtime_stats=self.runtime.stats(),
                       reliability=tuple(self.runtime.calibration.table()),
-                      backoffs=self.runtime.telemetry.counts.get(EventKind.BACKOFF, 0))
+                      backoffs=self.runtime.telemetry.counts.get(EventKind.BACKOFF, 0),
+                      wasted_by_source=dict(self.runtime.telemetry.wasted_by_source))
 
     async def start(self) -> None:
         """Start the predictors that run in worker processes (before anything is timed)."""
