@@ -70,8 +70,9 @@ class Proxied:
 
 @contextlib.asynccontextmanager
 async def proxied(command: Sequence[str], policy: McpPolicy | None = None, store: Path | None = None,
-                  modern: bool = False) -> AsyncIterator[tuple[ClientSession, Proxied]]:
-    proxy = Proxy(ProxyConfig(command=tuple(command), policy=policy or McpPolicy(), store=store))
+                  modern: bool = False, in_process: bool = False) -> AsyncIterator[tuple[ClientSession, Proxied]]:
+    proxy = Proxy(ProxyConfig(command=tuple(command), policy=policy or McpPolicy(), store=store,
+                              in_process=in_process))
     handle = Proxied(proxy)
     to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
@@ -80,12 +81,26 @@ async def proxied(command: Sequence[str], policy: McpPolicy | None = None, store
     try:
         async with ClientSession(from_proxy, to_proxy) as session:
             await (session.discover() if modern else session.initialize())
+            _ready_after_listing(session, proxy)
             yield session, handle
     finally:
         to_proxy.close()
         handle.stats = await asyncio.wait_for(serving, 30)
         handle.speculated = list(proxy.links[-1].speculative_tools) if proxy.links else []
         proxy.close()
+
+
+def _ready_after_listing(session: ClientSession, proxy: Proxy) -> None:
+    """Each ``list_tools`` of ``session`` returns once the proxy's predictor worker has started, so that a
+    test's first guesses do not race the worker's start (the bench waits the same way)."""
+    list_tools = session.list_tools
+
+    async def listed(*args: Any, **kwargs: Any) -> Any:
+        result = await list_tools(*args, **kwargs)
+        await asyncio.wait_for(proxy.ready(), 60)
+        return result
+
+    session.list_tools = listed  # type: ignore[method-assign]
 
 
 def _trusting(*read_only: str) -> McpPolicy:
@@ -141,9 +156,9 @@ async def test_sqlite_results_identical_and_writes_never_early(tmp_path: Path) -
 async def _git_session(session: ClientSession, repo: Path) -> list[str]:
     out = []
     for _ in range(4):
-        out.append(_dump(await session.call_tool("git_status", {"repo_path": str(repo)})))
-        out.append(_dump(await session.call_tool("git_log", {"repo_path": str(repo), "max_count": 3})))
-        out.append(_dump(await session.call_tool("git_diff_unstaged", {"repo_path": str(repo)})))
+        for name, arguments in (("git_status", {}), ("git_log", {"max_count": 3}), ("git_diff_unstaged", {})):
+            out.append(_dump(await session.call_tool(name, {"repo_path": str(repo), **arguments})))
+            await asyncio.sleep(0.02)  # think time: a guess is predicted (by the worker) before the next call
     return out
 
 

@@ -70,6 +70,8 @@ def proxy(
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT.")] = None,
     listen: Annotated[str | None, typer.Option(help="Serve clients over streamable HTTP on 127.0.0.1:PORT "
                                                     "(/mcp, and /metrics) instead of stdio.")] = None,
+    in_process: Annotated[bool, typer.Option("--in-process", help="Learn and predict on the proxy's own event "
+                                                                  "loop, not in a worker process.")] = False,
 ) -> None:
     """Run the proxy: forethought mcp-proxy [OPTIONS] -- <upstream command ...>."""
     if ctx.invoked_subcommand is not None:
@@ -85,7 +87,8 @@ def proxy(
         mcp_policy = load_mcp_policy(policy)
         config = ProxyConfig(command=tuple(command), url=upstream_url,
                              policy=mcp_policy.trusting() if trust else mcp_policy,
-                             store=None if memory else (store or default_store()), name=name)
+                             store=None if memory else (store or default_store()), name=name,
+                             in_process=in_process)
         server = Proxy(config)
     except ForethoughtError as exc:
         raise _fail(exc) from None

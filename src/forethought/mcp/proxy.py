@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sqlite3
+import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from forethought._runtime import Runtime
 from forethought.errors import ForethoughtError
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError
+from forethought.mcp.patterns import WorkerPatterns
 from forethought.mcp.relay import MessageSource, Relay
 from forethought.mcp.speculation import CallReport, PredictorFactory, SessionSpeculator
 from forethought.mcp.stats import ProxyStats, StatsStore
@@ -57,6 +60,9 @@ class ProxyConfig:
     env: Mapping[str, str] | None = None
     """Environment of a stdio upstream (default: the proxy's own, as a client would start it)."""
     cwd: str | None = None
+    in_process: bool = False
+    """Learn and predict on the proxy's own event loop (``--in-process``) instead of in one worker process
+    per client session (:mod:`~forethought.mcp.patterns`)."""
 
     def __post_init__(self) -> None:
         if bool(self.command) == bool(self.url):
@@ -112,6 +118,7 @@ class Proxy:
         self.on_call: Callable[[CallReport], None] | None = None
         self.refusals: Counter[str] = Counter()
         """Predictions the finished sessions did not speculate, by reason."""
+        self._scratch: Path | None = None
 
     def current(self) -> ProxyStats:
         """Totals so far, the sessions still open included (what the metrics show)."""
@@ -123,8 +130,21 @@ class Proxy:
     def _predictor_for(self, schemas: Mapping[str, Mapping[str, Any]]) -> tuple[Predictor, str]:
         if self._factory is not None:
             return self._factory(schemas)
-        predictor = PatternPredictor.for_tools(schemas, store=self._patterns)
-        return predictor, predictor.fingerprint
+        if self.config.in_process:
+            predictor = PatternPredictor.for_tools(schemas, store=self._patterns)
+            return predictor, predictor.fingerprint
+        worker = WorkerPatterns(self.config.store or self._scratch_store(), schemas)
+        return worker, worker.fingerprint
+
+    def _scratch_store(self) -> Path:
+        """Where the workers of a proxy without a store keep what its sessions learn (removed at close)."""
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="forethought-mcp-"))
+        return self._scratch / "patterns.sqlite"
+
+    async def ready(self) -> None:
+        """Wait until every open session has its tools listed and its predictor ready (for benchmarks)."""
+        await asyncio.gather(*(speculator.ready() for speculator in self._live))
 
     async def serve_session(self, down_read: MessageSource, down_write: MessageSink) -> ProxyStats:
         """Relay one client session until the client disconnects; returns its stats."""
@@ -162,6 +182,9 @@ class Proxy:
             self._stats_store.close()
         if self._sqlite_clock is not None:
             self._sqlite_clock.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
 
 async def run_stdio(proxy: Proxy) -> ProxyStats:

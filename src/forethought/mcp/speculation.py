@@ -39,6 +39,7 @@ from forethought.errors import ForethoughtError
 from forethought.mcp.effects import McpPolicy, ToolEffect, decide
 from forethought.mcp.errors import McpProxyError, UpstreamClosedError, upstream_gone_error
 from forethought.mcp.freshness import PAYLOAD, freshness_validator
+from forethought.mcp.patterns import WorkerPatterns
 from forethought.mcp.race import GuessRace
 from forethought.mcp.stats import ProxyStats
 from forethought.mcp.upstream import Answer, UpstreamLink
@@ -144,6 +145,8 @@ class SessionSpeculator:
         self._saved_s = 0.0
         self.refusals: Counter[str] = Counter()
         """Predictions the proxy itself did not speculate, by reason (the runtime's refusals are its events)."""
+        self._listed = asyncio.Event()
+        """Set once the tools were listed (the session has its predictor)."""
 
     def upstream_named(self, info: object) -> None:
         """The upstream introduced itself (``serverInfo`` of its ``initialize`` answer); a name given on the
@@ -196,6 +199,15 @@ class SessionSpeculator:
         self._schemas = schemas
         self._history.clear()
         self._asked = None
+        self._listed.set()
+
+    async def ready(self) -> None:
+        """Wait until the client has listed the tools and the session's predictor is ready to predict (a
+        worker process has started): what a benchmark waits for before it times anything."""
+        await self._listed.wait()
+        predictor = self._predictor
+        if isinstance(predictor, WorkerPatterns):
+            await predictor.ready()
 
     def _envelope_now(self) -> Mapping[str, Any]:
         return self._envelope
@@ -330,10 +342,14 @@ class SessionSpeculator:
             return
         context = self._context()
         self._asked = (self._observed, context)
+        calls = self._calls
         try:
             predictions = await predictor.predict(context)
         except Exception:
             log.warning("pattern predictor failed to predict", exc_info=True)
+            return
+        if self._calls != calls or session.closed:  # the client's next call came first (a worker was slow)
+            self.refusals["predicted too late"] += len(predictions)
             return
         settings = self._policy.settings
         validators = self._policy.server(self.server_name).validators
@@ -409,7 +425,9 @@ class SessionSpeculator:
         self._session = self._predictor = None
         if session is not None:
             await session.close()
-        if predictor is not None:
+        if isinstance(predictor, WorkerPatterns):
+            await predictor.close()  # saves what the worker learned, then stops it
+        elif predictor is not None:
             flush = getattr(predictor, "flush", None)
             if callable(flush):
                 try:

@@ -117,6 +117,7 @@ async def _through(proxies: Mapping[str, Proxy]) -> AsyncIterator[dict[str, Any]
             sessions[server] = await stack.enter_async_context(ClientSession(from_proxy, to_proxy))
             await sessions[server].initialize()
             await sessions[server].list_tools()
+            await proxy.ready()  # its predictor's worker has started (untimed, as the servers' start is)
         yield sessions
 
 

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -72,6 +72,8 @@ class McpBenchConfig:
     """The arms to run (``direct`` always runs: the others are measured against it)."""
     oracle_depth: int = 1
     """How many of the true next calls the oracle proposes after each result."""
+    in_process: bool = False
+    """Run the proxies' pattern predictor on their event loop (``--in-process``), not in worker processes."""
 
     def __post_init__(self) -> None:
         unknown = set(self.arms) - set(BFCL_ARMS)
@@ -110,8 +112,11 @@ def _dump(result: Any) -> str:
     return json.dumps(result.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
 
 
-async def _replay(session: Any, trajectory: Trajectory, think_s: float) -> tuple[float, list[str], str]:
+async def _replay(session: Any, trajectory: Trajectory, think_s: float,
+                  ready: Callable[[], Awaitable[None]] | None = None) -> tuple[float, list[str], str]:
     await session.list_tools()
+    if ready is not None:
+        await ready()  # the proxy's predictor worker has started (untimed, as the server's start is)
     answers: list[str] = []
     start = time.monotonic()
     for turn in trajectory.turns:
@@ -168,7 +173,8 @@ async def _run_arm(arm: str, trajectory: Trajectory, command: Sequence[str], pro
     events: Counter[str] = Counter()
     unsubscribe = proxy.runtime.telemetry.subscribe(lambda e: events.update([event_label(e)]))
     try:
-        (seconds, answers, state), link = await _proxied(proxy, lambda s: _replay(s, trajectory, think_s))
+        (seconds, answers, state), link = await _proxied(proxy, lambda s: _replay(s, trajectory, think_s,
+                                                                                    proxy.ready))
     finally:
         unsubscribe()
     early_non_read = sum(1 for t in link.speculative_tools if t not in read_only)
@@ -186,8 +192,9 @@ def event_label(event: Event) -> str:
     return f"rejected: {reason}" if reason else "rejected"
 
 
-def _proxy(store: Path, command: Sequence[str], settings: ProxySettings) -> Proxy:
-    return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=settings, trust_all=True), store=store))
+def _proxy(store: Path, command: Sequence[str], settings: ProxySettings, in_process: bool = False) -> Proxy:
+    return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=settings, trust_all=True), store=store,
+                             in_process=in_process))
 
 
 async def _train(entries: Sequence[BfclEntry], store: Path, config: McpBenchConfig, read_only: frozenset[str],
@@ -197,7 +204,7 @@ async def _train(entries: Sequence[BfclEntry], store: Path, config: McpBenchConf
 
     async def one(entry: BfclEntry) -> None:
         command = server_command(config.python, entry, 0.0, config.seed, sorted(read_only))
-        proxy = _proxy(store, command, config.settings)
+        proxy = _proxy(store, command, config.settings, config.in_process)
         trajectory = to_trajectory(entry)
         try:
             await _proxied(proxy, lambda session: _replay(session, trajectory, 0.0))
@@ -265,7 +272,7 @@ def _arm_proxy(arm: str, cold: Path, warm: Path, command: Sequence[str], config:
         calls = [call for turn in trajectory.turns for step in turn.steps for call in step]
         return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=config.settings, trust_all=True)),
                      predictor_for=oracle_factory(calls, config.oracle_depth))
-    return _proxy(cold if arm == "proxy-cold" else warm, command, config.settings)
+    return _proxy(cold if arm == "proxy-cold" else warm, command, config.settings, config.in_process)
 
 
 def _timing(calls: Sequence[ToolCall], read_only: frozenset[str], latency: LatencyModel, think_s: float,

@@ -1,0 +1,191 @@
+"""The proxy's pattern predictor in a worker process: its learning and predicting off the proxy's loop.
+
+Run on the proxy's event loop, the pattern predictor's work (a few milliseconds to predict and as many to
+learn after every answer, measured in ``docs/mcp.md``) sits in front of whatever the loop does next,
+such as the client's next message. :class:`WorkerPatterns` is the predictor a session uses instead. It
+has the same guesses, and its work runs in one
+:class:`~forethought.predictors.offload.OffloadedPredictor` worker process per client session. On the
+loop it only pickles each call's context, with the tool schemas left out because the worker already
+holds them.
+
+:class:`StoredPatterns` is what the worker holds: a
+:class:`~forethought.predictors.patterns.PatternPredictor` on the SQLite pattern store. The store is
+opened in the worker (so loading what was learned costs the loop nothing), under the tool-set
+fingerprint, and writers only add, so concurrent proxy processes share it. The worker saves what it
+learned only at its checkpoints (every :data:`SAVE_EVERY` observations: pickling it saves first) and when
+the session ends. A worker that dies is replaced from its last checkpoint: the replacement loads the store
+(which holds everything up to that checkpoint) and the observations since are replayed, so nothing is
+counted twice. (Only a worker that dies after saving but before its answer reached the proxy leaves
+those observations to be replayed and saved again.)
+
+A dead worker never fails or delays a client call. The proxy awaits predictions only after an answer went
+to the client, a failed prediction is logged and predicts nothing, and the next use starts a new worker
+(see :class:`~forethought.predictors.offload.OffloadedPredictor`). A worker that cannot start stops the
+session's speculation and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sqlite3
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from forethought.errors import PredictorError
+from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
+from forethought.predictors.offload import OffloadedPredictor
+from forethought.predictors.patterns import PatternConfig, PatternPredictor
+from forethought.predictors.patterns.store import SqlitePatternStore, tool_set_fingerprint
+
+log = logging.getLogger(__name__)
+
+SAVE_SESSION = "forethought-mcp-save"
+"""A prediction asked under this session id saves what the worker learned (and predicts nothing): the
+worker runs calls in order, so once it answers, every observation queued before it is saved."""
+SAVE_EVERY = 64
+"""Observations between the worker's saves (its checkpoints: a replacement worker starts from there)."""
+CLOSE_TIMEOUT_S = 1.0
+"""How long a session's end waits for its worker to save before stopping it."""
+_NEVER = sys.maxsize
+_NO_TOOLS: Mapping[str, Mapping[str, Any]] = {}
+_SAVE = PredictionContext(session_id=SAVE_SESSION, messages=(), user_message="")
+
+
+class StoredPatterns:
+    """The pattern predictor of one tool set on the store at ``path``; the store is opened where it is
+    unpickled (in the worker), and pickling it saves first (so a checkpoint is a save)."""
+
+    def __init__(self, path: str, tools: Mapping[str, Mapping[str, Any]], config: PatternConfig | None = None
+                 ) -> None:
+        self.path = path
+        self.tools = dict(tools)
+        self.config = config or PatternConfig()
+        self.fingerprint = tool_set_fingerprint(self.tools)
+        self.name = PatternPredictor.name
+        self._inner: PatternPredictor | None = None
+
+    def open(self) -> PatternPredictor:
+        """Open the store and load what it holds for this tool set (the worker does this when it loads)."""
+        if self._inner is None:
+            # saves happen here (checkpoints and the session's end), never inside observe: a replayed
+            # observation is then never saved twice
+            config = replace(self.config, flush_every=_NEVER)
+            self._inner = PatternPredictor(SqlitePatternStore(self.path), self.fingerprint, config)
+        return self._inner
+
+    def save(self) -> None:
+        """Add what was learned since the last save to the store (a failure is logged, kept for later)."""
+        if self._inner is None:
+            return
+        try:
+            self._inner.flush()
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("pattern store %s: save failed, kept in memory: %s", self.path, exc)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        self.save()
+        return (_opened, (self.path, self.tools, self.config))
+
+    def _full(self, context: PredictionContext) -> PredictionContext:
+        return context if context.tools else replace(context, tools=self.tools)
+
+    async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
+        if context.session_id == SAVE_SESSION:
+            self.save()
+            return []
+        return self.open().predict_now(self._full(context))
+
+    def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+        self.open().observe(self._full(context), observed)
+
+
+def _opened(path: str, tools: Mapping[str, Mapping[str, Any]], config: PatternConfig) -> StoredPatterns:
+    """A :class:`StoredPatterns` unpickled: its store opened and loaded."""
+    patterns = StoredPatterns(path, tools, config)
+    patterns.open()
+    return patterns
+
+
+class WorkerPatterns:
+    """A session's pattern predictor run by a worker process (implements
+    :class:`~forethought.predictors.base.Predictor`); build it on the running loop, which starts the
+    worker at once."""
+
+    def __init__(self, path: str | Path, tools: Mapping[str, Mapping[str, Any]],
+                 config: PatternConfig | None = None) -> None:
+        patterns = StoredPatterns(str(path), tools, config)
+        self.name = patterns.name
+        self.fingerprint = patterns.fingerprint
+        self.worker = OffloadedPredictor(patterns, checkpoint_every=SAVE_EVERY)
+        self._started: asyncio.Task[bool] = asyncio.get_running_loop().create_task(self._start())
+        self._closed = False
+
+    async def _start(self) -> bool:
+        try:
+            await self.worker.start()
+            return True
+        except Exception as exc:  # PredictorError: it cannot load; anything else: it could not be started
+            log.warning("the pattern predictor's worker did not start; this session speculates nothing: %s", exc)
+            return False
+
+    async def ready(self) -> bool:
+        """Wait until the worker has loaded the predictor; whether it did."""
+        return await asyncio.shield(self._started)
+
+    async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
+        """The worker's predictions (none, logged, when the worker failed or died meanwhile)."""
+        try:
+            return await self.worker.predict(replace(context, tools=_NO_TOOLS))
+        except PredictorError as exc:
+            log.warning("pattern prediction failed: %s", exc)
+            return []
+
+    def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+        """Queue the call for the worker to learn; returns at once."""
+        try:
+            self.worker.observe(replace(context, tools=_NO_TOOLS), observed)
+        except PredictorError as exc:
+            log.warning("pattern learning failed: %s", exc)
+
+    async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Save what the worker learned, then stop it. The save waits at most ``timeout_s`` (a dead worker's
+        replacement replays what it had not saved, then saves). A worker that had not even started, or
+        did not save in time, is stopped at once, and what it had not saved is lost: an MCP client gives
+        a stdio server about 2 s to exit."""
+        if self._closed:
+            return
+        self._closed = True
+        saved = False
+        if self._started.done() and not self._started.cancelled() and self._started.result():
+            try:
+                async with asyncio.timeout(timeout_s):
+                    for _ in range(2):  # the second try goes to a worker replaced after a death
+                        try:
+                            await self.worker.predict(_SAVE)
+                            saved = True
+                            break
+                        except PredictorError as exc:
+                            log.warning("pattern store: the worker failed to save: %s", exc)
+            except TimeoutError:
+                log.warning("pattern store: the worker did not save within %.1f s; stopping it", timeout_s)
+        else:
+            self._started.cancel()
+            log.info("pattern store: the session ended before its worker started; nothing was saved")
+        if not saved:
+            self._stop_now()
+        with contextlib.suppress(PredictorError):
+            await self.worker.close()
+
+    def _stop_now(self) -> None:
+        """End the worker process without waiting for it (it may be loading, or stuck in a save)."""
+        pid = self.worker.worker_pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

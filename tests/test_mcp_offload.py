@@ -1,0 +1,196 @@
+"""The proxy's pattern predictor in a worker process (:mod:`forethought.mcp.patterns`).
+
+Through the proxy, with learning and prediction in a worker, results stay byte-identical to a direct
+client and guesses still hit. What the worker learned reaches the store, and it is the same as what the
+in-process predictor stores for the same calls. A killed worker fails no call, and a worker that cannot
+start stops speculation and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pickle
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
+
+from forethought._calls import ToolCall
+from forethought.mcp.effects import McpPolicy
+from forethought.mcp.patterns import SAVE_SESSION, StoredPatterns, WorkerPatterns
+from forethought.predictors.base import ObservedCall, PredictionContext
+from forethought.predictors.patterns import PatternPredictor
+from forethought.predictors.patterns.store import SqlitePatternStore
+from test_mcp_proxy import _dump, _probe, direct, proxied
+
+TRUST = McpPolicy(trust_all=True)
+KEYS = ("a", "b") * 5
+SCHEMAS: dict[str, Any] = {"lookup": {"type": "object", "properties": {"key": {"type": "string"}},
+                                      "required": ["key"]}}
+
+
+async def _lookups(session: Any, keys: tuple[str, ...] = KEYS) -> list[str]:
+    out = [_dump(await session.list_tools())]
+    for key in keys:
+        out.append(_dump(await session.call_tool("lookup", {"key": key})))
+        await asyncio.sleep(0.05)  # think time: the worker predicts and the guess runs
+    return out
+
+
+def _worker(handle: Any) -> WorkerPatterns:
+    predictor = handle.proxy._live[-1]._predictor
+    assert isinstance(predictor, WorkerPatterns)
+    return predictor
+
+
+async def test_offloaded_results_identical_to_direct_and_guesses_hit(tmp_path: Path) -> None:
+    async with direct(_probe(tmp_path / "direct.log")) as session:
+        expected = await _lookups(session)
+    async with proxied(_probe(tmp_path / "proxy.log"), TRUST, store=tmp_path / "s.sqlite") as (session, handle):
+        got = [_dump(await session.list_tools())]
+        worker = _worker(handle)
+        pid = worker.worker.worker_pid()
+        assert pid is not None and pid != os.getpid()  # the predictor lives in another process
+        got += (await _lookups(session))[1:]
+    assert got == expected
+    assert handle.stats.hits > 0  # the worker's guesses were served
+    assert handle.stats.calls == len(KEYS)
+
+
+def _context(history: list[ObservedCall], tools: Any = SCHEMAS) -> PredictionContext:
+    return PredictionContext(session_id="mcp", messages=(), user_message="", history=tuple(history), tools=tools)
+
+
+def _stored(path: Path, fingerprint: str) -> dict[str, float]:
+    store = SqlitePatternStore(path)
+    try:
+        return dict(store.load(fingerprint).values)
+    finally:
+        store.close()
+
+
+async def test_the_worker_stores_what_the_in_process_predictor_stores(tmp_path: Path) -> None:
+    """The same calls, learned in a worker and in process, leave the same counters in the store."""
+    calls = [ObservedCall(ToolCall("lookup", {"key": k}), f"value-of-{k}") for k in KEYS]
+    offloaded_path, local_path = tmp_path / "worker.sqlite", tmp_path / "local.sqlite"
+    worker = WorkerPatterns(offloaded_path, SCHEMAS)
+    assert await worker.ready()
+    local = PatternPredictor.for_tools(SCHEMAS, store=SqlitePatternStore(local_path))
+    history: list[ObservedCall] = []
+    for call in calls:
+        context = _context(history)
+        assert [p.call for p in await worker.predict(context)] == [p.call for p in await local.predict(context)]
+        worker.observe(context, call)
+        local.observe(context, call)
+        history.append(call)
+    await worker.close()
+    local.close()
+    assert worker.fingerprint == local.fingerprint
+    saved = _stored(offloaded_path, worker.fingerprint)
+    assert saved and saved == _stored(local_path, local.fingerprint)
+
+
+async def test_the_store_round_trips_between_offloaded_sessions(tmp_path: Path) -> None:
+    store = tmp_path / "store.sqlite"
+    async with proxied(_probe(tmp_path / "log"), TRUST, store=store) as (session, _):
+        await _lookups(session)
+    fingerprint = _fingerprint(store)
+    learned = _stored(store, fingerprint)
+    assert learned  # the first session's worker saved what it learned
+    async with proxied(_probe(tmp_path / "log2"), TRUST, store=store) as (session, second):
+        await session.list_tools()
+        await session.call_tool("lookup", {"key": "a"})
+        await asyncio.sleep(0.05)
+        await session.call_tool("lookup", {"key": "b"})  # a -> b: known from the first session only
+    assert second.stats.hits == 1
+    after = _stored(store, fingerprint)
+    assert set(learned) <= set(after) and after != learned  # the second session added to it
+
+
+def _fingerprint(store: Path) -> str:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(store)) as conn:
+        rows = conn.execute("SELECT DISTINCT fingerprint FROM mcp_proxy_stats").fetchall()
+    assert len(rows) == 1
+    return str(rows[0][0])
+
+
+async def test_a_killed_worker_fails_no_call(tmp_path: Path) -> None:
+    keys = KEYS * 2
+    async with direct(_probe(tmp_path / "direct.log")) as session:
+        expected = await _lookups(session, keys)
+    async with proxied(_probe(tmp_path / "proxy.log"), TRUST, store=tmp_path / "s.sqlite") as (session, handle):
+        got = [_dump(await session.list_tools())]
+        worker = _worker(handle)
+        speculator = handle.proxy._live[-1]
+        for i, key in enumerate(keys):
+            if i in (2, len(KEYS)):  # twice: each death replaces the worker once
+                pid = worker.worker.worker_pid()
+                assert pid is not None
+                os.kill(pid, signal.SIGKILL)
+            if i == len(KEYS) + 2:
+                await worker.worker.start()  # the replacement has loaded: speculation goes on
+                hits = speculator.stats().hits
+            got.append(_dump(await session.call_tool("lookup", {"key": key})))
+            await asyncio.sleep(0.05)
+        restarts = worker.worker.restarts
+    assert got == expected  # every call answered as directly, the deaths notwithstanding
+    assert restarts == 2
+    assert handle.stats.calls == len(keys)
+    assert handle.stats.hits > hits  # the replacement's guesses were served
+
+
+async def test_a_worker_that_cannot_start_stops_speculation_only(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    worker = WorkerPatterns(blocker / "patterns.sqlite", SCHEMAS)  # the worker cannot open its store
+    assert not await worker.ready()
+    context = _context([])
+    assert list(await worker.predict(context)) == []
+    worker.observe(context, ObservedCall(ToolCall("lookup", {"key": "a"}), "value-of-a"))  # never raises
+    await worker.close()
+
+
+async def test_a_session_that_ends_before_its_worker_started_ends_at_once(tmp_path: Path) -> None:
+    worker = WorkerPatterns(tmp_path / "s.sqlite", SCHEMAS)
+    worker.observe(_context([]), ObservedCall(ToolCall("lookup", {"key": "a"}), "value-of-a"))
+    start = time.monotonic()
+    await worker.close()
+    assert worker.worker.worker_pid() is None
+    assert time.monotonic() - start < 30  # it does not wait out a save (generous: this is no timing test)
+
+
+def test_pickling_saves_and_a_save_session_saves(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    patterns = StoredPatterns(str(path), SCHEMAS)
+    patterns.open()
+    fingerprint = patterns.fingerprint
+    call = ObservedCall(ToolCall("lookup", {"key": "a"}), "value-of-a")
+    patterns.observe(_context([], tools={}), call)  # the worker gets contexts without tools: it holds them
+    assert not _stored(path, fingerprint)  # nothing is saved by learning alone
+    restored = pickle.loads(pickle.dumps(patterns))  # a checkpoint
+    first = _stored(path, fingerprint)
+    assert first  # pickling saved first
+    assert dict(restored.open().counts.state().values) == first  # the copy loads what was saved
+    patterns.observe(_context([call], tools={}), ObservedCall(ToolCall("lookup", {"key": "b"}), "value-of-b"))
+    assert asyncio.run(patterns.predict(PredictionContext(session_id=SAVE_SESSION, messages=(), user_message="")
+                                        )) == []
+    assert _stored(path, fingerprint) != first
+
+
+async def test_in_process_keeps_the_predictor_on_the_loop(tmp_path: Path) -> None:
+    async with direct(_probe(tmp_path / "direct.log")) as session:
+        expected = await _lookups(session)
+    async with proxied(_probe(tmp_path / "proxy.log"), TRUST, store=tmp_path / "s.sqlite",
+                       in_process=True) as (session, handle):
+        got = [_dump(await session.list_tools())]
+        assert isinstance(handle.proxy._live[-1]._predictor, PatternPredictor)
+        got += (await _lookups(session))[1:]
+    assert got == expected and handle.stats.hits > 0
