@@ -279,8 +279,10 @@ class Agent:
             async for event in _until_served(stream, served, state):
                 if first_at is None and isinstance(event, TextDelta | ToolCallStarted):
                     first_at = time.monotonic()  # the first token: the rest of the step is decode time
-                if self.on_tool_event is not None and isinstance(event, ToolCallStarted | ToolCallArgumentsDelta):
-                    self.on_tool_event(event)
+                if isinstance(event, ToolCallStarted | ToolCallArgumentsDelta):
+                    self.feed.streamed(event)  # guesses that fit the streamed call may run now
+                    if self.on_tool_event is not None:
+                        self.on_tool_event(event)
                 if isinstance(event, TextDelta):
                     text_parts.append(event.text)
                     if on_text is not None:

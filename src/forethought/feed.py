@@ -32,6 +32,8 @@ from forethought._store import SpeculationTicket
 from forethought._tools import Effect
 from forethought.errors import CallError
 from forethought.llm.dispatch import render_output
+from forethought.llm.events import ToolCallArgumentsDelta, ToolCallStarted
+from forethought.narrowing import StreamNarrowing
 from forethought.predictors.base import (
     ObservedCall,
     Prediction,
@@ -97,6 +99,8 @@ class GuessFeed:
         self.chained = 0
         self.withdrawn = 0
         self._combine = session.runtime.policy.combine_evidence
+        self.narrowing = StreamNarrowing(session, self.eta_s, on_ticket=on_ticket)
+        """The step's guesses narrowed by the model's streamed call (:meth:`streamed`)."""
 
     def start(self, context: PredictionContext) -> None:
         """A step begins: run every predictor on ``context`` (with the current load level).
@@ -110,6 +114,7 @@ class GuessFeed:
         self._covered = 0.0
         self._offered = set()
         self._priors = {}
+        self.narrowing.reset()
         level = self.session.runtime.pressure().level
         if level != context.load_level:
             context = dataclasses.replace(context, load_level=level)
@@ -139,9 +144,20 @@ class GuessFeed:
         for task in self._tasks:
             task.cancel()
         self._tasks = []
+        self.narrowing.reset()
         if generation_s is not None and generation_s >= 0:
             old = self.generation_s
             self.generation_s = generation_s if old is None else old + GENERATION_EWMA_WEIGHT * (generation_s - old)
+
+    def streamed(self, event: ToolCallStarted | ToolCallArgumentsDelta) -> None:
+        """The model's message is streaming a call (its name, or a fragment of its arguments): guesses that
+        still fit it gain their conditional chance and may run now (:class:`~forethought.narrowing.StreamNarrowing`)."""
+        if not self._combine or self.session.runtime.pressure().level >= 1.0:
+            return
+        if isinstance(event, ToolCallStarted):
+            self.narrowing.started(event.index, event.name)
+        else:
+            self.narrowing.delta(event.index, event.text)
 
     async def cancel(self) -> None:
         """Stop and wait for the predictor tasks to end (the step failed)."""
@@ -203,6 +219,9 @@ class GuessFeed:
             self._covered += p_hit
             if not isinstance(predictor, SamplingPredictor):
                 self._priors[ticket.key] = p_hit
+        if not depth and ticket.status != "deduplicated":  # launched or priced out: narrowing may revive it
+            self.narrowing.add(dataclasses.replace(prediction, confidence=confidence), source,
+                               session.runtime.calibration.p_hit(source, confidence))
         if self.on_ticket is not None and ticket.key is not None and ticket.status != "rejected":
             self.on_ticket(ticket)
         if (ticket.launched and ticket.key is not None and depth < self.chain_depth
@@ -248,8 +267,10 @@ class GuessFeed:
         for key, prior in self._priors.items():
             support = sum(1 for keys in proposed if key in keys)
             p_hit = votes.revised(prior, support)
-            if p_hit < prior and session.revise(key, p_hit, eta):
-                self.withdrawn += 1
+            if p_hit < prior:
+                self.narrowing.revise(key, p_hit)
+                if session.revise(key, p_hit, eta):
+                    self.withdrawn += 1
 
     def _chain_after(self, key: str, parent: Prediction, predictor: ChainingPredictor | AsyncChainingPredictor,
                      context: PredictionContext, depth: int) -> None:

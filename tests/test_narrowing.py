@@ -1,0 +1,181 @@
+"""Narrowing a step's guesses by the model's streamed call: never rules out the call being streamed (any
+prefix of its own arguments fits), rules out what the stream contradicts, and revives a priced-out guess
+once its conditional chance makes it worth running."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import Gate, spin
+from forethought._calls import ToolCall
+from forethought._policy import Policy
+from forethought._runtime import Runtime
+from forethought._tools import Effect, tool
+from forethought.feed import GuessFeed
+from forethought.llm.events import ToolCallArgumentsDelta, ToolCallStarted
+from forethought.narrowing import STREAM_SUFFIX, fits, parse_partial
+from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
+from forethought.telemetry import EventKind
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
+                    st.floats(allow_nan=False, allow_infinity=False, width=32), st.text(max_size=12))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+arguments = st.dictionaries(st.text(min_size=1, max_size=8), values, max_size=5)
+
+
+@given(arguments, st.data())
+def test_any_prefix_of_a_calls_own_arguments_fits_it(args: dict[str, Any], data: st.DataObject) -> None:
+    text = json.dumps(args, ensure_ascii=data.draw(st.booleans()))
+    cut = data.draw(st.integers(0, len(text)))
+    streamed = parse_partial(text[:cut])
+    assert streamed is not None
+    assert fits(args, streamed), (text[:cut], streamed)
+
+
+@given(arguments, st.text(min_size=1, max_size=8), values, values)
+def test_a_finished_value_that_differs_rules_a_guess_out(args: dict[str, Any], key: str, mine: Any,
+                                                         theirs: Any) -> None:
+    if mine == theirs:
+        return
+    guess = {**args, key: mine}
+    streamed = {key: theirs, "next key": 1}  # a later key began: the first value is finished
+    assert not fits(guess, streamed)
+
+
+@pytest.mark.parametrize(("text", "fit"), [
+    ('{"path": "/ho', True), ('{"path": "/tmp', False), ('{"path": "/home/a", "mode": "r', True),
+    ('{"path": "/home/a", "mode": "w', False), ('{"path": "/home/b", "mode"', False),
+    ('{"mode": 4', True),  # a number may still be growing: not judged
+    ('{"unknown": "x", "path": "/', False), ('', True), ('{', True)])
+def test_fits_by_hand(text: str, fit: bool) -> None:
+    streamed = parse_partial(text)
+    assert streamed is not None
+    assert fits({"path": "/home/a", "mode": "r"}, streamed) is fit
+
+
+@pytest.mark.parametrize("text", ['[1, 2', '"abc', '42', 'nonsense', '{"a": }'])
+def test_text_that_is_not_an_object_prefix_is_not_judged(text: str) -> None:
+    assert parse_partial(text) is None
+
+
+# --- the feed ----------------------------------------------------------------------------------------
+
+class Listed:
+    name = "listed"
+
+    def __init__(self, predictions: list[Prediction]) -> None:
+        self.predictions = predictions
+
+    async def predict(self, context: PredictionContext) -> list[Prediction]:
+        return self.predictions
+
+    def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+        pass
+
+
+def tools(gate: Gate, ran: list[str]) -> list[Any]:
+    @tool(effect=Effect.READ_ONLY, expected_s=1.0)
+    async def find(q: str) -> str:
+        ran.append(f"find {q}")
+        await gate.wait()
+        return f"id-{q}"
+
+    @tool(effect=Effect.READ_ONLY, expected_s=1.0)
+    async def read(id: str, lines: int = 10) -> str:
+        ran.append(f"read {id}")
+        await gate.wait()
+        return f"body of {id}"
+
+    return [find, read]
+
+
+async def start(predictions: list[Prediction], policy: Policy | None = None) -> tuple[Any, GuessFeed, list[Any],
+                                                                                    list[str], Gate]:
+    gate, ran = Gate(), list[str]()
+    # min_value_s 0.3: a guess needs P(hit) of 0.4 / 1.1 = 0.364 (1 s tool, unknown eta) to run.
+    runtime = Runtime(tools(gate, ran), policy or Policy(backoff=False, min_value_s=0.3))
+    session = runtime.session()
+    events: list[Any] = []
+    runtime.telemetry.subscribe(events.append)
+    feed = GuessFeed(session, [Listed(predictions)])
+    feed.start(PredictionContext(session.id, [{"role": "user", "content": "hi"}], "hi"))
+    await spin(10)
+    return session, feed, events, ran, gate
+
+
+def guess(name: str, confidence: float, **arguments: Any) -> Prediction:
+    return Prediction(ToolCall(name, arguments), confidence, "listed")
+
+
+async def test_the_streamed_name_revives_a_priced_out_guess_of_that_tool() -> None:
+    session, feed, events, ran, gate = await start(
+        [guess("find", 0.5, q="x"), guess("read", 0.2, id="7"), guess("read", 0.05, id="8")])
+    assert ran == ["find x"]  # read 7 and read 8 were priced out
+    feed.streamed(ToolCallStarted(0, "c0", "read"))
+    await spin(5)
+    # total 0.75, read's mass 0.25: read 7 now 0.2 * 0.75 / 0.25 = 0.6 (runs), read 8 0.15 (still out)
+    launched = [e for e in events if e.kind is EventKind.LAUNCHED and e.source == "listed" + STREAM_SUFFIX]
+    assert len(launched) == 1 and launched[0].confidence == pytest.approx(0.6)
+    assert ran == ["find x", "read 7"]
+    gate.open()
+    assert (await session.execute_detailed(ToolCall("read", {"id": "7"}))).kind == "hit"
+    feed.stop(0.5)
+    await session.close()
+
+
+async def test_streamed_arguments_narrow_further_and_rule_out_what_they_contradict() -> None:
+    session, feed, _, ran, gate = await start(
+        [guess("find", 0.5, q="x"), guess("read", 0.15, id="7"), guess("read", 0.15, id="8")])
+    feed.streamed(ToolCallStarted(0, "c0", "read"))  # each 0.15 * 0.8 / 0.3 = 0.4: both run
+    feed.streamed(ToolCallArgumentsDelta(0, '{"id": "8'))
+    await spin(5)
+    assert sorted(ran) == ["find x", "read 7", "read 8"]
+    session2, feed2, _, ran2, gate2 = await start(
+        [guess("find", 0.4, q="x"), guess("read", 0.1, id="7"), guess("read", 0.1, id="8")])
+    feed2.streamed(ToolCallStarted(0, "c0", "read"))  # each 0.1 * 0.6 / 0.2 = 0.3: not yet
+    assert ran2 == ["find x"]
+    feed2.streamed(ToolCallArgumentsDelta(0, '{"id": '))
+    feed2.streamed(ToolCallArgumentsDelta(0, '"8'))  # read 7 ruled out: read 8 now 0.6
+    await spin(5)
+    assert ran2 == ["find x", "read 8"]
+    for s, f, g in ((session, feed, gate), (session2, feed2, gate2)):
+        g.open()
+        f.stop(0.5)
+        await s.close()
+
+
+@pytest.mark.parametrize("case", ["other tool", "combine off", "after stop", "bad json", "same chance"])
+async def test_nothing_is_revived_where_the_stream_says_nothing_new(case: str) -> None:
+    predictions = [guess("find", 0.5, q="x"), guess("read", 0.2, id="7")]
+    if case == "same chance":
+        predictions = [guess("read", 0.2, id="7")]  # the only guess: the name adds nothing
+    policy = Policy(backoff=False, min_value_s=0.3, combine_evidence=case != "combine off")
+    session, feed, _, ran, gate = await start(predictions, policy)
+    before = list(ran)
+    if case == "after stop":
+        feed.stop(0.5)
+    feed.streamed(ToolCallStarted(0, "c0", "find" if case in ("other tool", "bad json") else "read"))
+    if case == "bad json":
+        feed.streamed(ToolCallArgumentsDelta(0, '["not an object'))
+        feed.streamed(ToolCallArgumentsDelta(0, '{"q": }'))
+    await spin(5)
+    assert ran == before
+    gate.open()
+    feed.stop(0.5)
+    await session.close()
+
+
+async def test_a_fragment_for_a_call_never_started_is_ignored() -> None:
+    session, feed, _, ran, gate = await start([guess("find", 0.5, q="x"), guess("read", 0.2, id="7")])
+    feed.streamed(ToolCallArgumentsDelta(3, '{"id": "7"'))
+    await spin(5)
+    assert ran == ["find x"]
+    gate.open()
+    feed.stop(0.5)
+    await session.close()
