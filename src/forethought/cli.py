@@ -190,7 +190,8 @@ def bench(
         if mcp_suite not in ("bfcl", "repo", "both"):
             raise typer.BadParameter("mcp-suite must be bfcl, repo or both")
         doc = _run(lambda: run_mcp_bench(trajectories, tool_latency * (time_scale or 0.25), seed, console, json_path,
-                                         suite=mcp_suite, arms=tuple(a for a in mcp_arms.split(",") if a)))
+                                         suite=mcp_suite, arms=tuple(a for a in mcp_arms.split(",") if a),
+                                         in_process=not offload))
     elif workload == "code":
         from forethought.bench.code.runner import code_bench, format_code_bench, save_document
 

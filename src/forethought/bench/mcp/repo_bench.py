@@ -50,6 +50,8 @@ class RepoBenchConfig:
     think_s: float = 0.1
     seed: int = 0
     settings: ProxySettings = field(default_factory=ProxySettings)
+    in_process: bool = False
+    """Run the proxies' pattern predictor on their event loop, not in worker processes."""
     """The proxies' own knobs (guesses per result, confidence floor, upstream bound)."""
     shape: RepoShape = field(default_factory=RepoShape)
     project: str = "."
@@ -126,9 +128,11 @@ async def _stop(to_proxy: Any, serving: asyncio.Task[Any]) -> None:
     await serving
 
 
-def _proxies(store: Path, commands: Mapping[str, Sequence[str]], settings: ProxySettings) -> dict[str, Proxy]:
+def _proxies(store: Path, commands: Mapping[str, Sequence[str]], settings: ProxySettings,
+             in_process: bool = False) -> dict[str, Proxy]:
     policy = McpPolicy(settings=settings, trust_all=True)
-    return {server: Proxy(ProxyConfig(command=tuple(command), policy=policy, store=store, env=git_env()))
+    return {server: Proxy(ProxyConfig(command=tuple(command), policy=policy, store=store, env=git_env(),
+                                      in_process=in_process))
             for server, command in commands.items()}
 
 
@@ -156,7 +160,7 @@ async def _run_arm(arm: str, trace: Sequence[TraceCall], template: Path, root: P
         async with _direct(commands, read_only) as sessions:
             seconds, answers = await _replay(sessions, trace, config.think_s)
         return Replay(seconds, tuple(answers), repository_state(root), len(answers), 0, 0)
-    proxies = _proxies(store, commands, config.settings)
+    proxies = _proxies(store, commands, config.settings, config.in_process)
     try:
         async with _through(proxies) as sessions:
             seconds, answers = await _replay(sessions, trace, config.think_s)
@@ -185,7 +189,7 @@ async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = 
         cold, warm = Path(tmp) / "cold.sqlite", Path(tmp) / "warm.sqlite"
         for i, trace in enumerate(train):
             _reset(template, root)
-            proxies = _proxies(warm, commands, config.settings)
+            proxies = _proxies(warm, commands, config.settings, config.in_process)
             try:
                 async with _through(proxies) as sessions:
                     await _replay(sessions, trace, 0.0)

@@ -338,10 +338,11 @@ def format_results(results: dict[str, Any]) -> str:
 
 
 async def run_mcp_bench(trajectories: int, latency_s: float, seed: int, console: Any,
-                        json_path: str | None, suite: str = "bfcl", arms: Sequence[str] = BFCL_ARMS) -> dict[str, Any]:
+                        json_path: str | None, suite: str = "bfcl", arms: Sequence[str] = BFCL_ARMS,
+                        in_process: bool = False) -> dict[str, Any]:
     """The ``bench --workload mcp`` command. ``bfcl``: think time equal to the mean tool latency; ``repo``: the
     real servers on a generated repository (:mod:`~forethought.bench.mcp.repo_bench`), ``trajectories`` tasks;
-    ``both``: each, under ``results.suites``."""
+    ``both``: each, under ``results.suites``. ``in_process``: the proxies' pattern predictor on their loop."""
     from forethought.bench.report import document, write_json
 
     def progress(line: str) -> None:
@@ -350,12 +351,14 @@ async def run_mcp_bench(trajectories: int, latency_s: float, seed: int, console:
     suites: dict[str, dict[str, Any]] = {}
     if suite in ("bfcl", "both"):
         config = McpBenchConfig(trajectories=trajectories, training=min(TRAIN_FOLD, 4 * trajectories),
-                                think_s=latency_s, latency_s=latency_s, seed=seed, arms=("direct", *arms))
+                                think_s=latency_s, latency_s=latency_s, seed=seed, arms=("direct", *arms),
+                                in_process=in_process)
         suites["bfcl"] = await mcp_bench(config, progress=progress)
     if suite in ("repo", "both"):
         from forethought.bench.mcp.repo_bench import RepoBenchConfig, repo_bench
 
-        suites["repo"] = await repo_bench(RepoBenchConfig(tasks=trajectories, seed=seed), progress=progress)
+        suites["repo"] = await repo_bench(RepoBenchConfig(tasks=trajectories, seed=seed, in_process=in_process),
+                                            progress=progress)
     for name, results in suites.items():
         console.print(f"suite {name}:")
         console.print(format_results(results))
