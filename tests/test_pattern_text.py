@@ -84,6 +84,10 @@ def test_ids_do_not_start_inside_a_password() -> None:
 def test_dates_in_words_and_digits() -> None:
     dates = {a.date for a in text_atoms("Fly on October 15th, 2026 or 2026-11-03, or 3 March 2027.") if a.date}
     assert dates == {dt.date(2026, 10, 15), dt.date(2026, 11, 3), dt.date(2027, 3, 3)}
+    slashed = [(a.text, a.date) for a in text_atoms("this Thursday 09/10, 2026, then 10/15/2026 or 3/4,2027") if a.date]
+    assert slashed == [("09/10, 2026", dt.date(2026, 9, 10)), ("10/15/2026", dt.date(2026, 10, 15)),
+                       ("3/4,2027", dt.date(2027, 3, 4))]
+    assert not [a for a in text_atoms("scores 13/40, 2026 points") if a.date]  # no 13th month
 
 
 def test_cues_are_the_neighbouring_words() -> None:

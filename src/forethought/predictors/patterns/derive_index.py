@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +34,40 @@ def atoms_by_kind(text: str) -> Mapping[str, tuple[Atom, ...]]:
     for atom in text_atoms(text):
         grouped[atom.kind].append(atom)
     return {kind: tuple(atoms) for kind, atoms in grouped.items()}
+
+
+RUN_KINDS = ("quoted", "file", "number", "id", "hashtag", "mention", "url", "path", "date", "proper")
+"""Kinds whose atoms form enumerations."""
+MAX_RUNS = 4
+"""Enumerations of a kind addressed from the start (and from the end)."""
+_SEPARATOR = re.compile(r"[\s,;&/'\"‘’“”()]*(?:(?:and|or|plus|then)\b[\s,;'\"‘’“”()]*)?", re.I)
+"""What may stand between two items of an enumeration: punctuation, quotes and one "and" / "or"."""
+
+
+@functools.lru_cache(maxsize=MESSAGE_INDEXES)
+def atom_runs(text: str) -> Mapping[str, tuple[tuple[Atom, ...], ...]]:
+    """The enumerations of ``text`` by kind: runs of two or more atoms of one kind with nothing between
+    them but separators ("'Travel' and 'Adventure'", "a.txt, b.txt or c.txt"), in order."""
+    out: dict[str, tuple[tuple[Atom, ...], ...]] = {}
+    for kind in RUN_KINDS:
+        atoms = atoms_by_kind(text).get(kind, ())
+        runs: list[tuple[Atom, ...]] = []
+        run: list[Atom] = []
+        for atom in atoms:
+            if run:
+                found = text.find(run[-1].text, run[-1].start)  # a quoted atom starts at its quote
+                gap_start = found + len(run[-1].text)
+                gap = text[gap_start:atom.start] if found >= 0 and gap_start <= atom.start else None
+                if gap is None or _SEPARATOR.fullmatch(gap) is None:
+                    if len(run) > 1:
+                        runs.append(tuple(run))
+                    run = []
+            run.append(atom)
+        if len(run) > 1:
+            runs.append(tuple(run))
+        if runs:
+            out[kind] = tuple(runs)
+    return out
 
 
 @functools.lru_cache(maxsize=MESSAGE_INDEXES)

@@ -13,7 +13,9 @@ Sources and their locators:
   atom kind (:mod:`pattern_text`) and a
   selector: ``i`` n-th, ``r`` n-th from the end, ``u`` n-th not yet used by a call of this turn, ``b`` /
   ``a`` the one just after / before a cue word.
-* ``all``: every atom of a kind in the latest user message, as a list.
+* ``all``: every atom of a kind in the latest user message, as a list; or one *enumeration* of them (a
+  run of atoms joined by separators only: "'Travel' and 'Adventure'"; :func:`derive_index.atom_runs`):
+  the n-th from the start or end, or the one just after a cue word.
 * ``arg``: an earlier call's argument: of the latest call of a tool, of the latest call having a
   parameter of that name, or of the call n steps back.
 * ``out``: a field of an earlier call's JSON output (a path such as ``invoice.booking_id`` or
@@ -38,8 +40,10 @@ from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.derive_index import (
     MAX_FROM_END,
     MAX_ORDINAL,
+    MAX_RUNS,
     atom_index,
     atom_keys,
+    atom_runs,
     atom_value,
     atoms_by_kind,
     message_memo,
@@ -353,6 +357,8 @@ class Sources:
                         if value_key(values) == target.key:
                             rule = Rule("all", (kind,), transform, wrap=True)
                             found.setdefault(rule.key, rule)
+            if len(value) > 1:
+                self._explain_runs(target, len(value), found)
         for i, observed in enumerate(self.history):
             call_locators = list(self._call_locators(i))
             for param, arg in observed.call.arguments.items():
@@ -368,6 +374,41 @@ class Sources:
             if following is not None and target.may_come_from(following):
                 add("walk", [("name", param)], json_variants(following))
         return list(found.values())
+
+    def _explain_runs(self, target: _Target, length: int, found: dict[str, Rule]) -> None:
+        """Credit the rules giving an enumeration of the user message (:func:`derive_index.atom_runs`) as
+        the target list: the n-th from the start or end, or the one just after a cue word."""
+        for kind, runs in atom_runs(self.user_message).items():
+            cued: dict[str, int] = {}
+            for i, run in enumerate(runs):
+                cued.setdefault(run[0].before, i)
+            for i, run in enumerate(runs):
+                if len(run) != length:
+                    continue
+                for transform in LIST_TRANSFORMS:
+                    values = [_atom_transform(a, transform) for a in run]
+                    if value_key(values) != target.key:
+                        continue
+                    locators = [(kind, "run", "i", str(i))] if i < MAX_RUNS else []
+                    if len(runs) - 1 - i < MAX_RUNS:
+                        locators.append((kind, "run", "r", str(len(runs) - 1 - i)))
+                    if run[0].before and cued[run[0].before] == i:
+                        locators.append((kind, "run", "b", run[0].before))
+                    for locator in locators:
+                        rule = Rule("all", locator, transform, wrap=True)
+                        found.setdefault(rule.key, rule)
+                    break
+
+    def _run_at(self, locator: tuple[str, ...]) -> tuple[Atom, ...] | None:
+        """The enumeration an ``all`` rule's run locator names in the user message, or None."""
+        kind, _, selector, arg = locator
+        runs = atom_runs(self.user_message).get(kind, ())
+        if selector == "b":
+            return next((run for run in runs if run[0].before == arg), None)
+        n = int(arg)
+        if n >= len(runs):
+            return None
+        return runs[n] if selector == "i" else runs[-1 - n]
 
     def _explain_output(self, i: int, call_locators: Sequence[tuple[str, ...]], target: _Target,
                         add: Any) -> None:
@@ -463,7 +504,10 @@ class Sources:
             following = self._walk_next(rule.locator[1])
             value = None if following is None else apply_transform(rule.transform, following)
         elif rule.source == "all":
-            atoms = self._atoms("all").get(rule.locator[0], ())
+            if len(rule.locator) == 4 and rule.locator[1] == "run":
+                atoms = self._run_at(rule.locator) or ()
+            else:
+                atoms = self._atoms("all").get(rule.locator[0], ())
             values = [_atom_transform(a, rule.transform) for a in atoms]
             value = values if atoms and all(v is not None for v in values) else None
         else:

@@ -80,7 +80,7 @@ _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
 _DATES: list[tuple[re.Pattern[str], tuple[str, str, str]]] = [
     (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})(?:\b|(?=T\d))"), ("y", "m", "d")),
     (re.compile(r"\b(\d{4})/(\d{1,2})/(\d{1,2})\b"), ("y", "m", "d")),
-    (re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b"), ("m", "d", "y")),
+    (re.compile(r"\b(\d{1,2})/(\d{1,2})(?:/|,\s*)(\d{4})\b"), ("m", "d", "y")),  # 10/15/2026, 09/10, 2026
     (re.compile(rf"\b({_MONTH_RE})\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), ("M", "d", "y")),
     (re.compile(rf"\b{_ORD}(?:\s+of)?\s+({_MONTH_RE})\.?,?\s+(\d{{4}})\b", re.I), ("d", "M", "y")),
 ]
