@@ -215,7 +215,7 @@ def derivation(rule: str) -> str:
         parsed = json.loads(rule)
     except ValueError:
         return "other"
-    if isinstance(parsed, list) and parsed[:1] in (["enum"], ["vocab"]) and len(parsed) <= 2:
+    if isinstance(parsed, list) and parsed[:1] in (["enum"], ["vocab"], ["abbr"]) and len(parsed) <= 2:
         return str(parsed[0])
     source, locator, transform = str(parsed[0]), parsed[1], str(parsed[2])
     if transform.startswith("date:") or (locator and locator[0] == WHEN):

@@ -38,6 +38,7 @@ from forethought.predictors.patterns.counts import Counts, wilson_lower
 from forethought.predictors.patterns.derive_rules import Rule, Sources
 from forethought.predictors.patterns.derive_schema import schema_checker
 from forethought.predictors.patterns.derive_values import value_key
+from forethought.predictors.patterns.mentions import abbreviated, is_code
 from forethought.predictors.patterns.mentions import mention_forms as _mention_forms
 from forethought.predictors.patterns.mentions import mentioned as _mentioned
 from forethought.predictors.patterns.select import best_first
@@ -52,7 +53,11 @@ ENUM_FIRST_RULE = '["enum","first"]'
 VOCAB_FIRST_RULE = '["vocab","first"]'
 """Pseudo rules: an allowed value (``enum``) or a value used before (``vocab``) that the message mentions,
 the one mentioned last or (``first``) first: "from LAX to JFK" names two values of one vocabulary."""
-PSEUDO_RULES = frozenset((ENUM_RULE, VOCAB_RULE, ENUM_FIRST_RULE, VOCAB_FIRST_RULE))
+ABBR_RULE = '["abbr"]'
+ABBR_FIRST_RULE = '["abbr","first"]'
+"""Pseudo rules: a code (an allowed value, a value used before, or an item of a recent output's list)
+that abbreviates a name of the message, the last such name or (``first``) the first (:mod:`mentions`)."""
+PSEUDO_RULES = frozenset((ENUM_RULE, VOCAB_RULE, ENUM_FIRST_RULE, VOCAB_FIRST_RULE, ABBR_RULE, ABBR_FIRST_RULE))
 PRIOR_WEIGHT = 2.0
 DEFAULT_RATE = 0.2
 MAX_CONSTANT_CHARS = 120
@@ -140,6 +145,7 @@ class ArgumentModel:
         self._vocab: dict[tuple[str, str], tuple[int, tuple[tuple[str, str], ...]]] = {}
         self._stored: dict[tuple[str, str], tuple[int, tuple[tuple[str, str, Any, str], ...]]] = {}
         self._enums: dict[tuple[str, str], tuple[list[Any], tuple[tuple[str, str], ...]]] = {}
+        self._code_cache: dict[tuple[str, str], tuple[int, Any, tuple[str, ...]]] = {}
 
     def register(self, key: str) -> None:
         """Index a counter key loaded from a store."""
@@ -279,7 +285,26 @@ class ArgumentModel:
             cached = self._stored[level] = (len(truths), entries)
         return cached[1]
 
+    def _codes(self, tool: str, param: str, schema: Mapping[str, Any]) -> tuple[str, ...]:
+        """The codes of the parameter's allowed values and of the values used before (kept until a new one)."""
+        values = self._values.get((tool, param), set())
+        enum = schema.get("enum")
+        cached = self._code_cache.get((tool, param))
+        if cached is None or cached[0] != len(values) or cached[1] is not enum:
+            codes = [v for v in enum if is_code(v)] if isinstance(enum, list) else []
+            codes += [v for vk in sorted(values) if vk != ABSENT_KEY and is_code(v := _constant(vk)[0])]
+            cached = self._code_cache[(tool, param)] = (len(values), enum, tuple(dict.fromkeys(codes)))
+        return cached[2]
+
     def _pseudo(self, key: str, tool: str, param: str, schema: Mapping[str, Any], sources: Sources) -> Any:
+        if key in (ABBR_RULE, ABBR_FIRST_RULE):
+            names = sources.names()
+            if not names:
+                return None
+            codes = self._codes(tool, param, schema)
+            listed = sources.listed_codes()
+            return abbreviated(tuple(dict.fromkeys((*codes, *listed))) if listed else codes, names,
+                               key == ABBR_FIRST_RULE)
         first = key in (ENUM_FIRST_RULE, VOCAB_FIRST_RULE)
         if key in (ENUM_RULE, ENUM_FIRST_RULE):
             enum = schema.get("enum")

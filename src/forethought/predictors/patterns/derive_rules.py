@@ -66,6 +66,7 @@ from forethought.predictors.patterns.derive_values import (
     string_variants,
     value_key,
 )
+from forethought.predictors.patterns.mentions import is_code
 from forethought.predictors.patterns.text import ORDINAL_KINDS, Atom, parse_number
 
 MAX_UNUSED = 2
@@ -74,6 +75,8 @@ MAX_WALK_OUTPUTS = 16
 MAX_EXPLAINED_LEAVES = 6
 """A value found in more leaves of one output is credited to the first ones only (a value found all
 over an output says little about where it came from, and every rule credited is replayed from then on)."""
+MAX_LISTED_CODES = 64
+"""Items of an output's list looked at for codes that abbreviate a name (:meth:`Sources.listed_codes`)."""
 MAX_BACK = 2
 """Calls are addressed as up to this many steps back."""
 LIST_TRANSFORMS = ("all.id", "untag", "hash", "at", "num.id", "all.lower", "all.upper")
@@ -226,6 +229,7 @@ class Sources:
                                                         compare=False)
     _walks: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     _used_by: dict[str, set[str]] | None = field(default=None, init=False, repr=False, compare=False)
+    _listed_codes: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
     """Rule key -> the value it gives here and its value key: every rule is replayed at most once here."""
 
     def __post_init__(self) -> None:
@@ -270,6 +274,23 @@ class Sources:
         key = walk_key(value)
         names = self._used_by.get(key) if key is not None else None
         return bool(names) and param not in names  # type: ignore[operator]
+
+    def names(self) -> tuple[str, ...]:
+        """The proper names of the user message, in order."""
+        return tuple(atom.text for atom in self._atoms("user").get("proper", ()))
+
+    def listed_codes(self) -> tuple[str, ...]:
+        """The codes (:func:`mentions.is_code`) among the scalar items of the lists in the latest outputs,
+        newest output first (worked out once)."""
+        if self._listed_codes is None:
+            codes: dict[str, None] = {}
+            for observed in reversed(self.history[-MAX_WALK_OUTPUTS:]):
+                for items in output_index(observed.output).lists.values():
+                    for item in items[:MAX_LISTED_CODES]:
+                        if is_code(item):
+                            codes.setdefault(item)
+            self._listed_codes = tuple(codes)
+        return self._listed_codes
 
     def _unused(self, source: str, kind: str) -> list[Atom]:
         """The atoms of ``kind`` in ``source`` that no call of this turn has used yet."""

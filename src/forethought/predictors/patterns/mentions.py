@@ -1,5 +1,9 @@
 """Mentions: which of a set of known values (schema enums, values used before) a message names.
 
+Also *abbreviations*: a code among the known values (or the items of a recent output's list) whose letters
+spell, in order, a name of the message from its first letter ("MSFT" for "Microsoft", "CRH" for
+"Crescent Hollow"): the message names the thing, the tool wants its code.
+
 A value is mentioned when its alphanumeric words occur, in order and whole, among the message's (case
 ignored): ``'New York'`` in "fly to new york!", ``'in_progress'`` in "mark it in progress". Of several
 mentioned values the one named last is taken, or the one named first (two pseudo rules of
@@ -44,3 +48,66 @@ def mentioned(forms: Sequence[tuple[str, str]], message: str, first: bool = Fals
         if at > best_at:
             best, best_at = value, at
     return best
+
+
+MIN_CODE = 2
+MAX_CODE = 6
+"""Length of a code that may abbreviate a name ("SFO", "MSFT")."""
+
+
+def is_code(value: Any) -> bool:
+    """Whether ``value`` looks like a code that may abbreviate a name: 2-6 upper-case letters and digits,
+    at least one a letter."""
+    return (isinstance(value, str) and MIN_CODE <= len(value) <= MAX_CODE and value.isalnum()
+            and value.isupper())
+
+
+@functools.lru_cache(maxsize=8192)
+def _name_letters(name: str) -> tuple[str, frozenset[int]]:
+    """A name's letters and digits, lower-cased, and the places where one of its words starts."""
+    letters: list[str] = []
+    starts: set[int] = set()
+    for word in _NOT_ALNUM.split(name.lower()):
+        if word:
+            starts.add(len(letters))
+            letters.extend(word)
+    return "".join(letters), frozenset(starts)
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def abbreviation_fit(code: str, name: str) -> tuple[int, int] | None:
+    """How well ``code`` abbreviates ``name`` ("MSFT" of "Microsoft", "CRH" of "Crescent Hollow"): its
+    letters occur in order in the name's, the first at the name's first; None when they do not, or when
+    the code *is* the name. The fit: letters at a word's start, then minus the span they take (greedy,
+    leftmost)."""
+    letters, starts = _name_letters(name)
+    code = code.lower()
+    if not letters or letters == code or len(letters) <= len(code) or letters[0] != code[0]:
+        return None
+    at, initials = 0, 1
+    for char in code[1:]:
+        found = letters.find(char, at + 1)
+        if found < 0:
+            return None
+        at = found
+        initials += found in starts
+    return initials, -at
+
+
+@functools.lru_cache(maxsize=4096)
+def abbreviated(codes: tuple[str, ...], names: tuple[str, ...], first: bool = False) -> str | None:
+    """The code (of ``codes``, those :func:`is_code` accepts) that abbreviates the last name of ``names``
+    (in message order; ``first``: the first) that any code abbreviates, best fit first, then the first in
+    ``codes``. A name written in capitals is a code itself (mentioned, not abbreviated)."""
+    ordered = names if first else tuple(reversed(names))
+    for name in ordered:
+        if name.isupper():
+            continue
+        best, best_fit = None, None
+        for code in codes:
+            fit = abbreviation_fit(code, name)
+            if fit is not None and (best_fit is None or fit > best_fit):
+                best, best_fit = code, fit
+        if best is not None:
+            return best
+    return None
