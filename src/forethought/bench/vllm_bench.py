@@ -293,7 +293,9 @@ async def run_vllm_bench(config: BenchConfig, agent_counts: Sequence[int] = (1, 
         "equivalent": all(v["equivalent"] for arms in agents_out.values() for v in arms.values()),
         "failures": failures, "tasks_per_agent": tasks_per_agent, "params": asdict(params),
         "vllm": {"ready_s": stack.ready_s, "max_num_seqs": vllm.max_num_seqs, "max_model_len": vllm.max_model_len,
-                 "seed": vllm.seed, "kv_cache_gib": vllm.kv_cache_gib, "kv_cache_bytes": vllm.kv_cache_bytes},
+                 "seed": vllm.seed, "kv_cache_gib": vllm.kv_cache_gib, "kv_cache_bytes": vllm.kv_cache_bytes,
+                 "cpus": None if vllm.cpus is None else list(vllm.cpus)},
+        "client_cpus": sorted(os.sched_getaffinity(0)),
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
         "elapsed_s": time.monotonic() - started,
     }
@@ -311,6 +313,19 @@ async def run_vllm_bench(config: BenchConfig, agent_counts: Sequence[int] = (1, 
     return doc
 
 
+def _cpu_list(text: str | None) -> tuple[int, ...] | None:
+    """``"0,2"`` -> ``(0, 2)``; ``None`` stays ``None``; anything else is a clear error."""
+    if text is None:
+        return None
+    try:
+        cpus = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"expected CPU numbers separated by commas, got {text!r}") from None
+    if not cpus or min(cpus) < 0:
+        raise ValueError(f"expected CPU numbers separated by commas, got {text!r}")
+    return cpus
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m forethought.bench.vllm_bench``: the bench of ``forethought bench --engine vllm`` (same defaults)
     with the engine's knobs that command does not offer: the arms and vLLM's KV-cache size (a small cache makes
@@ -326,12 +341,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, among {', '.join(ALL_ARMS)}")
     parser.add_argument("--kv-cache-bytes", type=int, default=None,
                         help="vLLM's --kv-cache-memory-bytes (default: VllmConfig's kv_cache_gib)")
+    parser.add_argument("--engine-cpus", default=None,
+                        help="CPUs for vLLM (e.g. 0): its processes and OpenMP threads run only there")
+    parser.add_argument("--client-cpus", default=None,
+                        help="CPUs for everything else (e.g. 1): this process and the servers it starts")
     parser.add_argument("--json", dest="json_path", default=None)
     args = parser.parse_args(argv)
+    engine_cpus = _cpu_list(args.engine_cpus)
+    client_cpus = _cpu_list(args.client_cpus)
+    if client_cpus is not None:
+        os.sched_setaffinity(0, set(client_cpus))  # the stand-ins, the gateway and the proxy inherit it
     params = VllmBenchParams(repeats=args.repeats, arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
     agents = [int(a) for a in args.agents.split(",") if a.strip()]
     config = BenchConfig(workload="bfcl", trajectories=8, agents=agents[0], time_scale=0.3, repeats=args.repeats)
-    vllm = VllmConfig(kv_cache_bytes=args.kv_cache_bytes)
+    vllm = VllmConfig(kv_cache_bytes=args.kv_cache_bytes, cpus=engine_cpus)
     asyncio.run(run_vllm_bench(config, agents, args.tasks_per_agent, params, vllm, console=Console(),
                                json_path=args.json_path))
     return 0

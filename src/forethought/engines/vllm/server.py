@@ -65,6 +65,9 @@ class VllmConfig:
     extra_args: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
     log_path: Path | None = None
+    cpus: tuple[int, ...] | None = None
+    """The CPUs the server and the engine processes it starts may run on, its OpenMP threads bound to them
+    (``VLLM_CPU_OMP_THREADS_BIND``); ``None``: every CPU, vLLM's own binding."""
 
     @property
     def python(self) -> Path:
@@ -80,6 +83,10 @@ def locate(config: VllmConfig | None = None) -> VllmConfig:
     config = config or VllmConfig()
     if sys.platform != "linux":
         raise EngineUnavailable(f"vLLM's CPU build runs on Linux only (this is {sys.platform})")
+    machine = set(range(os.cpu_count() or 1))
+    if config.cpus is not None and (not config.cpus or not set(config.cpus) <= machine):
+        raise ValueError(f"cpus {list(config.cpus)} must be a non-empty subset of this machine's CPUs "
+                         f"{sorted(machine)}")
     if not (config.venv / STAMP).exists() or not config.python.exists():
         raise EngineUnavailable(f"no vLLM venv at {config.venv} (build it with `make vllm-venv`: needs Python 3.11 "
                                 "and the torch 2.13 CPU wheel)")
@@ -114,6 +121,8 @@ def _env(config: VllmConfig) -> dict[str, str]:
         del env["VLLM_CPU_KVCACHE_SPACE"]  # when set, vLLM's CPU platform replaces the option with it
     if config.plugins:
         env["VLLM_PLUGINS"] = ",".join(config.plugins)
+    if config.cpus is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in config.cpus)
     env.update(config.extra_env)
     return env
 
@@ -162,6 +171,8 @@ class VllmServer:
                                             stderr=subprocess.STDOUT, env=_env(self.config), cwd=self.config.venv,
                                             start_new_session=True)
         try:
+            if self.config.cpus is not None:  # before vLLM starts its engine process, which inherits it
+                os.sched_setaffinity(self.process.pid, set(self.config.cpus))
             self._wait_healthy(log, started)
         except BaseException:
             self.stop()
