@@ -4,6 +4,7 @@ once its conditional chance makes it worth running."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -179,3 +180,41 @@ async def test_a_fragment_for_a_call_never_started_is_ignored() -> None:
     gate.open()
     feed.stop(0.5)
     await session.close()
+
+
+# --- through the agent -------------------------------------------------------------------------------
+
+async def test_the_agent_feeds_its_stream_to_narrowing_and_the_revived_guess_serves_the_call() -> None:
+    from forethought.agent import Agent
+    from forethought.llm.fake import FakeLLMClient, scripted_message
+
+    def agent_tools(ran: list[str]) -> list[Any]:
+        @tool(effect=Effect.READ_ONLY, expected_s=1.0)
+        async def find(q: str) -> str:
+            ran.append(f"find {q}")
+            return f"id-{q}"
+
+        @tool(effect=Effect.READ_ONLY, expected_s=1.0)
+        async def read(id: str) -> str:
+            ran.append(f"read {id}")
+            await asyncio.sleep(0.01)
+            return f"body of {id}"
+
+        return [find, read]
+
+    predictions = [guess("find", 0.5, q="x"), guess("read", 0.2, id="7"), guess("read", 0.05, id="8")]
+    results = {}
+    for speculate in (False, True):
+        ran: list[str] = []
+        scripts = [scripted_message("", [ToolCall("read", {"id": "7"})]), scripted_message("done")]
+        agent = Agent(FakeLLMClient(scripts), "main", agent_tools(ran),
+                      Runtime(agent_tools(ran), Policy(backoff=False, min_value_s=0.3)), speculate=speculate,
+                      predictors=[Listed(predictions)], early_dispatch=False)
+        result = await agent.run([{"role": "user", "content": "go"}])
+        await agent.close()
+        results[speculate] = result
+        if speculate:
+            (record,) = result.tool_records
+            assert record.outcome == "hit" and record.source == "listed" + STREAM_SUFFIX
+            assert sorted(ran) == ["find x", "read 7"]  # read 8 stayed priced out; find x was wasted
+    assert results[True].messages == results[False].messages
