@@ -152,7 +152,7 @@ class GuessFeed:
     def streamed(self, event: ToolCallStarted | ToolCallArgumentsDelta) -> None:
         """The model's message is streaming a call (its name, or a fragment of its arguments): guesses that
         still fit it gain their conditional chance and may run now (:class:`~forethought.narrowing.StreamNarrowing`)."""
-        if not self._combine or self.session.runtime.pressure().level >= 1.0:
+        if not self._combine or (self.narrowing.active and self.session.runtime.pressure().level >= 1.0):
             return
         if isinstance(event, ToolCallStarted):
             self.narrowing.started(event.index, event.name)

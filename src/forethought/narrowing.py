@@ -97,6 +97,11 @@ class StreamNarrowing:
         self.offered = 0
         """Guesses offered again by narrowing (launched, joined or rejected)."""
 
+    @property
+    def active(self) -> bool:
+        """Whether the step has guesses to narrow."""
+        return bool(self._guesses)
+
     def reset(self) -> None:
         """A new step (or the end of one): forget its guesses and streams."""
         self._guesses.clear()
