@@ -218,3 +218,28 @@ async def test_the_agent_feeds_its_stream_to_narrowing_and_the_revived_guess_ser
             assert record.outcome == "hit" and record.source == "listed" + STREAM_SUFFIX
             assert sorted(ran) == ["find x", "read 7"]  # read 8 stayed priced out; find x was wasted
     assert results[True].messages == results[False].messages
+
+
+async def test_a_long_argument_streamed_a_character_at_a_time_is_parsed_a_bounded_number_of_times(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import forethought.narrowing as narrowing
+
+    parsed: list[int] = []
+    real = narrowing.parse_partial
+
+    def counting(text: str) -> Any:
+        parsed.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(narrowing, "parse_partial", counting)
+    session, feed, _, _ran, gate = await start([guess("find", 0.5, q="x"), guess("read", 0.2, id="7")])
+    feed.streamed(ToolCallStarted(0, "c0", "read"))
+    text = json.dumps({"id": "7" * 100_000})
+    for ch in text:
+        feed.streamed(ToolCallArgumentsDelta(0, ch))
+    assert len(parsed) <= 2 + narrowing.MAX_TEXT // narrowing.EVERY + 8
+    assert max(parsed) <= narrowing.MAX_TEXT
+    assert sum(parsed) <= 70 * narrowing.MAX_TEXT  # linear, not quadratic, in what is read
+    gate.open()
+    feed.stop(0.5)
+    await session.close()

@@ -13,8 +13,9 @@ may still be followed by others in the same turn, so nothing is withdrawn here.
 
 The streamed text is read with jiter's partial mode: the keys before the last are finished values and are
 compared exactly; the last may still be growing and is compared as a string prefix (other types are not
-compared until a later key begins). Narrowing never decides what the agent sees: a guess is still served
-only to a call with an identical canonical key.
+compared until a later key begins); only the first 4,096 characters are read, and inside a value only
+every 64 characters, so the parsing stays linear in the text. Narrowing never decides what the agent sees:
+a guess is still served only to a call with an identical canonical key.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ __all__ = ["STREAM_SUFFIX", "StreamNarrowing", "fits"]
 STREAM_SUFFIX = "@stream"
 """Appended to a guess's source when narrowing offers it again."""
 MIN_FITTING = 1e-9
+MAX_TEXT = 4096
+"""Arguments are narrowed over their first this many characters only (each narrowing parses them all)."""
+EVERY = 64
+"""Inside a value, narrow again only once this many characters have arrived (a fragment with a quote, comma
+or bracket, where a value may have ended, always narrows): the parsing stays linear in the text."""
+_BOUNDARY = frozenset('",}]')
 
 
 @dataclass(slots=True)
@@ -51,6 +58,8 @@ class _Guess:
 class _Streaming:
     name: str
     text: list[str] = field(default_factory=list)
+    length: int = 0
+    narrowed_at: int = 0
 
 
 def fits(arguments: Mapping[str, Any], streamed: Mapping[str, Any]) -> bool:
@@ -133,16 +142,20 @@ class StreamNarrowing:
     def delta(self, index: int, text: str) -> None:
         """A fragment of call ``index``'s arguments."""
         stream = self._streams.get(index)
-        if stream is None:
+        if stream is None or stream.length >= MAX_TEXT:
             return
         stream.text.append(text)
-        self._narrow(index)
+        stream.length += len(text)
+        if stream.length - stream.narrowed_at >= EVERY or not _BOUNDARY.isdisjoint(text):
+            self._narrow(index)
 
     def _narrow(self, index: int) -> None:
         if not self._guesses:
             return
         stream = self._streams[index]
-        streamed = parse_partial("".join(stream.text))
+        stream.narrowed_at = stream.length
+        text = "".join(stream.text)
+        streamed = parse_partial(text[:MAX_TEXT] if len(text) > MAX_TEXT else text)
         if streamed is None:
             return
         total = min(1.0, sum(g.p_hit for g in self._guesses.values()))
