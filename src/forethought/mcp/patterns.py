@@ -51,8 +51,8 @@ SAVE_SESSION = "forethought-mcp-save"
 worker runs calls in order, so once it answers, every observation queued before it is saved."""
 SAVE_EVERY = 64
 """Observations between the worker's saves (its checkpoints: a replacement worker starts from there)."""
-CLOSE_TIMEOUT_S = 1.0
-"""How long a session's end waits for its worker to save before stopping it."""
+CLOSE_TIMEOUT_S = 1.5
+"""How long a session's end waits for its worker to start (if it has not yet) and save, before stopping it."""
 _NEVER = sys.maxsize
 _NO_TOOLS: Mapping[str, Mapping[str, Any]] = {}
 _SAVE = PredictionContext(session_id=SAVE_SESSION, messages=(), user_message="")
@@ -155,17 +155,17 @@ class WorkerPatterns:
             log.warning("pattern learning failed: %s", exc)
 
     async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Save what the worker learned, then stop it. The save waits at most ``timeout_s`` (a dead worker's
-        replacement replays what it had not saved, then saves). A worker that had not even started, or
-        did not save in time, is stopped at once, and what it had not saved is lost: an MCP client gives
-        a stdio server about 2 s to exit."""
+        """Save what the worker learned, then stop it. Waiting for a worker still starting and for its
+        save takes at most ``timeout_s`` (a dead worker's replacement replays what it had not saved, then
+        saves). A worker that has not saved by then is stopped at once, and what it had not saved is lost:
+        an MCP client gives a stdio server about 2 s to exit."""
         if self._closed:
             return
         self._closed = True
         saved = False
-        if self._started.done() and not self._started.cancelled() and self._started.result():
-            try:
-                async with asyncio.timeout(timeout_s):
+        try:
+            async with asyncio.timeout(timeout_s):
+                if await asyncio.shield(self._started):
                     for _ in range(2):  # the second try goes to a worker replaced after a death
                         try:
                             await self.worker.predict(_SAVE)
@@ -173,12 +173,10 @@ class WorkerPatterns:
                             break
                         except PredictorError as exc:
                             log.warning("pattern store: the worker failed to save: %s", exc)
-            except TimeoutError:
-                log.warning("pattern store: the worker did not save within %.1f s; stopping it", timeout_s)
-        else:
-            self._started.cancel()
-            log.info("pattern store: the session ended before its worker started; nothing was saved")
+        except TimeoutError:
+            log.warning("pattern store: the worker did not save within %.1f s; stopping it", timeout_s)
         if not saved:
+            self._started.cancel()
             self._stop_now()
         with contextlib.suppress(PredictorError):
             await self.worker.close()

@@ -207,7 +207,7 @@ async def _train(entries: Sequence[BfclEntry], store: Path, config: McpBenchConf
         proxy = _proxy(store, command, config.settings, config.in_process)
         trajectory = to_trajectory(entry)
         try:
-            await _proxied(proxy, lambda session: _replay(session, trajectory, 0.0))
+            await _proxied(proxy, lambda session: _replay(session, trajectory, 0.0, proxy.ready))
         finally:
             proxy.close()
 
