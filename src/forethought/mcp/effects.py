@@ -46,6 +46,7 @@ DEFAULT_MIN_CONFIDENCE = 0.2
 DEFAULT_TTL_S = 30.0
 DEFAULT_MAX_UPSTREAM_RATIO = 1.5
 DEFAULT_HEDGE_FACTOR = 2.0
+DEFAULT_RESULTS_PER_TURN = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,10 @@ class ProxySettings:
     hedge_factor: float = DEFAULT_HEDGE_FACTOR
     """A client's call that finds its guess still running sends its own request once the guess has run this
     many times the tool's measured runtime (0: at once; see :mod:`~forethought.mcp.race`)."""
+    results_per_turn: int = DEFAULT_RESULTS_PER_TURN
+    """Results one runtime turn spans. A turn's end discards its unclaimed guesses, so with 1 only the
+    client's next call may claim a guess. With more, a later call of the same turn may claim it too, as
+    long as its TTL, the writes and the write clock allow."""
 
     def __post_init__(self) -> None:
         if self.guesses < 0:
@@ -106,6 +111,8 @@ class ProxySettings:
             raise McpPolicyError("mcp.max_upstream_ratio must be >= 1")
         if not 0.0 <= self.hedge_factor < float("inf"):
             raise McpPolicyError("mcp.hedge_factor must be a number >= 0")
+        if self.results_per_turn < 1:
+            raise McpPolicyError("mcp.results_per_turn must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +177,7 @@ def decide(tool: Mapping[str, Any], server: ServerPolicy, settings: ProxySetting
 
 _SERVER_KEYS = {"trusted", "tools"}
 _SETTING_KEYS = {"guesses": int, "min_confidence": float, "ttl_s": float, "max_upstream_ratio": float,
-                 "hedge_factor": float}
+                 "hedge_factor": float, "results_per_turn": int}
 
 
 def policy_from_data(data: Mapping[str, Any], origin: str = "policy") -> McpPolicy:

@@ -145,6 +145,8 @@ class SessionSpeculator:
         self._saved_s = 0.0
         self.refusals: Counter[str] = Counter()
         """Predictions the proxy itself did not speculate, by reason (the runtime's refusals are its events)."""
+        self._results_in_turn = 0
+        """Results since the runtime's turn last ended (see ``results_per_turn``)."""
         self._listed = asyncio.Event()
         """Set once the tools were listed (the session has its predictor)."""
 
@@ -336,8 +338,14 @@ class SessionSpeculator:
                     log.warning("pattern predictor failed to learn a call of %s", name, exc_info=True)
 
     async def _guess(self, session: Session, predictor: Predictor) -> None:
-        """Speculate the most likely next calls (then wait, briefly, for their requests to go out)."""
-        session.end_turn()
+        """Speculate the most likely next calls (then wait, briefly, for their requests to go out).
+
+        A runtime turn spans ``results_per_turn`` results (default 1: each result starts one); its end
+        discards the unclaimed guesses."""
+        self._results_in_turn += 1
+        if self._results_in_turn >= self._policy.settings.results_per_turn:
+            self._results_in_turn = 0
+            session.end_turn()
         if self._link.gone is not None or session.closed:
             return
         context = self._context()
