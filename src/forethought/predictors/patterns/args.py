@@ -18,7 +18,9 @@ Three more kinds of evidence, with the same scoring:
 A value backed by several pieces of evidence scores higher than by its best one alone (a damped
 noisy-or), and every value offered is checked against (or coerced to) the parameter's schema.
 A rule found for the first time is also scored on the last few calls of its tool, so its record does
-not start with the one success it was found by.
+not start with the one success it was found by. A rule reading a fixed position of an output (``files[0]``,
+the second id of a listing) keeps a record apart for messages that name an ordinal ("the third one"):
+there the position the message names is the better bet, and the usual one has to earn its place anew.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forethought.predictors.patterns.counts import Counts, wilson_lower
+from forethought.predictors.patterns.derive_ordinal import message_ordinal
 from forethought.predictors.patterns.derive_rules import Rule, Sources
 from forethought.predictors.patterns.derive_schema import schema_checker
 from forethought.predictors.patterns.derive_values import value_key
@@ -74,6 +77,9 @@ USED_ELSEWHERE_FACTOR = 0.5
 """Score factor of a value read from a message that a call of this turn already used for another
 parameter (a name given once is rarely meant twice)."""
 _MESSAGE_RULE = re.compile(r'\["(?:user|prev|sys|all)"')
+ORDINAL_MARK = "\x1eord"
+"""Suffix of the record of a rule reading a fixed list position, kept apart for messages that name an
+ordinal ("the first one"): there a fixed position is a different bet (:func:`_positional`)."""
 BOUND_SLACK = 1e-9
 """Margin on the upper bounds of scores used to skip values that cannot win (far above rounding errors)."""
 
@@ -107,6 +113,8 @@ class _Table:
     keys: tuple[str, ...]
     rules: tuple[Rule | None, ...]
     records: tuple[_Record, ...]
+    ordinal_records: tuple[_Record, ...]
+    """The records to use when the message names an ordinal (apart for positional rules)."""
     pseudo: tuple[int, ...]
     """Positions of the pseudo rules."""
 
@@ -117,6 +125,13 @@ _SCORE = operator.itemgetter(0)
 """Sort key of evidence tuples, which start with their score (sorted best first, stably)."""
 _MUTABLE = object()
 """Stands for a list or object value, which is parsed afresh for every use."""
+
+
+def _positional(rule: Rule | None) -> bool:
+    """Whether ``rule`` reads a fixed position of an output (a list index in its path, a text atom)."""
+    if rule is None:
+        return False
+    return rule.source == "tok" or (rule.source == "out" and "[" in rule.locator[-1])
 
 
 @functools.lru_cache(maxsize=8192)
@@ -150,6 +165,8 @@ class ArgumentModel:
     def register(self, key: str) -> None:
         """Index a counter key loaded from a store."""
         parts = key.split(SEP)
+        if parts[0] == "r" and len(parts) == 5 and parts[3].endswith(ORDINAL_MARK):
+            return  # the record of a known rule, for messages naming an ordinal
         if parts[0] == "r" and len(parts) == 5:
             self._rules.setdefault((parts[1], parts[2]), set()).add(parts[3])
             if parts[3] not in self._parsed and parts[3] not in PSEUDO_RULES:
@@ -197,16 +214,19 @@ class ArgumentModel:
             levels.append((ANY, ANY))
         return levels
 
-    def _record(self, tool: str, param: str, rule_key: str) -> _Record:
-        """The counter keys of the rule's record for the parameter (worked out once)."""
+    def _record(self, tool: str, param: str, rule_key: str, ordinal: bool = False) -> _Record:
+        """The counter keys of the rule's record for the parameter (worked out once); ``ordinal``: for a
+        message naming an ordinal (a record apart for a positional rule)."""
         records = self._records.setdefault((tool, param), {})
-        record = records.get(rule_key)
+        ordinal = ordinal and _positional(self._rule(rule_key))
+        record = records.get(rule_key + ORDINAL_MARK if ordinal else rule_key)
         if record is None:
             pairs = []
+            stored_key = rule_key + ORDINAL_MARK if ordinal else rule_key
             for level in self._levels(tool, param, rule_key):
-                base = SEP.join(("r", *level, rule_key))
+                base = SEP.join(("r", *level, stored_key))
                 pairs.append((base + SEP + "s", base + SEP + "n"))
-            record = records[rule_key] = _Record(pairs[0], tuple(reversed(pairs[1:])))
+            record = records[stored_key] = _Record(pairs[0], tuple(reversed(pairs[1:])))
         return record
 
     def _score(self, record: _Record, successes: float, stored: Mapping[str, float], scale: float) -> float:
@@ -249,6 +269,7 @@ class ArgumentModel:
                                  ENUM_FIRST_RULE}))
             rules = tuple(self._rule(key) for key in keys)
             table = _Table(keys, rules, tuple(self._record(tool, param, key) for key in keys),
+                           tuple(self._record(tool, param, key, True) for key in keys),
                            tuple(i for i, rule in enumerate(rules) if rule is None))
             cached = self._tables[level] = (version, table)
         return cached[1]
@@ -342,26 +363,30 @@ class ArgumentModel:
                     for level in self._levels(tool, param, rule.key)[1:]:
                         self._rules.setdefault(level, set()).add(rule.key)
                     for past, past_truth in recent:
-                        self._trial(tool, param, rule.key, past.apply_keyed(rule), past_truth)
+                        self._trial(tool, param, rule.key, past.apply_keyed(rule), past_truth,
+                                    message_ordinal(past.user_message) is not None)
             tried = known if len(known) <= MAX_TABLE_RULES else {*self._table(tool, param).keys, *found_now}
             keys = sorted({*tried, *PSEUDO_RULES})
             rules = [self._rule(key) for key in keys]
+            ordinal = message_ordinal(sources.user_message) is not None
             for key, parsed, produced in zip(keys, rules, sources.apply_all(rules), strict=True):
                 if parsed is None:
                     produced = self._pseudo_keyed(key, tool, param, schema, sources)
-                if self._trial(tool, param, key, produced, truth) and key in PSEUDO_RULES:
+                if self._trial(tool, param, key, produced, truth, ordinal) and key in PSEUDO_RULES:
                     known.add(key)
             recent.append((sources, truth))
             self._count_constant(tool, param, truth, words)
             self._table(tool, param)  # brought up to date here, not in the next prediction
         sources.forget_values()  # kept in the recent observations: without what this step remembered
 
-    def _trial(self, tool: str, param: str, key: str, produced: tuple[Any, str] | None, truth: str) -> bool:
-        """Count one use of rule ``key`` (none when it gave nothing); whether it gave the truth."""
+    def _trial(self, tool: str, param: str, key: str, produced: tuple[Any, str] | None, truth: str,
+               ordinal: bool = False) -> bool:
+        """Count one use of rule ``key`` (none when it gave nothing; ``ordinal``: in a message naming an
+        ordinal); whether it gave the truth."""
         if produced is None:
             return False
         hit = produced[1] == truth
-        record = self._record(tool, param, key)
+        record = self._record(tool, param, key, ordinal)
         pairs = (record.here, *record.wider)
         self.counts.add_ones([k for pair in pairs for k in pair] if hit else [n_key for _, n_key in pairs])
         return hit
@@ -431,8 +456,9 @@ class ArgumentModel:
         produced = sources.apply_all(table.rules)
         for i in table.pseudo:
             produced[i] = self._pseudo_keyed(table.keys[i], tool, param, schema, sources)
+        records = table.ordinal_records if message_ordinal(sources.user_message) is not None else table.records
         # Only the rules that give a value here (most give none).
-        for key, record, found in itertools.compress(zip(table.keys, table.records, produced, strict=True), produced):
+        for key, record, found in itertools.compress(zip(table.keys, records, produced, strict=True), produced):
             if found is None:
                 continue
             value, value_id = found
