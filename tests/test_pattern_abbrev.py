@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from forethought._calls import ToolCall
 from forethought.predictors.base import ObservedCall
+from forethought.predictors.patterns.derive_rules import MAX_LISTED_CODES, Sources
 from forethought.predictors.patterns.mentions import abbreviated, abbreviation_fit, is_code
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
 from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, train
@@ -83,3 +84,20 @@ def test_the_code_of_a_place_never_seen_comes_from_a_listing() -> None:
     predictor.observe(steps[0][0], steps[0][1])
     best = predictor.predict_now(steps[1][0])[0]
     assert best.call == ToolCall("weather", {"code": "PHV"}) and best.executable
+
+
+def test_listed_codes_are_bounded_however_many_lists_an_output_holds() -> None:
+    records = [{"id": i, "tags": [f"C{i:04d}", "lower", 7]} for i in range(3000)]
+    history = (ObservedCall(ToolCall("dump", {}), json.dumps({"records": records, "codes": ["SFO", "LAX"]})),)
+    codes = Sources("fly to San Francisco", history).listed_codes()
+    assert 0 < len(codes) <= MAX_LISTED_CODES
+    assert codes[:2] == ("SFO", "LAX")  # the output's own list before the lists inside its records
+    assert "C0000" in codes and all(is_code(c) for c in codes)
+    assert Sources("nothing", (ObservedCall(ToolCall("t", {}), "not json at all"),)).listed_codes() == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=8), max_size=6), st.lists(st.text(max_size=24), max_size=4), st.booleans())
+def test_abbreviated_returns_one_of_the_codes_or_nothing(codes: list[str], names: list[str], first: bool) -> None:
+    found = abbreviated(tuple(codes), tuple(names), first)
+    assert found is None or (found in codes and is_code(found))

@@ -75,8 +75,9 @@ MAX_WALK_OUTPUTS = 16
 MAX_EXPLAINED_LEAVES = 6
 """A value found in more leaves of one output is credited to the first ones only (a value found all
 over an output says little about where it came from, and every rule credited is replayed from then on)."""
-MAX_LISTED_CODES = 64
-"""Items of an output's list looked at for codes that abbreviate a name (:meth:`Sources.listed_codes`)."""
+MAX_LISTED_CODES = 256
+"""Items of an output's lists looked at, in all, for codes that abbreviate a name
+(:meth:`Sources.listed_codes`)."""
 MAX_BACK = 2
 """Calls are addressed as up to this many steps back."""
 LIST_TRANSFORMS = ("all.id", "untag", "hash", "at", "num.id", "all.lower", "all.upper")
@@ -139,6 +140,37 @@ def _argument_keys(observed: ObservedCall) -> frozenset[str]:
         _ARGUMENT_KEYS.clear()
     _ARGUMENT_KEYS[id(observed)] = (observed, keys)
     return keys
+
+
+_OUTPUT_CODES: dict[int, tuple[ObservedCall, tuple[str, ...]]] = {}
+"""id of an observed call -> (the call, :func:`_output_codes`): every later step reads the same outputs."""
+
+
+def _output_codes(observed: ObservedCall) -> tuple[str, ...]:
+    """The codes among the scalar items of an output's lists, shallow lists first, the first
+    :data:`MAX_LISTED_CODES` items looked at in all (remembered per call)."""
+    known = _OUTPUT_CODES.get(id(observed))
+    if known is not None and known[0] is observed:
+        return known[1]
+    codes: dict[str, None] = {}
+    budget = MAX_LISTED_CODES
+    lists = output_index(observed.output).lists
+    # Shallow lists first (a listing's own list before the lists inside its records); lists of containers
+    # hold no codes and cost nothing.
+    for path in sorted(lists, key=lambda p: p.count("[") + p.count(".")):
+        items = lists[path]
+        if not items or isinstance(items[0], list | dict):
+            continue
+        for item in items[:budget]:
+            if is_code(item):
+                codes.setdefault(item)
+        budget -= min(budget, len(items))
+        if budget <= 0:
+            break
+    if len(_OUTPUT_CODES) >= MAX_ARGUMENT_KEYS:
+        _OUTPUT_CODES.clear()
+    _OUTPUT_CODES[id(observed)] = (observed, found := tuple(codes))
+    return found
 
 
 def _scalar_keys(value: Any) -> Iterator[str]:
@@ -285,10 +317,7 @@ class Sources:
         if self._listed_codes is None:
             codes: dict[str, None] = {}
             for observed in reversed(self.history[-MAX_WALK_OUTPUTS:]):
-                for items in output_index(observed.output).lists.values():
-                    for item in items[:MAX_LISTED_CODES]:
-                        if is_code(item):
-                            codes.setdefault(item)
+                codes.update(dict.fromkeys(_output_codes(observed)))
             self._listed_codes = tuple(codes)
         return self._listed_codes
 

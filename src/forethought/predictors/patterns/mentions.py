@@ -82,7 +82,7 @@ def abbreviation_fit(code: str, name: str) -> tuple[int, int] | None:
     leftmost)."""
     letters, starts = _name_letters(name)
     code = code.lower()
-    if not letters or letters == code or len(letters) <= len(code) or letters[0] != code[0]:
+    if not code or not letters or letters == code or len(letters) <= len(code) or letters[0] != code[0]:
         return None
     at, initials = 0, 1
     for char in code[1:]:
@@ -105,6 +105,8 @@ def abbreviated(codes: tuple[str, ...], names: tuple[str, ...], first: bool = Fa
             continue
         best, best_fit = None, None
         for code in codes:
+            if not is_code(code):
+                continue
             fit = abbreviation_fit(code, name)
             if fit is not None and (best_fit is None or fit > best_fit):
                 best, best_fit = code, fit
