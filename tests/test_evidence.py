@@ -385,3 +385,127 @@ async def test_a_step_without_samples_forgets_the_last_steps_votes() -> None:
     # ... and the next call is not counted against the old samples
     speculator.observe(context, ObservedCall(ToolCall("read", {"id": "2"}), "x"))
     assert speculator.stats.sample_trials == 0
+
+
+# --- found in review ---------------------------------------------------------------------------------
+
+def test_a_running_guess_is_priced_by_what_it_can_still_hide_and_still_waste() -> None:
+    from forethought._worth import worth
+
+    fresh = worth(0.9, 1.0, 0.0, 1.0, 0.1)
+    assert fresh.value < 0  # a new guess with no time left hides nothing
+    running = worth(0.9, 1.0, 0.0, 1.0, 0.1, ran_s=0.6)
+    assert running.hide_s == pytest.approx(0.6) and running.cost_s == pytest.approx(0.1 * 0.1 * 0.4)
+    assert running.value > 0  # what it already ran is hidden on a hit; only the rest is at risk
+    assert worth(0.0, 1.0, None, 1.0, 0.1, ran_s=2.0).cost_s == 0.0  # past its typical run: nothing left
+
+
+async def test_a_small_revision_late_in_the_step_keeps_a_running_guess() -> None:
+    from forethought._clock import FakeClock
+
+    gate, ran, clock = Gate(), list[str](), FakeClock()
+    runtime = Runtime(tools(gate, ran), NO_BACKOFF, clock=clock)
+    session = runtime.session()
+    ticket = session.speculate(ToolCall("find", {"q": "x"}), source="listed", confidence=0.95)
+    assert ticket.key is not None
+    await spin()
+    clock.advance(0.12)  # it has run 0.12 s of its 1 s; the call is due now
+    assert not session.revise(ticket.key, 0.9475, eta_s=0.0)  # a hit still saves those 0.12 s: kept
+    assert session.has_speculation(ticket.key)
+    assert session.revise(ticket.key, 0.01, eta_s=0.0)  # unlikely now: the rest of its run is not worth it
+    gate.open()
+    await session.close()
+
+
+async def test_a_guess_someone_proposed_as_certain_is_never_withdrawn() -> None:
+    gate, ran = Gate(), list[str]()
+    runtime = Runtime(tools(gate, ran), NO_BACKOFF)
+    session = runtime.session()
+    call = ToolCall("find", {"q": "x"})
+    ticket = session.speculate(call, source="listed", confidence=0.3)
+    session.speculate(call, source="stream", confidence=1.0)  # the model's own streamed call joins it
+    assert ticket.key is not None
+    await spin()
+    assert not session.revise(ticket.key, 0.0)
+    gate.open()
+    assert (await session.execute_detailed(call)).kind == "hit"
+    assert ran == ["find x"]
+    await session.close()
+
+
+async def test_the_strongest_cheap_guess_for_a_call_is_what_the_samples_revise() -> None:
+    weak, strong = Listed([guess("find", 0.3, q="x")]), Listed([guess("find", 0.9, q="x")])
+    strong.name = "strong"
+    _, session, feed, _, _, gate = await run_step([weak, strong, Sampler([[ToolCall("read", {"id": "1"})]],
+                                                                         alpha=0.7)])
+    # from 0.9 one disagreeing sample leaves 0.73: kept (from 0.3 it would be 0.11: withdrawn)
+    assert feed.withdrawn == 0
+    gate.open()
+    assert (await session.execute_detailed(ToolCall("find", {"q": "x"}))).kind == "hit"
+    feed.stop(0.5)
+    await session.close()
+
+
+async def test_a_guess_withdrawn_twice_in_a_turn_learns_every_vote() -> None:
+    gate, ran = Gate(), list[str]()
+    runtime = Runtime(tools(gate, ran), NO_BACKOFF)
+    session = runtime.session()
+    call = ToolCall("find", {"q": "x"})
+    first = session.speculate(call, source="listed", confidence=0.6)
+    assert first.key is not None
+    await spin()
+    assert session.revise(first.key, 0.0)
+    session.speculate(call, source="other", confidence=0.6)
+    await spin()
+    assert session.revise(first.key, 0.0)
+    gate.open()
+    assert (await session.execute_detailed(call)).kind == "miss"
+    assert {(r.source, r.guesses, r.hit_rate) for r in runtime.calibration.table()} == {("listed", 1, 1.0),
+                                                                                        ("other", 1, 1.0)}
+    await session.close()
+
+
+@pytest.mark.parametrize("bad", [math.inf, "0.5", math.nan, -1.0])
+async def test_a_guess_with_a_nonsense_confidence_is_rejected_and_the_rest_still_run(bad: Any) -> None:
+    _, session, feed, events, ran, gate = await run_step(
+        [Listed([Prediction(ToolCall("read", {"id": "0"}), bad, "listed"), guess("find", 0.9, q="x")])])
+    assert not [e for e in events if e.kind is EventKind.PREDICTOR_FAILED]
+    assert ran == ["find x"]
+    gate.open()
+    feed.stop(0.5)
+    await session.close()
+
+
+async def test_a_sample_whose_call_came_out_malformed_or_cut_off_is_not_a_vote() -> None:
+    class Cut(ScriptedClient):
+        async def stream(self, model: str, messages: Sequence[Mapping[str, Any]], tools: Any = None,
+                         **extra: Any) -> AsyncIterator[Any]:
+            yield ToolCallClosed(0, "c0", "find", None, '{"q": "x', error="cut off")
+            yield MessageDone("length")
+
+    speculator = ModelSpeculator(Cut([]), "m", samples=2)
+    _ = [p async for p in speculator.predict_stream(ctx("s1"))]
+    votes = speculator.votes("s1")
+    assert votes is not None and votes.samples == ()
+    speculator.observe(ctx("s1"), ObservedCall(ToolCall("find", {"q": "x"}), "id-x"))
+    assert speculator.stats.sample_trials == 0  # nor a trial of its hit rate
+
+
+async def test_samples_cut_off_by_the_steps_end_before_saying_anything_are_not_trials() -> None:
+    class Slow(ScriptedClient):
+        async def stream(self, model: str, messages: Sequence[Mapping[str, Any]], tools: Any = None,
+                         **extra: Any) -> AsyncIterator[Any]:
+            if extra["metadata"]["sample"] == "0":
+                yield ToolCallClosed(0, "c0", "find", {"q": "x"}, '{"q": "x"}')
+                yield MessageDone("tool_calls")
+                return
+            await asyncio.Event().wait()  # never answers
+            yield MessageDone("stop")
+
+    speculator = ModelSpeculator(Slow([]), "m", samples=3)
+    stream = speculator.predict_stream(ctx("s1"))
+    first = await anext(stream)
+    await stream.aclose()  # type: ignore[attr-defined]  # the step ended: the other two are cancelled
+    assert first.call == ToolCall("find", {"q": "x"})
+    speculator.observe(ctx("s1"), ObservedCall(ToolCall("find", {"q": "x"}), "id-x"))
+    assert (speculator.stats.sample_trials, speculator.stats.sample_hits) == (1, 1)

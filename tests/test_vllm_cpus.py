@@ -23,12 +23,13 @@ def test_cpus_outside_this_process_are_a_clear_error(cpus: tuple[int, ...]) -> N
         locate(VllmConfig(cpus=cpus))
 
 
-@pytest.mark.parametrize(("text", "cpus"), [(None, None), ("0", (0,)), ("0,1", (0, 1)), (" 1 , 3 ", (1, 3))])
+@pytest.mark.parametrize(("text", "cpus"), [(None, None), ("0", (0,)), ("0,1", (0, 1)), (" 1 , 3 ", (1, 3)),
+                                           ("0-3", (0, 1, 2, 3)), ("5,2-3", (5, 2, 3))])
 def test_the_bench_reads_cpu_lists(text: str | None, cpus: tuple[int, ...] | None) -> None:
     assert _cpu_list(text) == cpus
 
 
-@pytest.mark.parametrize("text", ["", "a", "0-3", "-1", ","])
+@pytest.mark.parametrize("text", ["", "a", "3-1", "-1", ",", "1-", "0-x"])
 def test_the_bench_rejects_what_is_not_a_cpu_list(text: str) -> None:
     with pytest.raises(ValueError, match="CPU numbers"):
         _cpu_list(text)

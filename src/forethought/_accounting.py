@@ -32,6 +32,8 @@ CLOSE_WAIT_S = 5.0
 """How long :meth:`SessionBase.close` waits for cancelled speculative work to stop."""
 
 _NEVER = float("inf")
+CERTAIN_VOTE = 0.99
+"""A guess with a vote at least this confident is never withdrawn by :meth:`SessionBase.revise`."""
 _CANCELLED, _EXPIRED, _FAILED, _WASTED = EventKind.CANCELLED, EventKind.EXPIRED, EventKind.FAILED, EventKind.WASTED
 _PREEMPTED, _WITHDRAWN = EventKind.PREEMPTED, EventKind.WITHDRAWN
 _ERROR, _USEFUL, _WASTE = Outcome.ERROR, Outcome.USEFUL, Outcome.WASTED
@@ -163,19 +165,25 @@ class SessionBase:
     def revise(self, key: CallKey, p_hit: float, eta_s: float | None = None) -> bool:
         """New evidence says the unclaimed speculation under ``key`` hits with chance ``p_hit``.
 
-        It is priced again at that chance (``eta_s`` as for ``speculate``); when it is no longer worth the
-        policy's ``min_value_s`` and its tool has not finished, it is withdrawn: cancelled (WITHDRAWN, then
-        WASTED for the tool seconds it ran) so it stops spending tool time and capacity. Whether it would
-        have hit is learnt when the turn's calls are known: a call this turn with the same key counts it
-        as a hit for the sources that proposed it, the turn's end as a miss. A finished speculation is
-        kept (its cost is spent). Returns whether the speculation was withdrawn.
+        It is priced again at that chance as a running guess (``eta_s`` as for ``speculate``; the tool time
+        it already ran counts towards what a hit hides, and only the rest of its run is at risk); when it is
+        no longer worth the policy's ``min_value_s`` and its tool has not finished, it is withdrawn:
+        cancelled (WITHDRAWN, then WASTED for the tool seconds it ran) so it stops spending tool time and
+        capacity. A guess some source proposed as certain (confidence 0.99 or more, such as the model's own
+        streamed call) is never withdrawn. Whether a withdrawn guess would have hit is learnt when the
+        turn's calls are known: a call this turn with the same key counts it as a hit for the sources that
+        proposed it, the turn's end as a miss. A finished speculation is kept (its cost is spent). Returns
+        whether the speculation was withdrawn.
         """
+        if not 0.0 <= p_hit <= 1.0:  # NaN fails this too
+            raise ValueError(f"p_hit must be in [0, 1], got {p_hit!r}")
         entry = self._store.get(key)
         if entry is None or entry.claimed or entry.task is None or entry.task.done():
             return False
-        if not 0.0 <= p_hit <= 1.0:  # NaN fails this too
-            raise ValueError(f"p_hit must be in [0, 1], got {p_hit!r}")
-        priced, _ = self.runtime.price(entry.tool, entry.source, entry.confidence, eta_s, p_hit=p_hit)
+        if any(confidence >= CERTAIN_VOTE for _, confidence in entry.votes):
+            return False
+        ran = entry.run_seconds if entry.started is not None else 0.0
+        priced, _ = self.runtime.price(entry.tool, entry.source, entry.confidence, eta_s, p_hit=p_hit, ran_s=ran)
         if priced.value >= self.runtime.policy.min_value_s:
             entry.value = priced.value
             if entry.slot is not None and math.isfinite(entry.slot.value):
@@ -184,7 +192,7 @@ class SessionBase:
         self._store.pop(key)
         if entry.started is None:
             self._budget.refund(entry.tool.cost_units)
-        self._withdrawn[key] = list(entry.votes)
+        self._withdrawn.setdefault(key, []).extend(entry.votes)
         self._finish(entry, _WITHDRAWN, f"P(hit) revised to {p_hit:.2f}", learn=False)
         return True
 

@@ -122,18 +122,19 @@ class Runtime:
         return now
 
     def price(self, t: Tool, source: str, confidence: float, eta_s: float | None,
-              p_hit: float | None = None) -> tuple[Worth, Pressure]:
+              p_hit: float | None = None, ran_s: float = 0.0) -> tuple[Worth, Pressure]:
         """What a guess of ``t`` from ``source`` at ``confidence`` is worth now, and the load it was priced at.
 
         ``p_hit``: its chance of a hit when the caller knows better than the calibration (revised by new
-        evidence). The waste weight rises with the load level, up to ``backoff_factor`` times the policy's.
+        evidence); ``ran_s``: how long it has already run (see :func:`~forethought._worth.worth`). The waste
+        weight rises with the load level, up to ``backoff_factor`` times the policy's.
         """
         pressure = self.pressure()
         policy = self.policy
         level = pressure.level
         weight = policy.waste_weight * (1.0 + policy.backoff_factor * level) if level else policy.waste_weight
         p = self.calibration.p_hit(source, confidence) if p_hit is None else p_hit
-        return worth(p, self.typical_run_s(t), eta_s, t.cost_units, weight), pressure
+        return worth(p, self.typical_run_s(t), eta_s, t.cost_units, weight, ran_s), pressure
 
     def claim_wait_limit(self, tool: Tool | str) -> float:
         """How long a speculation may have run, in all, before a claim stops waiting for it.

@@ -103,13 +103,17 @@ class Worth(NamedTuple):
         return self.p_hit * self.hide_s - self.cost_s
 
 
-def worth(p_hit: float, run_s: float, eta_s: float | None, cost_units: float, waste_weight: float) -> Worth:
+def worth(p_hit: float, run_s: float, eta_s: float | None, cost_units: float, waste_weight: float,
+          ran_s: float = 0.0) -> Worth:
     """Price a speculation whose tool typically runs ``run_s`` and whose call is expected in ``eta_s``.
 
     A hit hides the tool time that passes before the model's own call arrives, and never more than the
     run (``eta_s=None``: unknown, the whole run). A miss wastes the run. A tool that takes no measurable
     time is worth exactly nothing either way (value 0: admitted at the default ``min_value_s``).
+    ``ran_s``: how long the speculation has already run (pricing one that is running, to decide whether to
+    keep it): the time it ran counts towards what a hit hides, and only the rest of the run is at risk.
     """
-    hide = run_s if eta_s is None else max(0.0, min(run_s, eta_s))
-    cost = (1.0 - p_hit) * waste_weight * run_s * cost_units
+    ran = max(0.0, ran_s)
+    hide = run_s if eta_s is None else max(0.0, min(run_s, ran + eta_s))
+    cost = (1.0 - p_hit) * waste_weight * max(0.0, run_s - ran) * cost_units
     return Worth(p_hit, hide, cost)

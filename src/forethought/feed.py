@@ -154,10 +154,16 @@ class GuessFeed:
         still fit it gain their conditional chance and may run now (:class:`~forethought.narrowing.StreamNarrowing`)."""
         if not self._combine or (self.narrowing.active and self.session.runtime.pressure().level >= 1.0):
             return
-        if isinstance(event, ToolCallStarted):
-            self.narrowing.started(event.index, event.name)
-        else:
-            self.narrowing.delta(event.index, event.text)
+        try:
+            if isinstance(event, ToolCallStarted):
+                self.narrowing.started(event.index, event.name)
+            else:
+                self.narrowing.delta(event.index, event.text)
+        except Exception as exc:  # a guess's odd values must never end the agent's run: narrowing stops
+            _log.warning("narrowing failed and is off for this step: %s", type(exc).__name__)
+            self.narrowing.reset()
+            self.session.runtime.telemetry.emit(
+                Event(EventKind.PREDICTOR_FAILED, self.session.id, "", "", "narrowing", detail=type(exc).__name__))
 
     async def cancel(self) -> None:
         """Stop and wait for the predictor tasks to end (the step failed)."""
@@ -213,15 +219,18 @@ class GuessFeed:
         if not depth and self._priors and isinstance(predictor, SamplingPredictor) and self._combine:
             confidence = self._discounted(prediction.call, confidence)
         ticket = session.speculate(prediction.call, source=source, confidence=confidence, eta_s=self.eta_s())
-        if not depth and ticket.key is not None and ticket.status != "rejected" and ticket.key not in self._offered:
-            self._offered.add(ticket.key)  # one call, one chance: the model's next call is one of them at most
-            p_hit = session.runtime.calibration.p_hit(source, confidence)
-            self._covered += p_hit
-            if not isinstance(predictor, SamplingPredictor):
-                self._priors[ticket.key] = p_hit
-        if not depth and ticket.status != "deduplicated":  # launched or priced out: narrowing may revive it
-            self.narrowing.add(dataclasses.replace(prediction, confidence=confidence), source,
-                               session.runtime.calibration.p_hit(source, confidence))
+        if not depth and (ticket.status != "rejected" or ticket.reason.startswith("worth")):  # or priced out
+            p_hit = session.runtime.calibration.p_hit(source, confidence)  # a number: speculate checked it
+            key = ticket.key
+            if key is not None and ticket.status != "rejected":
+                if key not in self._offered:
+                    self._offered.add(key)  # one call, one chance: the model's next call is one of them at most
+                    self._covered += p_hit
+                if not isinstance(predictor, SamplingPredictor):
+                    self._priors[key] = max(p_hit, self._priors.get(key, 0.0))
+            if self._combine:  # launched, joined or priced out: narrowing may revive it
+                self.narrowing.add(dataclasses.replace(prediction, confidence=confidence), source, p_hit,
+                                   launched=ticket.status != "rejected")
         if self.on_ticket is not None and ticket.key is not None and ticket.status != "rejected":
             self.on_ticket(ticket)
         if (ticket.launched and ticket.key is not None and depth < self.chain_depth
@@ -268,9 +277,9 @@ class GuessFeed:
             support = sum(1 for keys in proposed if key in keys)
             p_hit = votes.revised(prior, support)
             if p_hit < prior:
-                self.narrowing.revise(key, p_hit)
-                if session.revise(key, p_hit, eta):
-                    self.withdrawn += 1
+                withdrawn = session.revise(key, p_hit, eta)
+                self.withdrawn += withdrawn
+                self.narrowing.revise(key, p_hit, withdrawn)
 
     def _chain_after(self, key: str, parent: Prediction, predictor: ChainingPredictor | AsyncChainingPredictor,
                      context: PredictionContext, depth: int) -> None:

@@ -2,14 +2,17 @@
 
 A model streams its call's name first, then its arguments a fragment at a time. Each fragment rules out
 the step's guesses that no longer fit: another tool, or an argument whose finished value differs, or a
-string argument that does not start with what has streamed of it. The guesses that still fit share the
-chance the step's guesses had between them (each keeps its share: ``p * total / fitting``), so a guess
+string argument that does not start with what has streamed of it. A guess that still fits has at least
+the chance ``p / (fitting + 1 - total)`` (``fitting``: the chance of the guesses that fit; ``1 - total``:
+the chance of calls nobody guessed, all counted as fitting, so the figure is a lower bound), so a guess
 priced out at the step's start may now be worth running, with the tool time still left before the call
-closes to hide. :class:`StreamNarrowing` keeps the step's guesses (launched or priced out), recomputes
-their chances at each fragment and offers a guess to the session again when its chance has grown by
-``growth`` since it was last offered, under the source ``<source>@stream`` so the runtime calibrates
-these conditional chances apart from the predictor's own. It only ever adds guesses: a call that streams
-may still be followed by others in the same turn, so nothing is withdrawn here.
+closes to hide. A guess already served or ended this step (claimed, expired) no longer takes part.
+:class:`StreamNarrowing` keeps the step's guesses (launched or priced out, of tools that may run early),
+recomputes their chances at each fragment and offers a guess to the session again once its new chance
+makes it worth running (priced as the session would price it), under the source ``<source>@stream`` so
+the runtime calibrates these conditional chances apart from the predictor's own. Arguments are compared as proposed
+and as the tool's schema reads them (defaults filled in, tuples as lists). It only ever adds guesses: a call
+that streams may still be followed by others in the same turn, so nothing is withdrawn here.
 
 The streamed text is read with jiter's partial mode: the keys before the last are finished values and are
 compared exactly; the last may still be growing and is compared as a string prefix (other types are not
@@ -50,8 +53,14 @@ class _Guess:
     source: str
     p_hit: float
     key: str
+    forms: tuple[Mapping[str, Any], ...]
+    """Its arguments as proposed and as the tool's schema reads them (defaults filled, names given)."""
+    launched: bool = False
+    """Its speculation was started this step (by the feed or by narrowing)."""
+    withdrawn: bool = False
+    """It was withdrawn on other evidence (it may be offered again)."""
     offered: float = 0.0
-    """The conditional chance it was last offered at by narrowing (0: not yet)."""
+    """The conditional chance narrowing last offered it at (0: not yet); offered again only above it."""
 
 
 @dataclass(slots=True)
@@ -81,6 +90,15 @@ def fits(arguments: Mapping[str, Any], streamed: Mapping[str, Any]) -> bool:
     return True
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as JSON would carry it: tuples as lists, all the way down."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def parse_partial(text: str) -> Mapping[str, Any] | None:
     """The arguments streamed so far (a prefix of a JSON object), or ``None`` when it does not parse as one."""
     if not text.strip():
@@ -95,16 +113,15 @@ def parse_partial(text: str) -> Mapping[str, Any] | None:
 class StreamNarrowing:
     """One agent's guesses for the current step, narrowed by the model's streamed calls."""
 
-    def __init__(self, session: Session, eta_s: Callable[[], float | None], growth: float = 1.5,
+    def __init__(self, session: Session, eta_s: Callable[[], float | None],
                  on_ticket: Callable[[SpeculationTicket], object] | None = None) -> None:
         self.session = session
         self.eta_s = eta_s
-        self.growth = growth
         self.on_ticket = on_ticket
         self._guesses: dict[str, _Guess] = {}
         self._streams: dict[int, _Streaming] = {}
         self.offered = 0
-        """Guesses offered again by narrowing (launched, joined or rejected)."""
+        """Guesses narrowing offered to the session again (priced worth running)."""
 
     @property
     def active(self) -> bool:
@@ -116,23 +133,40 @@ class StreamNarrowing:
         self._guesses.clear()
         self._streams.clear()
 
-    def add(self, prediction: Prediction, source: str, p_hit: float) -> None:
-        """One of this step's guesses, as priced when offered (launched or not)."""
-        if not prediction.executable or not 0.0 < p_hit <= 1.0:
+    def add(self, prediction: Prediction, source: str, p_hit: float, launched: bool) -> None:
+        """One of this step's guesses, as priced when offered (``launched``: it runs, or already ran).
+
+        A guess of a tool that may never run early (its effect, or the policy) is not kept: no chance
+        would let it run.
+        """
+        if not prediction.executable or not 0.0 < p_hit <= 1.0:  # NaN fails this too
+            return
+        session = self.session
+        t = session.tools.get(prediction.call.name)
+        if t is None or not t.speculable or not session.runtime.policy.for_tool(t.name).speculate:
             return
         try:
-            key = self.session.resolve(prediction.call)[2]
+            canonical, key = session.resolve(prediction.call)[1:]
         except CallError:
             return
         known = self._guesses.get(key)
-        if known is None or p_hit > known.p_hit:
-            self._guesses[key] = _Guess(prediction, source, p_hit, key)
+        if known is not None:
+            known.launched = known.launched or launched
+            if p_hit <= known.p_hit:
+                return
+        raw = _plain(dict(prediction.call.arguments))
+        plain = _plain(canonical)
+        forms = (raw,) if plain == raw else (raw, plain)
+        self._guesses[key] = _Guess(prediction, source, p_hit, key, forms,
+                                    launched or (known is not None and known.launched))
 
-    def revise(self, key: str, p_hit: float) -> None:
-        """A guess's chance was revised by other evidence (a speculator's samples)."""
+    def revise(self, key: str, p_hit: float, withdrawn: bool) -> None:
+        """A guess's chance was revised by other evidence (a speculator's samples); ``withdrawn``: its
+        speculation was cancelled for it."""
         guess = self._guesses.get(key)
         if guess is not None:
             guess.p_hit = p_hit
+            guess.withdrawn = guess.withdrawn or withdrawn
 
     def started(self, index: int, name: str) -> None:
         """The model began call ``index`` of its message with tool ``name``."""
@@ -158,20 +192,37 @@ class StreamNarrowing:
         streamed = parse_partial(text[:MAX_TEXT] if len(text) > MAX_TEXT else text)
         if streamed is None:
             return
-        total = min(1.0, sum(g.p_hit for g in self._guesses.values()))
-        fitting = [g for g in self._guesses.values()
-                   if g.prediction.call.name == stream.name and fits(g.prediction.call.arguments, streamed)]
-        mass = sum(g.p_hit for g in fitting)
+        session = self.session
+        live: list[tuple[_Guess, bool]] = []  # (guess, running now)
+        for guess in self._guesses.values():
+            running = session.has_speculation(guess.key)
+            if guess.launched and not running and not guess.withdrawn:
+                continue  # served or ended this step: not a candidate any more
+            live.append((guess, running))
+        total = min(1.0, sum(g.p_hit for g, _ in live))
+        fitting = [(g, running) for g, running in live
+                   if g.prediction.call.name == stream.name and any(fits(form, streamed) for form in g.forms)]
+        mass = sum(g.p_hit for g, _ in fitting)
         if mass < MIN_FITTING:
             return
-        session = self.session
-        for guess in fitting:
-            p = min(1.0, guess.p_hit * total / mass)
-            if p <= guess.offered * self.growth or p <= guess.p_hit or session.has_speculation(guess.key):
+        floor = mass + (1.0 - total)
+        runtime = session.runtime
+        eta = self.eta_s()
+        for guess, running in fitting:
+            p = min(1.0, guess.p_hit / floor)
+            if running or p <= guess.p_hit or p <= guess.offered:
                 continue
+            label = guess.source + STREAM_SUFFIX
+            t = session.tools.get(guess.prediction.call.name)
+            if t is None:
+                continue
+            priced, _ = runtime.price(t, label, p, eta, p_hit=runtime.calibration.p_hit(label, p))
+            if priced.value < runtime.policy.min_value_s:
+                continue  # not worth it yet: offered when a later fragment makes it so
             guess.offered = p
             self.offered += 1
-            ticket = session.speculate(guess.prediction.call, source=guess.source + STREAM_SUFFIX, confidence=p,
-                                       eta_s=self.eta_s())
+            ticket = session.speculate(guess.prediction.call, source=label, confidence=p, eta_s=eta)
+            if ticket.launched:
+                guess.launched, guess.withdrawn = True, False
             if self.on_ticket is not None and ticket.key is not None and ticket.status != "rejected":
                 self.on_ticket(ticket)

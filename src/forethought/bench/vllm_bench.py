@@ -314,16 +314,24 @@ async def run_vllm_bench(config: BenchConfig, agent_counts: Sequence[int] = (1, 
 
 
 def _cpu_list(text: str | None) -> tuple[int, ...] | None:
-    """``"0,2"`` -> ``(0, 2)``; ``None`` stays ``None``; anything else is a clear error."""
+    """``"0,2-3"`` -> ``(0, 2, 3)``; ``None`` stays ``None``; anything else is a clear error."""
     if text is None:
         return None
+    cpus: list[int] = []
     try:
-        cpus = tuple(int(part) for part in text.split(",") if part.strip())
+        for part in (p.strip() for p in text.split(",")):
+            if "-" in part[1:]:
+                low, high = (int(x) for x in part.split("-", 1))
+                if high < low:
+                    raise ValueError(part)
+                cpus.extend(range(low, high + 1))
+            elif part:
+                cpus.append(int(part))
     except ValueError:
         raise ValueError(f"expected CPU numbers separated by commas, got {text!r}") from None
     if not cpus or min(cpus) < 0:
         raise ValueError(f"expected CPU numbers separated by commas, got {text!r}")
-    return cpus
+    return tuple(cpus)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -39,10 +39,12 @@ def _identity(call: ToolCall) -> str:
 
 @dataclass(slots=True)
 class _SessionGuesses:
-    """The calls each sample proposed in a session's current step (by identity), and which samples failed."""
+    """The calls each sample proposed in a session's current step (by identity); which samples failed (an
+    error, or a call that closed malformed or cut off) and which ended normally."""
 
     per_sample: list[dict[str, ToolCall]] = field(default_factory=list)
     failed: set[int] = field(default_factory=set)
+    ended: set[int] = field(default_factory=set)
     finished: bool = False
 
 
@@ -173,7 +175,10 @@ class ModelSpeculator:
             messages = [dict(m) for m in context.messages]
             tools = [dict(t) for t in context.openai_tools] or None
             async for event in self.client.stream(self.model, messages, tools, **extra):
-                if isinstance(event, ToolCallClosed) and event.arguments is not None and event.error is None:
+                if isinstance(event, ToolCallClosed) and (event.arguments is None or event.error is not None):
+                    guesses.failed.add(index)  # what it meant to propose is unknown: not a vote
+                elif isinstance(event, ToolCallClosed):
+                    assert event.arguments is not None
                     call = ToolCall(event.name, event.arguments)
                     if first:
                         first = False
@@ -183,6 +188,7 @@ class ModelSpeculator:
                     queue.put_nowait(call)
                 elif isinstance(event, MessageDone) and event.usage is not None:
                     self.stats.tokens += event.usage.total_tokens
+            guesses.ended.add(index)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -201,7 +207,7 @@ class ModelSpeculator:
 
     def votes(self, session_id: str) -> SampleVotes | None:
         """What this step's samples proposed, once every one of them has ended (``None`` before, or when
-        none were drawn); failed samples are left out."""
+        none were drawn); failed samples (an error, or a malformed or cut-off call) are left out."""
         guesses = self._guesses.get(session_id)
         if guesses is None or not guesses.finished:
             return None
@@ -214,9 +220,12 @@ class ModelSpeculator:
         if guesses is None:
             return
         identity = _identity(observed.call)
-        for proposed in guesses.per_sample:
+        for i, proposed in enumerate(guesses.per_sample):
+            hit = identity in proposed
+            if i in guesses.failed or (i not in guesses.ended and not hit):
+                continue  # failed, or cut off by the step's end before it said anything: not a trial
             self.stats.sample_trials += 1
-            self.stats.sample_hits += identity in proposed
+            self.stats.sample_hits += hit
 
 
 def _with_sample(extra: Mapping[str, Any], index: int) -> dict[str, Any]:

@@ -33,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parents[4]
 VENV = REPO_ROOT / ".venv-vllm"
 STAMP = ".installed"
 MODEL_NAME = "tiny"
+ALLOWED_CPUS = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
+"""The CPUs this process could run on when forethought was imported (before a bench pins itself)."""
 HERE = Path(__file__).resolve().parent
 STOP_WAIT_S = 20.0
 
@@ -83,10 +85,9 @@ def locate(config: VllmConfig | None = None) -> VllmConfig:
     config = config or VllmConfig()
     if sys.platform != "linux":
         raise EngineUnavailable(f"vLLM's CPU build runs on Linux only (this is {sys.platform})")
-    machine = set(range(os.cpu_count() or 1))
-    if config.cpus is not None and (not config.cpus or not set(config.cpus) <= machine):
+    if config.cpus is not None and (not config.cpus or not set(config.cpus) <= ALLOWED_CPUS):
         raise ValueError(f"cpus {list(config.cpus)} must be a non-empty subset of this machine's CPUs "
-                         f"{sorted(machine)}")
+                         f"{sorted(ALLOWED_CPUS)}")
     if not (config.venv / STAMP).exists() or not config.python.exists():
         raise EngineUnavailable(f"no vLLM venv at {config.venv} (build it with `make vllm-venv`: needs Python 3.11 "
                                 "and the torch 2.13 CPU wheel)")
