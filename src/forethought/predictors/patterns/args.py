@@ -218,15 +218,18 @@ class ArgumentModel:
         """The counter keys of the rule's record for the parameter (worked out once); ``ordinal``: for a
         message naming an ordinal (a record apart for a positional rule)."""
         records = self._records.setdefault((tool, param), {})
-        ordinal = ordinal and _positional(self._rule(rule_key))
-        record = records.get(rule_key + ORDINAL_MARK if ordinal else rule_key)
-        if record is None:
-            pairs = []
-            stored_key = rule_key + ORDINAL_MARK if ordinal else rule_key
-            for level in self._levels(tool, param, rule_key):
-                base = SEP.join(("r", *level, stored_key))
-                pairs.append((base + SEP + "s", base + SEP + "n"))
-            record = records[stored_key] = _Record(pairs[0], tuple(reversed(pairs[1:])))
+        stored_key = rule_key + ORDINAL_MARK if ordinal else rule_key
+        record = records.get(stored_key)
+        if record is not None:
+            return record
+        if ordinal and not _positional(self._rule(rule_key)):
+            record = records[stored_key] = self._record(tool, param, rule_key)  # one record in every message
+            return record
+        pairs = []
+        for level in self._levels(tool, param, rule_key):
+            base = SEP.join(("r", *level, stored_key))
+            pairs.append((base + SEP + "s", base + SEP + "n"))
+        record = records[stored_key] = _Record(pairs[0], tuple(reversed(pairs[1:])))
         return record
 
     def _score(self, record: _Record, successes: float, stored: Mapping[str, float], scale: float) -> float:
