@@ -7,7 +7,8 @@ Each candidate tool gets a few features, combined by a small softmax whose weigh
   turn-start marker), k = 1..order, interpolated Witten-Bell style so short contexts back off to longer
   evidence smoothly and a context seen once does not dominate;
 * ``maxent``: the log-probability the discriminative scorer of :mod:`flow_maxent` gives the tool (one
-  learned weight per context feature and tool: last calls, words, tools called in the session and turn);
+  learned weight per context feature and tool: last calls, words, tools called in the session and turn,
+  the turn's position; rehearsing earlier calls after each one);
 * ``assoc`` / ``assoc_start``: how strongly the words of the latest user message go with the tool being
   used in that turn (smoothed pointwise mutual information), and the same at the start of a turn;
 * ``assoc_first``: at the start of a turn, how strongly the message's words go with the tool being the
@@ -301,7 +302,9 @@ class FlowModel:
                 self.counts.add(_SQUARES_KEYS[feature], gradient * gradient)
                 self.counts.add(_WEIGHT_KEYS[feature], LEARNING_RATE * gradient / math.sqrt(ADAGRAD_START + squares))
         maxent_column = FEATURES.index("maxent")
-        self.maxent.learn(self._maxent_features(view), pool, tool, {t: row[maxent_column] for t, row in rows.items()})
+        maxent_features = self._maxent_features(view)
+        self.maxent.learn(maxent_features, pool, tool, {t: row[maxent_column] for t, row in rows.items()})
+        self.maxent.rehearse(maxent_features, pool, tool)
         keys = ["N", self._info(tool)[0]]
         self._known.add(tool)
         for context in self._contexts(view.tokens):
