@@ -37,7 +37,7 @@ from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts
 
 SEP = "\x1f"
 PREFIX = PLAIN_PREFIX + "M"
-LEARNING_RATE = 1.0
+LEARNING_RATE = 0.5
 """Step size per (feature, tool) weight, divided by the root of the number of active features (a step
 then moves a logit by about LEARNING_RATE * sqrt(features), whatever the message's length)."""
 UPDATE_FLOOR = 1e-3
@@ -51,8 +51,8 @@ MAX_WORDS = 24
 TURN_POSITIONS = 3
 """Calls of the turn so far told apart by the turn-position feature (more count as this many)."""
 REHEARSE_STEPS = 8
-"""Steps on earlier calls taken after each call learned (BFCL, both folds, exact top-1: 0 -> 0.588,
-3 -> 0.590, 8 -> 0.596, 16 -> 0.597; see docs/patterns.md)."""
+"""Steps on earlier calls taken after each call learned (BFCL, both folds, exact top-1 / top-3 at learning
+rate 0.5: 0 steps 0.589 / 0.711, 4: 0.595 / 0.719, 8: 0.597 / 0.721, 16: 0.596 / 0.722; docs/patterns.md)."""
 REHEARSE_MEMORY = 4096
 """Calls kept for rehearsal (the oldest are overwritten): memory and cost bounded however long it runs."""
 REHEARSE_SEED = 0
@@ -159,9 +159,10 @@ class ToolScorer:
         self.counts.add_plain(additions)
 
     def rehearse(self, feats: Sequence[str], candidates: Sequence[str], tool: str,
-                 steps: int = REHEARSE_STEPS) -> None:
+                 steps: int | None = None) -> None:
         """Remember one call just learned (``tool``, called in a step with ``feats`` among ``candidates``),
-        then take ``steps`` steps of :meth:`learn` on remembered calls drawn at random (this one included)."""
+        then take ``steps`` (default :data:`REHEARSE_STEPS`) steps of :meth:`learn` on remembered calls drawn
+        at random (this one included)."""
         example = (tuple(feats), tuple(dict.fromkeys([*candidates, tool])), tool)
         memory = self._memory
         if len(memory) < REHEARSE_MEMORY:
@@ -169,7 +170,7 @@ class ToolScorer:
         else:
             memory[self._remembered % REHEARSE_MEMORY] = example
         self._remembered += 1
-        for _ in range(steps):
+        for _ in range(REHEARSE_STEPS if steps is None else steps):
             old_feats, old_candidates, old_tool = memory[self._draw.randrange(len(memory))]
             self.learn(old_feats, old_candidates, old_tool)
 
