@@ -48,7 +48,7 @@ def test_untrained_scorer_is_uniform_and_unknown_tools_get_their_share() -> None
 def test_tools_below_the_floor_are_not_updated() -> None:
     scorer = ToolScorer(Counts(None))
     feats = _feats("lookup", "confirm")
-    for _ in range(200):
+    for _ in range(400):
         scorer.learn(feats, TOOLS, "book")
     assert math.exp(scorer.log_probs(feats, TOOLS)["cancel"]) < UPDATE_FLOOR
     before = scorer.weights("b")["cancel"]
