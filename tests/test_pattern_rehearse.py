@@ -112,3 +112,36 @@ def test_the_predictor_rehearses_every_call_it_learns() -> None:
         history.append(observed)
         assert predictor.flow.maxent.remembered == i + 1
         assert predictor.flow.maxent.weights("b") != before
+
+
+def _session_steps(sid: str, names: list[str]) -> list[tuple[PredictionContext, ObservedCall]]:
+    tools = {name: {"type": "object", "properties": {}} for name in ("lookup", "book", "cancel")}
+    history: list[ObservedCall] = []
+    out = []
+    for name in names:
+        observed = ObservedCall(ToolCall(name, {}), "ok", True)
+        out.append((PredictionContext(sid, [{"role": "user", "content": "go on"}], "go on", tuple(history), tools),
+                    observed))
+        history.append(observed)
+    return out
+
+
+def test_copies_and_pickles_carry_the_rehearsal_memory() -> None:
+    """A copy (or an unpickled predictor, as a restarted worker is) learns on exactly as the original: the
+    calls it rehearses are drawn from the same memory by the same generator state."""
+    import pickle
+
+    original = PatternPredictor()
+    for context, observed in _session_steps("a", ["lookup", "book", "cancel", "lookup", "book"]):
+        original.observe(context, observed)
+    copies = [original.copy(), pickle.loads(pickle.dumps(original))]
+    for copy in copies:
+        assert copy.flow.maxent.remembered == original.flow.maxent.remembered == 5
+    for context, observed in _session_steps("b", ["book", "cancel", "cancel"]):
+        for predictor in (original, *copies):
+            predictor.observe(context, observed)
+    feats = ("b",)
+    for copy in copies:
+        assert copy.flow.maxent.weights("b") == original.flow.maxent.weights("b")
+        assert copy.flow.maxent.log_probs(feats, ("lookup", "book", "cancel")) == original.flow.maxent.log_probs(
+            feats, ("lookup", "book", "cancel"))

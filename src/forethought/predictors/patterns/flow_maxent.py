@@ -22,8 +22,9 @@ only the tools that matter to its gradient: the one called and those the model g
 One online pass is little data for a discriminative model, so after each step the scorer *rehearses*: it
 takes :data:`REHEARSE_STEPS` more steps on calls it learned earlier (kept in a bounded memory, drawn by a
 seeded generator: the same calls give the same weights in every process), as further passes over the data
-would. The memory is not saved: a scorer loaded from a store scores as the one saved, and rehearses what it
-learns from then on.
+would. The memory is not saved in a store (a scorer loaded from one scores as the one saved, and rehearses
+what it learns from then on); a copy or a pickle of the predictor carries it (:meth:`ToolScorer.rehearsal`),
+so a worker restarted from a checkpoint learns on exactly as the one it replaces.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts
 
@@ -93,6 +96,7 @@ class ToolScorer:
         """Calls learned, for rehearsal: (features, candidates, tool called); a ring of REHEARSE_MEMORY."""
         self._remembered = 0
         self._draw = random.Random(REHEARSE_SEED)
+        self._last_pool: tuple[str, ...] = ()
 
     def _place(self, tool: str) -> int:
         column = self._column.get(tool)
@@ -163,7 +167,11 @@ class ToolScorer:
         """Remember one call just learned (``tool``, called in a step with ``feats`` among ``candidates``),
         then take ``steps`` (default :data:`REHEARSE_STEPS`) steps of :meth:`learn` on remembered calls drawn
         at random (this one included)."""
-        example = (tuple(feats), tuple(dict.fromkeys([*candidates, tool])), tool)
+        pool = tuple(dict.fromkeys([*candidates, tool]))
+        if pool == self._last_pool:
+            pool = self._last_pool  # one object for the steps of one tool set (a pickle stores it once)
+        self._last_pool = pool
+        example = (tuple(map(sys.intern, feats)), pool, tool)
         memory = self._memory
         if len(memory) < REHEARSE_MEMORY:
             memory.append(example)
@@ -173,6 +181,18 @@ class ToolScorer:
         for _ in range(REHEARSE_STEPS if steps is None else steps):
             old_feats, old_candidates, old_tool = memory[self._draw.randrange(len(memory))]
             self.learn(old_feats, old_candidates, old_tool)
+
+    def rehearsal(self) -> tuple[Any, ...]:
+        """What rehearsal depends on besides the weights (the calls remembered, where the ring is, the
+        generator's state), for :meth:`load_rehearsal` in a copy or an unpickled predictor."""
+        return (list(self._memory), self._remembered, self._draw.getstate())
+
+    def load_rehearsal(self, state: tuple[Any, ...]) -> None:
+        """Take over :meth:`rehearsal` of another scorer."""
+        memory, remembered, draw = state
+        self._memory = [(tuple(f), tuple(c), t) for f, c, t in memory]
+        self._remembered = int(remembered)
+        self._draw.setstate(draw)
 
     @property
     def remembered(self) -> int:

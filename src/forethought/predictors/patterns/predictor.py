@@ -177,12 +177,14 @@ class PatternPredictor:
         clone = PatternPredictor(None, self.fingerprint, self.config)
         clone._load(self.counts.state())
         clone.numbers = self.numbers.copy()
+        clone.flow.maxent.load_rehearsal(self.flow.maxent.rehearsal())
         return clone
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as what it has learned (as :meth:`copy` keeps it; no store), e.g. for a worker process:
         its indexes and compiled schema checkers are rebuilt on loading."""
-        return (_restored, (self.fingerprint, self.config, self.counts.state(), self.numbers.copy()))
+        return (_restored, (self.fingerprint, self.config, self.counts.state(), self.numbers.copy(),
+                            self.flow.maxent.rehearsal()))
 
     # --- persistence ----------------------------------------------------------------------------------
 
@@ -472,9 +474,13 @@ class PatternPredictor:
                 log.warning("pattern store %s: save failed, kept in memory: %s", self.fingerprint, exc)
 
 
-def _restored(fingerprint: Any, config: PatternConfig, state: Any, numbers: Any) -> PatternPredictor:
-    """A predictor unpickled from :meth:`PatternPredictor.__reduce__`."""
+def _restored(fingerprint: Any, config: PatternConfig, state: Any, numbers: Any,
+              rehearsal: Any = None) -> PatternPredictor:
+    """A predictor unpickled from :meth:`PatternPredictor.__reduce__` (``rehearsal``: the scorer's
+    rehearsal memory; absent in pickles from before it existed)."""
     predictor = PatternPredictor(None, fingerprint, config)
     predictor._load(state)
     predictor.numbers = numbers
+    if rehearsal is not None:
+        predictor.flow.maxent.load_rehearsal(rehearsal)
     return predictor
