@@ -20,13 +20,15 @@ import math
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forethought._calls import ToolCall, dumps_canonical
-from forethought.llm.chat import LLMClient
 from forethought.llm.events import MessageDone, ToolCallClosed
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, SampleVotes
 from forethought.predictors.interference import InterferenceMeter
+
+if TYPE_CHECKING:
+    from forethought.llm.chat import LLMClient
 
 SAMPLE_METADATA_KEY = "sample"
 MAX_TRACKED_SESSIONS = 10_000
