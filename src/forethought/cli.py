@@ -119,7 +119,8 @@ def bench(
     chain_depth: Annotated[int, typer.Option(help="Chained speculation: levels of predicted successors of a "
                                                   "speculated read (0: none).")] = 1,
     offload: Annotated[bool, typer.Option("--offload/--in-process", help="The pattern predictor in a worker "
-                                          "process (default) or on the agents' event loop.")] = True,
+                                          "process (default) or on the agents' event loop (with --workload "
+                                          "mcp: the proxies').")] = True,
     grouping: Annotated[str, typer.Option(help="step: one call per model message; turn: a turn's calls in one "
                                                "message.")] = "step",
     seed: int = 0,
