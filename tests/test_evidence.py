@@ -509,3 +509,22 @@ async def test_samples_cut_off_by_the_steps_end_before_saying_anything_are_not_t
     assert first.call == ToolCall("find", {"q": "x"})
     speculator.observe(ctx("s1"), ObservedCall(ToolCall("find", {"q": "x"}), "id-x"))
     assert (speculator.stats.sample_trials, speculator.stats.sample_hits) == (1, 1)
+
+
+async def test_a_ticket_says_whether_only_its_price_rejected_it() -> None:
+    gate, ran = Gate(), list[str]()
+
+    @tool(expected_s=1.0)  # undeclared effect: DESTRUCTIVE
+    async def wipe() -> str:
+        return "wiped"
+
+    runtime = Runtime([*tools(gate, ran), wipe], Policy(backoff=False, min_value_s=0.5))
+    session = runtime.session()
+    cheap = session.speculate(ToolCall("find", {"q": "x"}), source="listed", confidence=0.2)
+    never = session.speculate(ToolCall("wipe", {}), source="listed", confidence=0.99)
+    sure = session.speculate(ToolCall("find", {"q": "y"}), source="listed", confidence=0.99)
+    assert cheap.status == "rejected" and cheap.priced_out
+    assert never.status == "rejected" and not never.priced_out
+    assert sure.launched and not sure.priced_out
+    gate.open()
+    await session.close()

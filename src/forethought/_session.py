@@ -38,6 +38,7 @@ from forethought._live import LiveState
 from forethought._ordering import CallOrder
 from forethought._scheduler import maybe_await
 from forethought._store import (
+    PRICED_OUT,
     CallOutcome,
     Entry,
     SettledSpeculation,
@@ -112,7 +113,7 @@ class Session(LiveState):
             if pressure.level >= 1.0 and priced.p_hit < CERTAIN:
                 reason = "backing off: " + pressure.reason
             elif value < self.runtime.policy.min_value_s:
-                reason = (f"worth {1000 * value:.2f} ms (P(hit) {priced.p_hit:.2f}, hides {priced.hide_s:.3f} s) "
+                reason = (f"{PRICED_OUT}{1000 * value:.2f} ms (P(hit) {priced.p_hit:.2f}, hides {priced.hide_s:.3f} s) "
                           f"below {1000 * self.runtime.policy.min_value_s:.2f} ms")
             else:
                 reason = self._budget.reserve(t.cost_units)

@@ -100,6 +100,9 @@ def isolated(value: Any, strict: bool = False) -> Any:
 
 _set_attribute = object.__setattr__
 
+PRICED_OUT = "worth "
+"""How the reason of a guess rejected for its price begins (:attr:`SpeculationTicket.priced_out`)."""
+
 
 @dataclass(frozen=True, init=False)
 class SpeculationTicket:
@@ -117,6 +120,11 @@ class SpeculationTicket:
     @property
     def launched(self) -> bool:
         return self.status == "launched"
+
+    @property
+    def priced_out(self) -> bool:
+        """Rejected for its price alone (worth less than the policy's minimum): a higher chance could run it."""
+        return self.status == "rejected" and self.reason.startswith(PRICED_OUT)
 
     def __repr__(self) -> str:
         # The key holds the call's name and argument values, either of which may be private: never shown.

@@ -219,7 +219,7 @@ class GuessFeed:
         if not depth and self._priors and isinstance(predictor, SamplingPredictor) and self._combine:
             confidence = self._discounted(prediction.call, confidence)
         ticket = session.speculate(prediction.call, source=source, confidence=confidence, eta_s=self.eta_s())
-        if not depth and (ticket.status != "rejected" or ticket.reason.startswith("worth")):  # or priced out
+        if not depth and (ticket.status != "rejected" or ticket.priced_out):
             p_hit = session.runtime.calibration.p_hit(source, confidence)  # a number: speculate checked it
             key = ticket.key
             if key is not None and ticket.status != "rejected":
