@@ -35,7 +35,7 @@ _NEVER = float("inf")
 CERTAIN_VOTE = 0.99
 """A guess with a vote at least this confident is never withdrawn by :meth:`SessionBase.revise`."""
 _CANCELLED, _EXPIRED, _FAILED, _WASTED = EventKind.CANCELLED, EventKind.EXPIRED, EventKind.FAILED, EventKind.WASTED
-_PREEMPTED, _WITHDRAWN = EventKind.PREEMPTED, EventKind.WITHDRAWN
+_PREEMPTED, _WITHDRAWN, _DEFERRED = EventKind.PREEMPTED, EventKind.WITHDRAWN, EventKind.DEFERRED
 _ERROR, _USEFUL, _WASTE = Outcome.ERROR, Outcome.USEFUL, Outcome.WASTED
 
 
@@ -64,7 +64,7 @@ class SessionBase:
         """Where speculations of shared tools obtain their values (set by :meth:`Runtime.session`)."""
         self._prepared: set[str] = set()  # tools whose prepare hook ran this turn
         self._prepare_tasks: set[asyncio.Task[None]] = set()
-        self._withdrawn: dict[CallKey, list[tuple[str, float]]] = {}  # guesses withdrawn this turn: their votes
+        self._unrun: dict[CallKey, list[tuple[str, float]]] = {}  # guesses withdrawn or deferred this turn: votes
         self.closed = False
 
     # --- telemetry --------------------------------------------------------------------------------
@@ -192,22 +192,46 @@ class SessionBase:
         self._store.pop(key)
         if entry.started is None:
             self._budget.refund(entry.tool.cost_units)
-        self._withdrawn.setdefault(key, []).extend(entry.votes)
+        self._unrun.setdefault(key, []).extend(entry.votes)
         self._finish(entry, _WITHDRAWN, f"P(hit) revised to {p_hit:.2f}", learn=False)
         return True
 
-    def _learn_withdrawn(self, key: CallKey | None) -> None:
-        """The turn's call ``key`` arrived (``None``: the turn ended): count withdrawn guesses it settles."""
+    def defer(self, call: ToolCall, source: str, confidence: float, detail: str = "") -> CallKey | None:
+        """A guess of ``call`` is held back, not run (yet): evidence due soon makes it worth more later.
+
+        Emits DEFERRED. Whether it would have hit is learnt as a withdrawn guess's is (a call this turn with
+        the same key counts it as a hit for ``source``, the turn's end as a miss), unless it runs after all
+        (:meth:`undefer`). Returns its key, or ``None`` for a call that is not valid here (nothing is kept).
+        """
+        try:
+            t, _, key = self.resolve(call)
+        except CallError:
+            return None
+        self._unrun.setdefault(key, []).append((source, confidence))
+        self._emit(_DEFERRED, t, key, source, confidence, detail=detail)
+        return key
+
+    def undefer(self, key: CallKey, source: str, confidence: float) -> None:
+        """A deferred guess runs after all: its outcome is learnt when its speculation ends, not here."""
+        votes = self._unrun.get(key)
+        if votes is not None and (source, confidence) in votes:
+            votes.remove((source, confidence))
+            if not votes:
+                del self._unrun[key]
+
+    def _learn_unrun(self, key: CallKey | None) -> None:
+        """The turn's call ``key`` arrived (``None``: the turn ended): count the withdrawn and deferred
+        guesses it settles."""
         if key is not None:
-            votes = self._withdrawn.pop(key, None)
+            votes = self._unrun.pop(key, None)
             if votes is not None:
                 for source, confidence in votes:
                     self.runtime.calibration.record(source, confidence, True)
             return
-        for votes in self._withdrawn.values():
+        for votes in self._unrun.values():
             for source, confidence in votes:
                 self.runtime.calibration.record(source, confidence, False)
-        self._withdrawn.clear()
+        self._unrun.clear()
 
     def _evict_expired(self, now: float) -> None:
         """Discard every entry whose TTL has passed (EXPIRED, then WASTED if its tool ran); cancel its work.
@@ -226,8 +250,8 @@ class SessionBase:
         for entry in self._store:
             n += self.discard(entry.key)
         self._next_expiry = _NEVER
-        if self._withdrawn:
-            self._learn_withdrawn(None)
+        if self._unrun:
+            self._learn_unrun(None)
         self._budget.reset()
         self._prepared.clear()
         return n

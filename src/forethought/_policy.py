@@ -90,7 +90,8 @@ class Policy:
     ``combine_evidence``: when a sampling predictor (a speculator model) guesses beside cheaper ones, its
     samples and their guesses are weighed together (:class:`~forethought.feed.GuessFeed`): a sample's
     call the others did not propose is discounted by their coverage, and their running guesses that no
-    sample proposed are re-priced and withdrawn once no longer worth their tool time; and as the model's
+    sample proposed are re-priced and withdrawn once no longer worth their tool time (or held back until
+    the samples end, when they are worth more then than at once); and as the model's
     own call streams, the step's guesses that still fit it gain their conditional chance and may run then
     (:mod:`forethought.narrowing`).
     """

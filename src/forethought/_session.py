@@ -326,8 +326,8 @@ class Session(LiveState):
         """Like :meth:`execute`, also saying whether it was a hit and how long it waited."""
         t, arguments, key = self.resolve(call)
         start = self._now()
-        if self._withdrawn:
-            self._learn_withdrawn(key)
+        if self._unrun:
+            self._learn_unrun(key)
         entry = self._store.get(key)
         if (entry is not None and entry.task is not None and entry.task.done() and t.validator is None
                 and self._order.clear_for(t.effect)):

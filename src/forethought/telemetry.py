@@ -66,6 +66,9 @@ class EventKind(enum.Enum):
     WITHDRAWN = "withdrawn"
     """A running or queued speculation was cancelled because new evidence made it no longer worth its tool
     time (``Session.revise``; ``detail`` gives the revised P(hit)); WASTED follows if its tool had run."""
+    DEFERRED = "deferred"
+    """A guess was held back, not run, because evidence due soon (a speculator's samples) makes it worth more
+    then than now (``Session.defer``); it runs later if it is still worth it, and its outcome is learnt."""
 
     # Members are singletons compared by identity; the C identity hash keeps the hot-path counting (dict
     # and set lookups keyed by kind) cheaper than Enum's Python-level hash of the member name.
@@ -129,6 +132,7 @@ class SessionStats:
     committed: int = 0
     preempted: int = 0
     withdrawn: int = 0
+    deferred: int = 0
     saved_s: float = 0.0
     wasted_s: float = 0.0
 
@@ -144,7 +148,8 @@ _STAT_FIELDS = {EventKind.LAUNCHED: "launched", EventKind.DEDUPLICATED: "dedupli
                 EventKind.MISS: "misses", EventKind.WASTED: "wasted", EventKind.CANCELLED: "cancelled",
                 EventKind.EXPIRED: "expired", EventKind.FAILED: "failed", EventKind.STALE: "stale",
                 EventKind.CONFLICT: "conflicts", EventKind.COMMITTED: "committed",
-                EventKind.PREEMPTED: "preempted", EventKind.WITHDRAWN: "withdrawn"}
+                EventKind.PREEMPTED: "preempted", EventKind.WITHDRAWN: "withdrawn",
+                EventKind.DEFERRED: "deferred"}
 
 
 def stats_from(counts: Counter[EventKind], saved_s: float, wasted_s: float) -> SessionStats:

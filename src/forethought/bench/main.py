@@ -340,7 +340,7 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
             if len(split) > 1:
                 console.print(f"wasted tool s of {name} by source: "
                               + ", ".join(f"{source} {seconds:.2f}" for source, seconds in sorted(split.items()))
-                              + f"; guesses withdrawn: {arm.get('withdrawn', 0)}")
+                              + f"; guesses withdrawn: {arm.get('withdrawn', 0)}, deferred: {arm.get('deferred', 0)}")
         console.print(f"equivalence with serial: {'[green]OK[/green]' if equivalent else '[red]DIFFERS[/red]'}")
         for line in words:
             console.print(("[bold red]" if line.startswith(("WARNING", "NOT")) else "") + line, markup=True)

@@ -59,6 +59,8 @@ class ArmMetrics:
     """Changes of the runtime's load state (normal, reduced, off) during the arm."""
     withdrawn: int = 0
     """Guesses withdrawn when new evidence (a speculator's samples) made them no longer worth running."""
+    deferred: int = 0
+    """Guesses held back until a speculator's samples had ended (worth more then than at once)."""
     wasted_by_source: dict[str, float] = field(default_factory=dict)
     """``wasted_tool_s`` split by the source of the wasted guess."""
 
@@ -151,6 +153,7 @@ def arm_metrics(serial: ArmRun, arm: ArmRun,
         preempted=sum(s.preempted for s in stats),
         backoffs=arm.backoffs,
         withdrawn=sum(s.withdrawn for s in stats),
+        deferred=sum(s.deferred for s in stats),
         wasted_by_source=dict(arm.wasted_by_source),
     )
 
