@@ -20,6 +20,7 @@ from forethought._runtime import Runtime
 from forethought._tools import Effect, tool
 from forethought.feed import GuessFeed, SampleCounting, SampleTiming
 from forethought.predictors.base import Prediction, PredictionContext
+from forethought.predictors.model import ModelSpeculator
 from forethought.telemetry import EventKind
 from test_evidence import Listed, Sampler, ctx, guess
 
@@ -95,6 +96,7 @@ class Setup:
 
 def test_the_fake_samplers_say_how_many_samples_they_draw() -> None:
     assert isinstance(CountingSampler([[READ_1]]), SampleCounting)
+    assert isinstance(ModelSpeculator(object(), "m"), SampleCounting)  # type: ignore[arg-type]
     assert not isinstance(Sampler([]), SampleCounting)
 
 
