@@ -136,7 +136,8 @@ def record_bfcl(entries: Iterable[Any]) -> list[RecordedSession]:
                     value, ok = f"Error: {exc}", False
                 observed.append(ObservedCall(call, _render(value), ok))
             turns.append(RecordedTurn(user, tuple(observed)))
-        sessions.append(RecordedSession(entry.id, tuple(turns), tool_schemas(entry.tools), entry.domain))
+        sessions.append(RecordedSession(entry.id, tuple(turns), tool_schemas(entry.tools), entry.domain,
+                                        tuple(entry.tools)))
     return sessions
 
 
@@ -171,7 +172,7 @@ async def record_trajectories(trajectories: Iterable[Trajectory],
             await session.close()
             runtime.close()
         sessions.append(RecordedSession(trajectory.id, tuple(turns), tool_schemas(trajectory.tools),
-                                        trajectory.domain))
+                                        trajectory.domain, tuple(trajectory.tools)))
     return sessions
 
 

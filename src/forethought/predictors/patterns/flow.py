@@ -15,6 +15,8 @@ Each candidate tool gets a few features, combined by a small softmax whose weigh
   turn's *first* call (a turn's words name all its tools; this tells which one comes first);
 * ``name_match``: the share of the tool's name words that occur in the user message (works for tools never
   seen before);
+* ``desc_match``: at the start of a turn, how well the message's words pick out the tool by its description
+  (:mod:`describe`: idf-weighted over the tools offered; 0 when the tools come without descriptions);
 * ``in_turn`` / ``repeat``: whether the tool was already called in this turn / is the last call;
 * ``unseen``: the tool has never been observed.
 
@@ -26,9 +28,10 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts
+from forethought.predictors.patterns.describe import description_match
 from forethought.predictors.patterns.flow_maxent import ToolScorer, context_features
 from forethought.predictors.patterns.text import name_words
 
@@ -38,10 +41,11 @@ START_MARK = "<s>"
 ERROR_MARK = "!"
 
 _NO_TOOLS: frozenset[str] = frozenset()
-FEATURES = ("ngram", "maxent", "assoc", "assoc_start", "assoc_first", "name_match", "in_turn", "repeat", "unseen")
+FEATURES = ("ngram", "maxent", "assoc", "assoc_start", "assoc_first", "name_match", "in_turn", "repeat", "unseen",
+            "desc_match")
 DEFAULT_WEIGHTS: Mapping[str, float] = {
     "ngram": 1.0, "maxent": 0.5, "assoc": 1.0, "assoc_start": 0.5, "assoc_first": 0.5, "name_match": 2.0,
-    "in_turn": -0.5, "repeat": -0.5, "unseen": 0.0,
+    "desc_match": 1.0, "in_turn": -0.5, "repeat": -0.5, "unseen": 0.0,
 }
 """Starting weights: a sensible predictor before anything is learned."""
 
@@ -68,6 +72,8 @@ class FlowView:
     turn_calls: tuple[str, ...]
     session_tools: frozenset[str] = frozenset()
     """The tools called so far in the session."""
+    descriptions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Tool name -> the words of its description (:func:`describe.description_words`)."""
 
     @property
     def turn_start(self) -> bool:
@@ -234,6 +240,8 @@ class FlowModel:
             self._name_matches = (view.words, {})
         name_matches = self._name_matches[1]
         last = view.turn_calls[-1] if view.turn_calls else None
+        # The message describes the turn's task; later in the turn its words also describe calls made.
+        described = description_match(view.words, view.descriptions, candidates) if turn_start else {}
         rows: dict[str, tuple[float, ...]] = {}
         for row, (tool, (_, _, words, word_count), next_log) in enumerate(zip(candidates, infos, next_logs,
                                                                               strict=True)):
@@ -250,6 +258,7 @@ class FlowModel:
                 1.0 if tool in view.turn_calls else 0.0,
                 1.0 if tool == last else 0.0,
                 0.0 if tool in self._known else 1.0,
+                described.get(tool, 0.0),
             )
         return rows
 

@@ -33,6 +33,7 @@ from forethought.predictors.patterns.counts import Counts, CountsState
 from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.derive_time import first_output_date, reference_now
+from forethought.predictors.patterns.describe import description_words
 from forethought.predictors.patterns.distinct import (
     DISTINCT_BELOW,
     DistinctModel,
@@ -152,6 +153,8 @@ class PatternPredictor:
         self.repeats = RepeatModel(self.counts)
         self.distinct = DistinctModel(self.counts)
         self._canonical_of: OrderedDict[int, tuple[ObservedCall, tuple[str, Mapping[str, Any]]]] = OrderedDict()
+        self._descriptions: tuple[object, Mapping[str, frozenset[str]]] = ((), {})
+        """The tools offered in the latest context (as given) and their description words."""
         if store is not None:
             self.sync()
 
@@ -258,7 +261,7 @@ class PatternPredictor:
             words = message_words(" ".join(map(str, latest.call.arguments.values())) + " "
                                   + latest.output[:MAX_CUE_CHARS])
         view = FlowView(tuple(tokens[-(self.config.order + 1):]), words, turn_calls,
-                        frozenset(o.call.name for o in context.history))
+                        frozenset(o.call.name for o in context.history), self._described(context))
         system = system_text(context.messages)
         user_texts = [str(m.get("content") or "") for m in context.messages
                       if isinstance(m, Mapping) and m.get("role") == "user"] or [context.user_message]
@@ -269,6 +272,14 @@ class PatternPredictor:
         recent = recent_calls([self._canonical_observed(o, context.tools)
                                for o in context.history[-RECENT_CALLS:]])
         return _Step(view, sources, words, recent)
+
+    def _described(self, context: PredictionContext) -> Mapping[str, frozenset[str]]:
+        """The description words of the tools offered (:mod:`describe`), worked out once per tool list (an
+        agent hands every step the same one)."""
+        offered = context.openai_tools
+        if self._descriptions[0] is not offered:
+            self._descriptions = (offered, description_words(offered))
+        return self._descriptions[1]
 
     def _canonical_observed(self, observed: ObservedCall, tools: Mapping[str, Mapping[str, Any]]
                             ) -> tuple[str, Mapping[str, Any]]:

@@ -36,6 +36,8 @@ class RecordedSession:
     turns: tuple[RecordedTurn, ...]
     tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     domain: str = ""
+    openai_tools: tuple[Mapping[str, Any], ...] = ()
+    """The tools exactly as offered (OpenAI ``tools`` entries, descriptions included), when known."""
 
 
 def tool_schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
@@ -55,7 +57,8 @@ def from_trajectory(trajectory: Trajectory, outputs: Sequence[Sequence[ObservedC
     for i, turn in enumerate(trajectory.turns):
         calls = tuple(outputs[i]) if outputs is not None else tuple(ObservedCall(c, "") for c in turn.calls)
         turns.append(RecordedTurn(turn.user, calls, turn.answer))
-    return RecordedSession(trajectory.id, tuple(turns), tool_schemas(trajectory.tools), trajectory.domain)
+    return RecordedSession(trajectory.id, tuple(turns), tool_schemas(trajectory.tools), trajectory.domain,
+                           tuple(trajectory.tools))
 
 
 def _assistant_call(call_id: str, call: ToolCall) -> dict[str, Any]:
@@ -73,7 +76,8 @@ def contexts(session: RecordedSession) -> Iterator[tuple[PredictionContext, Obse
         messages.append({"role": "user", "content": turn.user})
         for observed in turn.calls:
             context = PredictionContext(session_id=session.id, messages=tuple(messages), user_message=turn.user,
-                                        history=tuple(history), tools=session.tools)
+                                        history=tuple(history), tools=session.tools,
+                                        openai_tools=session.openai_tools)
             yield context, observed, turn_index
             call_id = f"call_{len(history)}"
             messages.append(_assistant_call(call_id, observed.call))

@@ -1,0 +1,57 @@
+"""What each offered tool says it does: its description's words, matched against a turn's first message.
+
+Every tool set comes with descriptions (OpenAI ``tools`` entries, MCP ``tools/list``); they say what a tool
+does in words a user might use ("Display the contents of a file", "Estimate the disk usage of a
+directory"), which the learned word-tool associations of :mod:`flow` know only for tools seen often
+enough. :func:`description_words` reads the content words of each tool's description and name;
+:func:`description_match` scores how well a message's words pick out each candidate tool: the share of
+the message's description-matching evidence that falls on that tool, each word weighed by how few of the
+offered tools mention it (``log(n / tools with the word)``: a word every tool's description has, such as
+a tool family's shared preamble, weighs nothing).
+
+Only the tool's own description is read, not its parameters' (parameter names and descriptions matched
+the same way lowered the figures: docs/patterns.md, fourth round). Nothing here knows a tool or a domain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence, Set
+from typing import Any
+
+from forethought.predictors.patterns.text import content_words, name_words
+
+
+def description_words(openai_tools: Sequence[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+    """Tool name -> the content words of its description and its name words, for each OpenAI ``tools``
+    entry (or bare function entry) with a name; tools without a description get their name words."""
+    texts: dict[str, list[str]] = {}
+    for entry in openai_tools:
+        function = entry.get("function", entry) if isinstance(entry, Mapping) else None
+        if isinstance(function, Mapping) and "name" in function:
+            description = function.get("description")
+            texts.setdefault(str(function["name"]), []).append(description if isinstance(description, str) else "")
+    return {name: frozenset(content_words(" ".join(parts))) | frozenset(name_words(name))
+            for name, parts in texts.items()}
+
+
+def description_match(words: Set[str], descriptions: Mapping[str, frozenset[str]],
+                      candidates: Sequence[str]) -> dict[str, float]:
+    """Per candidate tool, in [0, 1]: the idf-weighted share of the message's words found in the
+    descriptions that are in this tool's (the shares of all candidates sum to 1 when any word matches, a
+    word in every candidate's description counting for nothing). Empty when nothing matches."""
+    if not words or not descriptions:
+        return {}
+    matched = [descriptions.get(tool, frozenset()) & words for tool in candidates]
+    spread: dict[str, int] = {}
+    for found in matched:
+        for word in found:
+            spread[word] = spread.get(word, 0) + 1
+    if not spread:
+        return {}
+    n = len(candidates)
+    weights = {word: math.log(n / count) for word, count in spread.items()}
+    total = sum(weights.values())
+    if total <= 0:
+        return {}
+    return {tool: sum(weights[w] for w in found) / total for tool, found in zip(candidates, matched, strict=True)}
