@@ -4,10 +4,10 @@ Every tool set comes with descriptions (OpenAI ``tools`` entries, MCP ``tools/li
 does in words a user might use ("Display the contents of a file", "Estimate the disk usage of a
 directory"), which the learned word-tool associations of :mod:`flow` know only for tools seen often
 enough. :func:`description_words` reads the content words of each tool's description and name;
-:func:`description_match` scores how well a message's words pick out each candidate tool: the share of
-the message's description-matching evidence that falls on that tool, each word weighed by how few of the
-offered tools mention it (``log(n / tools with the word)``: a word every tool's description has, such as
-a tool family's shared preamble, weighs nothing).
+:func:`description_match` scores how well a message's words pick out each candidate tool: of the
+message's words found in the descriptions, the share that tool's description holds, each word weighed by
+how few of the offered tools mention it (``log(n / tools with the word)``: a word every tool's
+description has, such as a tool family's shared preamble, weighs nothing).
 
 Only the tool's own description is read, not its parameters' (parameter names and descriptions matched
 the same way lowered the figures: docs/patterns.md, fourth round). Nothing here knows a tool or a domain.
@@ -37,9 +37,9 @@ def description_words(openai_tools: Sequence[Mapping[str, Any]]) -> dict[str, fr
 
 def description_match(words: Set[str], descriptions: Mapping[str, frozenset[str]],
                       candidates: Sequence[str]) -> dict[str, float]:
-    """Per candidate tool, in [0, 1]: the idf-weighted share of the message's words found in the
-    descriptions that are in this tool's (the shares of all candidates sum to 1 when any word matches, a
-    word in every candidate's description counting for nothing). Empty when nothing matches."""
+    """Per candidate tool, in [0, 1]: of the message's words found in any candidate's description, the
+    idf-weighted share this tool's description holds (1: it holds them all; a word in every candidate's
+    description weighs nothing). Empty when no word tells the candidates apart."""
     if not words or not descriptions:
         return {}
     matched = [descriptions.get(tool, frozenset()) & words for tool in candidates]
