@@ -201,8 +201,11 @@ class SessionBase:
 
         Emits DEFERRED. Whether it would have hit is learnt as a withdrawn guess's is (a call this turn with
         the same key counts it as a hit for ``source``, the turn's end as a miss), unless it runs after all
-        (:meth:`undefer`). Returns its key, or ``None`` for a call that is not valid here (nothing is kept).
+        (:meth:`undefer`). Returns its key, or ``None`` for a call that is not valid here, or a closed
+        session (nothing is kept).
         """
+        if self.closed:
+            return None
         try:
             t, _, key = self.resolve(call)
         except CallError:
@@ -210,6 +213,11 @@ class SessionBase:
         self._unrun.setdefault(key, []).append((source, confidence))
         self._emit(_DEFERRED, t, key, source, confidence, detail=detail)
         return key
+
+    def is_deferred(self, key: CallKey, source: str, confidence: float) -> bool:
+        """Whether a guess :meth:`defer` held is still pending: its call has not come, nor the turn's end."""
+        votes = self._unrun.get(key)
+        return votes is not None and (source, confidence) in votes
 
     def undefer(self, key: CallKey, source: str, confidence: float) -> None:
         """A deferred guess runs after all: its outcome is learnt when its speculation ends, not here."""

@@ -186,6 +186,12 @@ class Session(LiveState):
             return False
         return not t.read_versions or still_current(t.read_versions, entry.versions)
 
+    def refusal(self, t: Tool, confidence: Any) -> str | None:
+        """Why :meth:`speculate` would refuse a guess of ``t`` at ``confidence`` before pricing it (the session
+        closed, the tool's effect or policy, a confidence out of range or under ``min_confidence``, an open
+        circuit breaker), or ``None``."""
+        return self._rejection(t, confidence)
+
     def _rejection(self, t: Tool, confidence: Any) -> str | None:
         if self.closed:
             return "session closed"

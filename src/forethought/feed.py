@@ -15,17 +15,7 @@ finishes, the calls that predictor expects next, given that
 output, are speculated too (source ``chain``, confidence multiplied by the parent's), up to
 ``chain_depth`` levels and only while the step that launched them is still generating.
 
-Deferring (with ``combine_evidence``, beside a sampling predictor): a cheap guess may be worth more after
-the step's samples have spoken than now. Run now, it is worth ``p * hide_now - (1 - p) * w * run``; held
-until the samples end (``delay``, measured per step) and run only if some sample proposes it, it is worth
-about ``p * s * hide_then`` with ``s = 1 - (1 - alpha) ** n`` the chance that at least one of ``n`` samples
-proposes the model's call and ``hide_then`` the tool time still hideable then. (A wrong sample is taken to
-land on this particular wrong guess rarely, as in :meth:`SampleVotes.revised`.) When the second is larger,
-the guess is held (DEFERRED): it does not count as covered, so the samples are drawn as if it were not
-there; a sample that proposes it runs it under its own source; one nobody proposed runs when the samples
-end only if its revised chance still makes it worth its time (or at once, with its prior, if no samples
-came). A held guess's outcome is learnt like a withdrawn one's. Until one step's samples have been timed,
-and under load (when samples are thinned), nothing is held.
+Deferring weak guesses until the samples have spoken: :mod:`forethought.deferral`.
 """
 
 from __future__ import annotations
@@ -36,14 +26,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
-from forethought._accounting import CERTAIN_VOTE
 from forethought._calls import ToolCall
 from forethought._runtime import Session, SettledSpeculation
 from forethought._store import SpeculationTicket
 from forethought._tools import Effect
+from forethought.deferral import Deferral, Held, SampleCounting, proposed_keys
 from forethought.errors import CallError
 from forethought.llm.dispatch import render_output
 from forethought.llm.events import ToolCallArgumentsDelta, ToolCallStarted
@@ -60,13 +49,10 @@ from forethought.predictors.base import (
 )
 from forethought.telemetry import Event, EventKind
 
-__all__ = ["CHAIN_SOURCE", "AsyncChainingPredictor", "ChainingPredictor", "GenerationAware", "GuessFeed",
-           "SampleTiming"]
+__all__ = ["CHAIN_SOURCE", "AsyncChainingPredictor", "ChainingPredictor", "GenerationAware", "GuessFeed"]
 
 CHAIN_SOURCE = "chain"
 GENERATION_EWMA_WEIGHT = 0.3
-VOTES_EWMA_WEIGHT = 0.3
-"""Weight of the newest step in the moving average of how long a step's samples take to end."""
 _CHAINABLE = frozenset({Effect.PURE, Effect.READ_ONLY})
 _log = logging.getLogger(__name__)
 
@@ -97,39 +83,6 @@ class GenerationAware(Protocol):
         first token ``first_token_s`` after it began (``None``: not known)."""
 
 
-@runtime_checkable
-class SampleCounting(Protocol):
-    """A sampling predictor that can say how many samples it will draw (a speculator model)."""
-
-    def samples_under(self, load_level: float, covered: float = 0.0) -> int:
-        """Samples it draws at ``load_level`` when the call is already ``covered`` with that chance."""
-
-
-@dataclass(frozen=True, slots=True)
-class SampleTiming:
-    """What the last steps' samples were like: how long after the step began they had all ended (a moving
-    average), how many there were and how often one proposes the model's call (``alpha``)."""
-
-    delay_s: float
-    samples: int
-    alpha: float
-
-    def support(self, samples: int | None = None) -> float:
-        """The chance that at least one of ``samples`` (default: as many as last time) proposes the model's
-        call."""
-        return 1.0 - (1.0 - self.alpha) ** (self.samples if samples is None else samples)
-
-
-@dataclass(frozen=True, slots=True)
-class _Held:
-    """A cheap guess deferred until the step's samples end."""
-
-    prediction: Prediction
-    source: str
-    confidence: float
-    p_hit: float
-
-
 class GuessFeed:
     """One agent's predictors, feeding one session step by step."""
 
@@ -148,16 +101,16 @@ class GuessFeed:
         self._priors: dict[str, float] = {}  # this step's guesses from predictors that do not sample: P(hit)
         self.chained = 0
         self.withdrawn = 0
-        self.deferred = 0
-        """Guesses held back until the step's samples ended (see the module's docstring)."""
-        self.timing: SampleTiming | None = None
-        self._held: dict[str, _Held] = {}
-        self._sampling = any(isinstance(p, SamplingPredictor) for p in predictors)
-        self._counting: list[SampleCounting] = [
-            p for p in predictors if isinstance(p, SamplingPredictor) and isinstance(p, SampleCounting)]
+        self._samplers: dict[int, bool] = {}  # id(predictor) -> whether it samples (protocol checks are slow)
+        self._samplers_left = 0  # this step's sampling predictors that have not ended yet
+        self._step_votes: list[SampleVotes] = []
         self._combine = session.runtime.policy.combine_evidence
         self.narrowing = StreamNarrowing(session, self.eta_s, on_ticket=on_ticket)
         """The step's guesses narrowed by the model's streamed call (:meth:`streamed`)."""
+        self.deferral = Deferral(session, self.narrowing,
+                                 [p for p in predictors if self._is_sampler(p) and isinstance(p, SampleCounting)],
+                                 self._chain_held, on_ticket=on_ticket)
+        """The step's weak guesses held until its samples end (:mod:`forethought.deferral`)."""
 
     def start(self, context: PredictionContext) -> None:
         """A step begins: run every predictor on ``context`` (with the current load level).
@@ -171,13 +124,15 @@ class GuessFeed:
         self._covered = 0.0
         self._offered = set()
         self._priors = {}
-        self._held = {}
+        self.deferral.reset()
+        self._step_votes = []
         self.narrowing.reset()
         level = self.session.runtime.pressure().level
         if level != context.load_level:
             context = dataclasses.replace(context, load_level=level)
         cheap = [p for p in self.predictors if not isinstance(p, StreamingPredictor)]
         costly = [p for p in self.predictors if isinstance(p, StreamingPredictor)]
+        self._samplers_left = sum(1 for p in costly if self._is_sampler(p))
         self._tasks = [asyncio.create_task(self._run(p, context)) for p in cheap]
         if costly:
             self._tasks.append(asyncio.create_task(self._run_after(list(self._tasks), costly, context)))
@@ -202,7 +157,10 @@ class GuessFeed:
         for task in self._tasks:
             task.cancel()
         self._tasks = []
-        self._held = {}  # the model's call is known: what was held is learnt at the call or the turn's end
+        if self._samplers_left > 0:
+            self.deferral.step_ended_early(self._elapsed())
+        self._samplers_left = 0
+        self.deferral.reset()
         self.narrowing.reset()
         if generation_s is not None and generation_s >= 0:
             old = self.generation_s
@@ -251,19 +209,18 @@ class GuessFeed:
             if isinstance(predictor, StreamingPredictor):
                 async for prediction in predictor.predict_stream(context):
                     self.offer(prediction, predictor, context)
-                if isinstance(predictor, SamplingPredictor) and self._combine:
-                    votes = predictor.votes(context.session_id)
+                if self._is_sampler(predictor):
+                    votes = cast(SamplingPredictor, predictor).votes(context.session_id) if self._combine else None
                     if votes is not None:
-                        self._timed(votes)
                         self._revise(votes)
-                    self._release(votes)
+                    self._sampler_done(votes)
             else:
                 predictions = list(await predictor.predict(context))
                 for prediction in predictions[: self._limit(len(predictions))]:
                     self.offer(prediction, predictor, context)
         except Exception as exc:
-            if isinstance(predictor, SamplingPredictor) and self._held:
-                self._release(None)  # no evidence is coming: what was held waits no longer
+            if self._is_sampler(predictor):
+                self._sampler_done(None)  # no evidence is coming from it
             _log.warning("predictor %s failed and is ignored for this step: %s", predictor.name,
                          type(exc).__name__)
             self.session.runtime.telemetry.emit(
@@ -279,11 +236,15 @@ class GuessFeed:
             return
         source = CHAIN_SOURCE if depth else (prediction.source or predictor.name)
         confidence = prediction.confidence
-        if not depth and self._priors and isinstance(predictor, SamplingPredictor) and self._combine:
+        sampler = self._is_sampler(predictor)
+        if not depth and self._priors and sampler and self._combine:
             confidence = self._discounted(prediction.call, confidence)
-        if (not depth and self._sampling and self._combine and self.timing is not None
-                and not isinstance(predictor, SamplingPredictor) and self._hold(prediction, source, confidence)):
-            return
+        if not depth and self._samplers_left and self._combine and not sampler and self.deferral.timing is not None:
+            held = self.deferral.hold(prediction, predictor, context, source, confidence, self.eta_s(),
+                                      self._elapsed(), self._covered)
+            if held is not None:
+                self._priors[held[0]] = max(held[1], self._priors.get(held[0], 0.0))
+                return
         ticket = session.speculate(prediction.call, source=source, confidence=confidence, eta_s=self.eta_s())
         if not depth and (ticket.status != "rejected" or ticket.priced_out):
             p_hit = session.runtime.calibration.p_hit(source, confidence)  # a number: speculate checked it
@@ -292,111 +253,45 @@ class GuessFeed:
                 if key not in self._offered:
                     self._offered.add(key)  # one call, one chance: the model's next call is one of them at most
                     self._covered += p_hit
-                if not isinstance(predictor, SamplingPredictor):
+                if not sampler:
                     self._priors[key] = max(p_hit, self._priors.get(key, 0.0))
             if self._combine:  # launched, joined or priced out: narrowing may revive it
                 self.narrowing.add(dataclasses.replace(prediction, confidence=confidence), source, p_hit,
                                    launched=ticket.status != "rejected")
         if self.on_ticket is not None and ticket.key is not None and ticket.status != "rejected":
             self.on_ticket(ticket)
-        if (ticket.launched and ticket.key is not None and depth < self.chain_depth
-                and isinstance(predictor, ChainingPredictor | AsyncChainingPredictor)):
-            t = session.tools.get(prediction.call.name)
+        if ticket.launched and ticket.key is not None:
+            self._maybe_chain(ticket.key, prediction, predictor, context, depth)
+
+    def _maybe_chain(self, key: str, prediction: Prediction, predictor: Predictor, context: PredictionContext,
+                     depth: int) -> None:
+        """Chain past the speculation under ``key`` when its predictor and tool allow it."""
+        if depth < self.chain_depth and isinstance(predictor, ChainingPredictor | AsyncChainingPredictor):
+            t = self.session.tools.get(prediction.call.name)
             if t is not None and t.effect in _CHAINABLE:
-                self._chain_after(ticket.key, prediction, predictor, context, depth)
+                self._chain_after(key, prediction, predictor, context, depth)
 
-    def _hold(self, prediction: Prediction, source: str, confidence: float) -> bool:
-        """Whether to defer this cheap guess until the step's samples end (see the module's docstring)."""
-        timing, eta = self.timing, self.eta_s()
-        if timing is None or eta is None:
-            return False
-        session = self.session
-        runtime = session.runtime
-        try:
-            t, _, key = session.resolve(prediction.call)
-        except CallError:
-            return False  # the session rejects it
-        if (key in self._held or session.has_speculation(key) or not t.speculable
-                or not runtime.policy.for_tool(t.name).speculate):
-            return False
-        try:
-            now, pressure = runtime.price(t, source, confidence, eta)
-        except (TypeError, ValueError):
-            return False  # a confidence the session rejects
-        if pressure.level > 0.0 or not 0.0 < now.p_hit < CERTAIN_VOTE or now.value < runtime.policy.min_value_s:
-            return False  # thinned samples may not come; certainty needs no evidence; refused either way
-        due = max(0.0, timing.delay_s - (time.monotonic() - self._started))
-        # The samples come as drawn with the step's launched guesses as cover (a held one is not cover).
-        drawn = sum(p.samples_under(pressure.level, min(1.0, self._covered)) for p in self._counting) \
-            if self._counting else None
-        later = now.p_hit * timing.support(drawn) * min(runtime.typical_run_s(t), max(0.0, eta - due))
-        if later <= now.value:
-            return False
-        if session.defer(prediction.call, source, confidence,
-                         f"worth {1000 * later:.1f} ms after the samples against {1000 * now.value:.1f} ms now"
-                         ) is None:
-            return False
-        self._held[key] = _Held(prediction, source, confidence, now.p_hit)
-        self._priors[key] = max(now.p_hit, self._priors.get(key, 0.0))
-        self.deferred += 1
-        self.narrowing.add(prediction, source, now.p_hit, launched=False)
-        return True
+    def _is_sampler(self, predictor: Predictor) -> bool:
+        """Whether ``predictor`` samples (a protocol check is slow: it is made once per predictor)."""
+        known = self._samplers.get(id(predictor))
+        if known is None:
+            known = self._samplers[id(predictor)] = isinstance(predictor, SamplingPredictor)
+        return known
 
-    def _timed(self, votes: SampleVotes) -> None:
-        """A step's samples have all ended: remember how long they took, how many, how good."""
-        n = len(votes.samples)
-        if not n or not 0.0 < votes.alpha < 1.0:
-            return
-        took = max(0.0, time.monotonic() - self._started)
-        old = self.timing
-        delay = took if old is None else old.delay_s + VOTES_EWMA_WEIGHT * (took - old.delay_s)
-        self.timing = SampleTiming(delay, n, votes.alpha)
+    def _sampler_done(self, votes: SampleVotes | None) -> None:
+        """One of the step's sampling predictors has ended (``votes``: what its samples said; ``None``:
+        nothing). Once every one has, the step's samples are timed and what was held is released."""
+        if votes is not None and votes.samples:
+            self._step_votes.append(votes)
+        self._samplers_left = max(0, self._samplers_left - 1)
+        if not self._samplers_left:
+            self.deferral.samples_ended(self._step_votes, self._elapsed(), self.eta_s())
 
-    def _release(self, votes: SampleVotes | None) -> None:
-        """The samples have ended (``votes``; ``None``: none came): each held guess no sample's own guess
-        runs for is offered now, at its revised chance, when that is still worth its tool time."""
-        held, self._held = self._held, {}
-        if not held:
-            return
-        session = self.session
-        runtime = session.runtime
-        proposed = self._proposed(votes) if votes is not None else []
-        eta = self.eta_s()
-        for key, h in held.items():
-            if session.has_speculation(key):
-                continue  # a sample's guess of the same call runs; this one's outcome is learnt at the call
-            support = sum(1 for keys in proposed if key in keys)
-            p = votes.revised(h.p_hit, support) if votes is not None else h.p_hit
-            t = session.tools.get(h.prediction.call.name)
-            if t is None:
-                continue
-            priced, pressure = runtime.price(t, h.source, h.confidence, eta, p_hit=p)
-            if p < h.p_hit:
-                self.narrowing.revise(key, p, False)
-            if (pressure.level >= 1.0 and p < CERTAIN_VOTE) or priced.value < runtime.policy.min_value_s:
-                continue
-            ticket = session.speculate(h.prediction.call, source=h.source, confidence=h.confidence, eta_s=eta)
-            if ticket.status == "rejected" or ticket.key is None:
-                continue
-            session.undefer(ticket.key, h.source, h.confidence)
-            if p < h.p_hit:
-                session.revise(ticket.key, p, eta)  # priced at what the samples left of its chance
-            self.narrowing.add(h.prediction, h.source, p, launched=True)
-            if self.on_ticket is not None:
-                self.on_ticket(ticket)
+    def _elapsed(self) -> float:
+        return max(0.0, time.monotonic() - self._started)
 
-    def _proposed(self, votes: SampleVotes) -> list[set[str]]:
-        """Each finished sample's calls, as keys (a malformed call supports nothing)."""
-        proposed: list[set[str]] = []
-        for calls in votes.samples:
-            keys = set()
-            for call in calls:
-                try:
-                    keys.add(self.session.resolve(call)[2])
-                except CallError:
-                    continue
-            proposed.append(keys)
-        return proposed
+    def _chain_held(self, key: str, held: Held) -> None:
+        self._maybe_chain(key, held.prediction, held.predictor, held.context, 0)
 
     def _discounted(self, call: ToolCall, confidence: float) -> float:
         """A sample's confidence in a call the other predictors did not propose, given that they already
@@ -422,7 +317,7 @@ class GuessFeed:
         if not self._priors or not votes.samples:
             return
         session = self.session
-        proposed = self._proposed(votes)
+        proposed = proposed_keys(session, votes)
         eta = self.eta_s()
         for key, prior in self._priors.items():
             support = sum(1 for keys in proposed if key in keys)
