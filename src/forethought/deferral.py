@@ -122,12 +122,10 @@ class Deferral:
             return None
         session = self.session
         runtime = session.runtime
-        try:
-            t, _, key = session.resolve(prediction.call)
-        except CallError:
-            return None  # the session rejects it
-        if session.has_speculation(key) or session.refusal(t, confidence) is not None:
-            return None  # joins what runs; or refused outright, as speculate would
+        name = prediction.call.name
+        t = session.tools.get(name) if isinstance(name, str) else None
+        if t is None or session.refusal(t, confidence) is not None:
+            return None  # refused outright, as speculate would (the cheap checks first: most guesses stop here)
         now, pressure = runtime.price(t, source, confidence, eta_s)
         if pressure.level > 0.0 or not 0.0 < now.p_hit < CERTAIN_VOTE or now.value < runtime.policy.min_value_s:
             return None  # thinned samples may not come; certainty needs no evidence; refused either way
@@ -136,6 +134,12 @@ class Deferral:
             runtime.typical_run_s(t), max(0.0, eta_s - due))
         if later <= now.value:
             return None
+        try:
+            key = session.resolve(prediction.call)[2]
+        except CallError:
+            return None  # the session rejects it
+        if session.has_speculation(key):
+            return None  # it joins what runs
         if session.defer(prediction.call, source, confidence,
                          f"worth {1000 * later:.1f} ms after the samples against {1000 * now.value:.1f} ms now"
                          ) is None:
