@@ -46,6 +46,17 @@ TOOLS: dict[str, dict[str, Any]] = {
     "send_summary": _schema(["recipient", "text"]),
 }
 """The generated sessions' tools (name -> JSON schema)."""
+DESCRIPTIONS = {
+    "list_items": "List the items of a category, optionally sorted.",
+    "get_item": "Get one item with its record and history by its id.",
+    "update_item": "Set one field of an item to a new value.",
+    "search_notes": "Search the notes for a word.",
+    "send_summary": "Send a short summary text to a recipient.",
+}
+OPENAI_TOOLS: tuple[dict[str, Any], ...] = tuple(
+    {"type": "function", "function": {"name": name, "description": DESCRIPTIONS[name], "parameters": schema}}
+    for name, schema in TOOLS.items())
+"""The same tools as offered to a model (OpenAI ``tools`` entries, with descriptions)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +114,7 @@ def generate_sessions(count: int, output_kb: int = 100, seed: int = 7) -> list[R
         summary = ObservedCall(ToolCall("send_summary", {"recipient": recipient, "text": f"updated {picks[-1]['id']}"}),
                                json.dumps({"sent": True}))
         third = RecordedTurn(f"Send {recipient} a summary.", (summary,))
-        sessions.append(RecordedSession(f"cost{n}", (first, second, third), TOOLS, "generated"))
+        sessions.append(RecordedSession(f"cost{n}", (first, second, third), TOOLS, "generated", OPENAI_TOOLS))
     return sessions
 
 

@@ -15,24 +15,37 @@ the same way lowered the figures: docs/patterns.md, fourth round). Nothing here 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 from forethought.predictors.patterns.text import content_words, name_words
 
+DESCRIBED_TOOL_SETS = 64
+"""Tool sets whose description words are remembered (by their names and descriptions)."""
+
 
 def description_words(openai_tools: Sequence[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
     """Tool name -> the content words of its description and its name words, for each OpenAI ``tools``
-    entry (or bare function entry) with a name; tools without a description get their name words."""
-    texts: dict[str, list[str]] = {}
+    entry (or bare function entry) with a name; tools without a description get their name words. The
+    same descriptions (sessions offering one tool set) are read once."""
+    texts: list[tuple[str, str]] = []
     for entry in openai_tools:
         function = entry.get("function", entry) if isinstance(entry, Mapping) else None
         if isinstance(function, Mapping) and "name" in function:
             description = function.get("description")
-            texts.setdefault(str(function["name"]), []).append(description if isinstance(description, str) else "")
-    return {name: frozenset(content_words(" ".join(parts))) | frozenset(name_words(name))
-            for name, parts in texts.items()}
+            texts.append((str(function["name"]), description if isinstance(description, str) else ""))
+    return dict(_words_of(tuple(texts)))
+
+
+@functools.lru_cache(maxsize=DESCRIBED_TOOL_SETS)
+def _words_of(texts: tuple[tuple[str, str], ...]) -> tuple[tuple[str, frozenset[str]], ...]:
+    joined: dict[str, list[str]] = {}
+    for name, description in texts:
+        joined.setdefault(name, []).append(description)
+    return tuple((name, frozenset(content_words(" ".join(parts))) | frozenset(name_words(name)))
+                 for name, parts in joined.items())
 
 
 def description_match(words: Set[str], descriptions: Mapping[str, frozenset[str]],
