@@ -24,6 +24,7 @@ from forethought.predictors.base import Prediction, PredictionContext
 from forethought.predictors.model import ModelSpeculator
 from forethought.telemetry import EventKind
 from test_evidence import Listed, Sampler, ctx, guess
+from test_evidence import tools as evidence_tools
 
 FIND_X = ToolCall("find", {"q": "x"})
 READ_1 = ToolCall("read", {"id": "1"})
@@ -32,24 +33,13 @@ TIMED = SampleTiming(0.0, 3, 0.7)
 
 
 def tools(gate: Gate, ran: list[str]) -> list[Any]:
-    @tool(effect=Effect.READ_ONLY, expected_s=1.0)
-    async def find(q: str) -> str:
-        ran.append(f"find {q}")
-        await gate.wait()
-        return f"id-{q}"
-
-    @tool(effect=Effect.READ_ONLY, expected_s=1.0)
-    async def read(id: str) -> str:
-        ran.append(f"read {id}")
-        await gate.wait()
-        return f"body of {id}"
-
+    """The evidence tests' two reads, and a tool that may never run early."""
     @tool(effect=Effect.DESTRUCTIVE, expected_s=1.0)
     async def send(to: str) -> str:
         ran.append(f"send {to}")
         return "sent"
 
-    return [find, read, send]
+    return [*evidence_tools(gate, ran), send]
 
 
 class CountingSampler(Sampler):
