@@ -101,7 +101,7 @@ class GuessFeed:
         self._priors: dict[str, float] = {}  # this step's guesses from predictors that do not sample: P(hit)
         self.chained = 0
         self.withdrawn = 0
-        self._samplers: dict[int, bool] = {}  # id(predictor) -> whether it samples (protocol checks are slow)
+        self._samplers: dict[int, tuple[Predictor, bool]] = {}  # id -> (predictor, samples?): protocol checks are slow
         self._samplers_left = 0  # this step's sampling predictors that have not ended yet
         self._step_votes: list[SampleVotes] = []
         self._combine = session.runtime.policy.combine_evidence
@@ -274,9 +274,9 @@ class GuessFeed:
     def _is_sampler(self, predictor: Predictor) -> bool:
         """Whether ``predictor`` samples (a protocol check is slow: it is made once per predictor)."""
         known = self._samplers.get(id(predictor))
-        if known is None:
-            known = self._samplers[id(predictor)] = isinstance(predictor, SamplingPredictor)
-        return known
+        if known is None or known[0] is not predictor:  # the object is kept, so its id is not reused
+            known = self._samplers[id(predictor)] = (predictor, isinstance(predictor, SamplingPredictor))
+        return known[1]
 
     def _sampler_done(self, votes: SampleVotes | None) -> None:
         """One of the step's sampling predictors has ended (``votes``: what its samples said; ``None``:
