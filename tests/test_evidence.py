@@ -528,3 +528,11 @@ async def test_a_ticket_says_whether_only_its_price_rejected_it() -> None:
     assert sure.launched and not sure.priced_out
     gate.open()
     await session.close()
+
+
+@pytest.mark.parametrize("prior", [0.630859375, 0.1, 0.5, 0.999999])
+def test_a_vanishing_alpha_never_lifts_a_guess_above_its_prior_by_rounding(prior: float) -> None:
+    """Found by hypothesis: with alpha 1e-38 the odds round-trip came out one ulp above the prior."""
+    for n in range(4):
+        votes = SampleVotes(tuple(((),) * n), 1.175494351e-38)
+        assert votes.revised(prior, 0) <= prior

@@ -113,7 +113,7 @@ class SampleVotes:
         if proposed_by > 0 or n == 0 or not 0.0 < p_hit < 1.0 or not 0.0 < self.alpha < 1.0:
             return p_hit
         odds = p_hit / (1.0 - p_hit) * (1.0 - self.alpha) ** n
-        return odds / (1.0 + odds)
+        return min(p_hit, odds / (1.0 + odds))  # never above the prior, even by a rounding error
 
 
 @runtime_checkable
