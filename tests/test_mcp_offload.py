@@ -51,7 +51,8 @@ def _worker(handle: Any) -> WorkerPatterns:
 async def test_offloaded_results_identical_to_direct_and_guesses_hit(tmp_path: Path) -> None:
     async with direct(_probe(tmp_path / "direct.log")) as session:
         expected = await _lookups(session)
-    async with proxied(_probe(tmp_path / "proxy.log"), TRUST, store=tmp_path / "s.sqlite") as (session, handle):
+    async with proxied(_probe(tmp_path / "proxy.log"), TRUST, store=tmp_path / "s.sqlite",
+                       settle=True) as (session, handle):
         got = [_dump(await session.list_tools())]
         worker = _worker(handle)
         pid = worker.worker.worker_pid()
@@ -102,10 +103,9 @@ async def test_the_store_round_trips_between_offloaded_sessions(tmp_path: Path) 
     fingerprint = _fingerprint(store)
     learned = _stored(store, fingerprint)
     assert learned  # the first session's worker saved what it learned
-    async with proxied(_probe(tmp_path / "log2"), TRUST, store=store) as (session, second):
+    async with proxied(_probe(tmp_path / "log2"), TRUST, store=store, settle=True) as (session, second):
         await session.list_tools()
-        await session.call_tool("lookup", {"key": "a"})
-        await asyncio.sleep(0.05)
+        await session.call_tool("lookup", {"key": "a"})  # returns once the worker's guess of b is out
         await session.call_tool("lookup", {"key": "b"})  # a -> b: known from the first session only
     assert second.stats.hits == 1
     after = _stored(store, fingerprint)

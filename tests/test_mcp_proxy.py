@@ -70,7 +70,10 @@ class Proxied:
 
 @contextlib.asynccontextmanager
 async def proxied(command: Sequence[str], policy: McpPolicy | None = None, store: Path | None = None,
-                  modern: bool = False, in_process: bool = False) -> AsyncIterator[tuple[ClientSession, Proxied]]:
+                  modern: bool = False, in_process: bool = False, settle: bool = False
+                  ) -> AsyncIterator[tuple[ClientSession, Proxied]]:
+    """With ``settle``, each ``call_tool`` returns once the proxy has made the guesses its answer owes, so a
+    test's hits do not depend on how fast a busy machine runs the predictor's worker."""
     proxy = Proxy(ProxyConfig(command=tuple(command), policy=policy or McpPolicy(), store=store,
                               in_process=in_process))
     handle = Proxied(proxy)
@@ -82,6 +85,8 @@ async def proxied(command: Sequence[str], policy: McpPolicy | None = None, store
         async with ClientSession(from_proxy, to_proxy) as session:
             await (session.discover() if modern else session.initialize())
             _ready_after_listing(session, proxy)
+            if settle:
+                _settled_after_calls(session, proxy)
             yield session, handle
     finally:
         to_proxy.close()
@@ -101,6 +106,17 @@ def _ready_after_listing(session: ClientSession, proxy: Proxy) -> None:
         return result
 
     session.list_tools = listed  # type: ignore[method-assign]
+
+
+def _settled_after_calls(session: ClientSession, proxy: Proxy) -> None:
+    call_tool = session.call_tool
+
+    async def called(*args: Any, **kwargs: Any) -> Any:
+        result = await call_tool(*args, **kwargs)
+        await asyncio.wait_for(proxy.settled(), 60)
+        return result
+
+    session.call_tool = called  # type: ignore[method-assign]
 
 
 def _trusting(*read_only: str) -> McpPolicy:
@@ -137,7 +153,7 @@ async def test_sqlite_results_identical_and_writes_never_early(tmp_path: Path) -
     async with direct([server, "--db-path", str(tmp_path / "direct.db")]) as session:
         expected = await _sqlite_session(session)
     policy = _trusting("read_query", "list_tables", "describe_table")
-    async with proxied([server, "--db-path", str(tmp_path / "proxy.db")], policy) as (session, handle):
+    async with proxied([server, "--db-path", str(tmp_path / "proxy.db")], policy, settle=True) as (session, handle):
         got = await _sqlite_session(session)
     assert got == expected
     assert _rows(tmp_path / "proxy.db") == _rows(tmp_path / "direct.db")  # every insert ran exactly once
@@ -190,7 +206,7 @@ async def test_git_untrusted_runs_nothing_early_trusted_only_reads_identical(tmp
     assert untrusted.speculated == []
     assert untrusted.stats.speculative_calls == 0 and untrusted.stats.hits == 0
     assert untrusted.stats.misses + untrusted.stats.passthrough == len(expected)
-    async with proxied(command, McpPolicy(trust_all=True)) as (session, trusted):
+    async with proxied(command, McpPolicy(trust_all=True), settle=True) as (session, trusted):
         await session.list_tools()
         assert await _git_session(session, repo) == expected
     assert trusted.stats.hits > 0
@@ -247,7 +263,7 @@ async def test_filesystem_identical_and_writes_never_early(tmp_path: Path) -> No
             async with direct(command) as session:
                 results.append(await _fs_session(session, root))
         else:
-            async with proxied(command, McpPolicy(trust_all=True)) as (session, handle):
+            async with proxied(command, McpPolicy(trust_all=True), settle=True) as (session, handle):
                 results.append(await _fs_session(session, root))
     assert results[0] == results[1]
     assert "write_file" not in handle.speculated

@@ -113,6 +113,7 @@ class Proxy:
                 raise McpProxyError(f"cannot open the pattern store {config.store}: {exc}") from None
         self.finished = ProxyStats()
         self._live: list[SessionSpeculator] = []
+        self._relays: list[Relay] = []
         self.links: list[UpstreamLink] = []
         """The upstream link of every client session served (the tests count its requests)."""
         self.on_call: Callable[[CallReport], None] | None = None
@@ -146,6 +147,11 @@ class Proxy:
         """Wait until every open session has its tools listed and its predictor ready (for benchmarks)."""
         await asyncio.gather(*(speculator.ready() for speculator in self._live))
 
+    async def settled(self) -> None:
+        """Wait until every open session has made the guesses owed to the answers it already sent (see
+        :meth:`Relay.settled`); for tests and benchmarks that must not depend on the worker's speed."""
+        await asyncio.gather(*(relay.settled() for relay in list(self._relays)))
+
     async def serve_session(self, down_read: MessageSource, down_write: MessageSink) -> ProxyStats:
         """Relay one client session until the client disconnects; returns its stats."""
         async with open_upstream(self.config) as (up_read, up_write):
@@ -157,9 +163,11 @@ class Proxy:
             self._live.append(speculator)
             relay = Relay(down_read, down_write, up_read, link, speculator, on_call=self.on_call,
                           exit_detail=lambda: f"{self.config.label!r} exited or closed its connection")
+            self._relays.append(relay)
             try:
                 await relay.run()
             finally:
+                self._relays.remove(relay)
                 self._live.remove(speculator)
                 self.refusals.update(speculator.refusals)
                 stats = speculator.stats()

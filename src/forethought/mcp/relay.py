@@ -70,6 +70,12 @@ class Relay:
             await asyncio.gather(upstream, *self._calls.values(), *self._tasks, return_exceptions=True)
             await self.speculator.close()
 
+    async def settled(self) -> None:
+        """Wait until the work owed to the answers already sent (each answer's guesses, then its learning)
+        is done: what a test or a benchmark awaits between calls to take the worker's speed out of a run."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
     # --- client -> server -----------------------------------------------------------------------------
 
     async def _pump_downstream(self) -> None:
