@@ -162,6 +162,7 @@ async def test_sqlite_results_identical_and_writes_never_early(tmp_path: Path) -
     stats = handle.stats
     assert stats.calls == 2 + 4 * SQL_STEPS
     assert stats.hits > 0
+    assert handle.proxy.refusals["predicted too late"] == 0
     assert stats.hits + stats.misses + stats.passthrough == stats.calls
     assert stats.speculative_calls == len(handle.speculated)
 
@@ -267,6 +268,7 @@ async def test_filesystem_identical_and_writes_never_early(tmp_path: Path) -> No
                 results.append(await _fs_session(session, root))
     assert results[0] == results[1]
     assert "write_file" not in handle.speculated
+    assert handle.proxy.refusals["predicted too late"] == 0  # settled: every guess was made before the next call
     assert handle.stats.hits > 0
 
 
