@@ -74,7 +74,7 @@ class Relay:
         """Wait until the work owed to the answers already sent (each answer's guesses, then its learning)
         is done: what a test or a benchmark awaits between calls to take the worker's speed out of a run."""
         while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.wait(set(self._tasks))  # unlike gather, a cancelled wait leaves the tasks running
 
     # --- client -> server -----------------------------------------------------------------------------
 
