@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
 
-from forethought.mcp.relay import Relay  # noqa: E402
+from forethought.mcp.relay import Relay
 
 
 def _relay() -> Relay:
