@@ -41,3 +41,21 @@ def test_history_outvotes_the_schema_per_parameter() -> None:
 def test_respelling_never_changes_the_number(value: float, schema: dict[str, str] | None) -> None:
     spelled = NumberSpelling().spell("t", "p", schema, value)
     assert spelled == value and (type(spelled) is type(value) or float(value).is_integer())
+
+
+def test_a_number_the_message_states_is_spelt_as_stated_ones_were() -> None:
+    """A model copies the spelling of a number the user wrote and spells one it works out its own way:
+    the counts are kept apart by whether the message states the number, the parameter's decide when even."""
+    spelling = NumberSpelling()
+    for n in (30, 40, 50):
+        spelling.learn("fill", {"amount": n}, f"Add {n} litres.")  # stated: copied as written
+    for n in (45.0, 35.0, 25.0, 15.0):
+        spelling.learn("fill", {"amount": n}, "Fill it up completely.")  # worked out: a float
+    assert type(spelling.spell("fill", "amount", {"type": "number"}, 60.0, "Add 60 litres.")) is int
+    assert type(spelling.spell("fill", "amount", {"type": "number"}, 60, "Fill it up.")) is float
+    assert type(spelling.spell("fill", "amount", {"type": "number"}, 60)) is float  # no message: not stated
+    assert type(spelling.spell("fill", "amount", None, 60, "Add 60.0 litres.")) is float  # never seen so: overall
+    other = spelling.other_spelling("fill", "amount", None, 60, "Add 60 litres.")
+    assert other is not None and type(other[0]) is float and other[1] == (0 + 4 / 7) / 4
+    clone = spelling.copy()
+    assert type(clone.spell("fill", "amount", None, 60, "Add 60 litres.")) is int

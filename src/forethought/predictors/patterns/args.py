@@ -12,7 +12,8 @@ Three more kinds of evidence, with the same scoring:
 * constants: values used before for this parameter, overall and given a word of the user message
   (``'SFO'`` after "San Francisco", ``False`` after "lock"); absence of an optional parameter is one
   such value;
-* schema enums: an allowed value that the user message mentions;
+* schema enums: an allowed value that the user message mentions; and glosses, a value the parameter's
+  description explains ("'l' for lines") whose meaning the message names;
 * vocabulary: a value used before for this parameter that the user message mentions.
 
 A value backed by several pieces of evidence scores higher than by its best one alone (a damped
@@ -41,7 +42,7 @@ from forethought.predictors.patterns.derive_ordinal import message_ordinal
 from forethought.predictors.patterns.derive_rules import Rule, Sources
 from forethought.predictors.patterns.derive_schema import schema_checker
 from forethought.predictors.patterns.derive_values import value_key
-from forethought.predictors.patterns.mentions import abbreviated, is_code
+from forethought.predictors.patterns.mentions import abbreviated, glosses, is_code
 from forethought.predictors.patterns.mentions import mention_forms as _mention_forms
 from forethought.predictors.patterns.mentions import mentioned as _mentioned
 from forethought.predictors.patterns.select import best_first
@@ -60,7 +61,15 @@ ABBR_RULE = '["abbr"]'
 ABBR_FIRST_RULE = '["abbr","first"]'
 """Pseudo rules: a code (an allowed value, a value used before, or an item of a recent output's list)
 that abbreviates a name of the message, the last such name or (``first``) the first (:mod:`mentions`)."""
-PSEUDO_RULES = frozenset((ENUM_RULE, VOCAB_RULE, ENUM_FIRST_RULE, VOCAB_FIRST_RULE, ABBR_RULE, ABBR_FIRST_RULE))
+GLOSS_RULE = '["enum","gloss"]'
+GLOSS_FIRST_RULE = '["enum","gloss first"]'
+GLOSS_UNUSED_RULE = '["enum","gloss unused"]'
+"""Pseudo rules (allowed values stated in prose, so reported as ``enum``): a value the parameter's
+description glosses ("'l' for lines", :func:`~forethought.predictors.patterns.mentions.glosses`) whose
+gloss the message mentions, the one mentioned last, or (``first``) first, or (``unused``) the first not yet
+passed to the parameter this turn ("the lines, words, and characters": one call each)."""
+PSEUDO_RULES = frozenset((ENUM_RULE, VOCAB_RULE, ENUM_FIRST_RULE, VOCAB_FIRST_RULE, ABBR_RULE, ABBR_FIRST_RULE,
+                          GLOSS_RULE, GLOSS_FIRST_RULE, GLOSS_UNUSED_RULE))
 PRIOR_WEIGHT = 2.0
 DEFAULT_RATE = 0.2
 MAX_CONSTANT_CHARS = 120
@@ -329,7 +338,14 @@ class ArgumentModel:
             listed = sources.listed_codes()
             return abbreviated(tuple(dict.fromkeys((*codes, *listed))) if listed else codes, names,
                                key == ABBR_FIRST_RULE)
-        first = key in (ENUM_FIRST_RULE, VOCAB_FIRST_RULE)
+        first = key in (ENUM_FIRST_RULE, VOCAB_FIRST_RULE, GLOSS_FIRST_RULE)
+        if key in (GLOSS_RULE, GLOSS_FIRST_RULE, GLOSS_UNUSED_RULE):
+            description = schema.get("description")
+            found = glosses(description) if isinstance(description, str) else ()
+            if found and key == GLOSS_UNUSED_RULE:
+                found = tuple(form for form in found if not sources.used_for(form[0], param))
+                first = True
+            return _mentioned(found, sources.user_message, first) if found else None
         if key in (ENUM_RULE, ENUM_FIRST_RULE):
             enum = schema.get("enum")
             return (_mentioned(self._enum(tool, param, enum), sources.user_message, first)

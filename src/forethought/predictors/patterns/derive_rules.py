@@ -307,6 +307,12 @@ class Sources:
         names = self._used_by.get(key) if key is not None else None
         return bool(names) and param not in names  # type: ignore[operator]
 
+    def used_for(self, value: Any, param: str) -> bool:
+        """Whether a call of this turn already passed ``value`` (strings compared lower-cased) to ``param``."""
+        self.used_elsewhere(value, param)  # builds the index
+        key = walk_key(value)
+        return key is not None and param in (self._used_by or {}).get(key, ())
+
     def names(self) -> tuple[str, ...]:
         """The proper names of the user message, in order."""
         return tuple(atom.text for atom in self._atoms("user").get("proper", ()))

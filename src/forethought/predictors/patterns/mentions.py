@@ -8,6 +8,8 @@ A value is mentioned when its alphanumeric words occur, in order and whole, amon
 ignored): ``'New York'`` in "fly to new york!", ``'in_progress'`` in "mark it in progress". Of several
 mentioned values the one named last is taken, or the one named first (two pseudo rules of
 :mod:`~forethought.predictors.patterns.args`: "from LAX to JFK" names two values of one vocabulary).
+Also *glosses*: the values a parameter's description explains ("Mode ('l' for lines, 'w' for words)"),
+each mentioned when the message names its meaning ("tally up the words").
 Nothing here knows any tool.
 """
 
@@ -113,3 +115,17 @@ def abbreviated(codes: tuple[str, ...], names: tuple[str, ...], first: bool = Fa
         if best is not None:
             return best
     return None
+
+
+_GLOSS = re.compile(r"""['"`‘“]([^'"`’”\s]{1,40})['"`’”]\s*(?:for|=|:|means)\s+"""  # 'value' for
+                    r"""([A-Za-z][A-Za-z ]{0,40}?)\s*(?=[,;.)\]]|\s+or\b|$)""")  # words, up to punctuation
+"""A value glossed in a description: a quoted value, "for" (or "=", ":", "means"), and the words it stands
+for up to the next punctuation: ``'l' for lines``, ``"r" = read only``."""
+
+
+@functools.lru_cache(maxsize=1024)
+def glosses(description: str) -> tuple[tuple[str, str], ...]:
+    """The values a parameter's description glosses ("Mode ('l' for lines, 'w' for words)"), each with the
+    words it stands for, as :func:`mention_forms` gives them (matched by :func:`mentioned`)."""
+    return tuple((value, alnum_words(words)) for value, words in _GLOSS.findall(description)
+                 if alnum_words(words).strip())

@@ -1,77 +1,108 @@
-"""How a parameter spells whole numbers: ``5`` or ``5.0``, learned per tool parameter.
+"""How a parameter spells whole numbers: ``5`` or ``5.0``, learned per tool parameter and per whether the
+message states the number.
 
 Canonical keys tell ``5`` from ``5.0`` (a tool can tell them apart), so a guess must spell a whole number
 the way the model does for that parameter. Values are derived as plain numbers (text, outputs and earlier
 arguments lose the distinction on the way); this module remembers, per (tool, parameter), how often the
-model wrote a whole number as an int or as a float, and re-spells guesses by the majority. With no
-history the schema decides: ``integer`` gives an int, ``number`` a float. Non-whole numbers, booleans and
-everything else pass through unchanged; lists are re-spelled item by item.
+model wrote a whole number as an int or as a float, and re-spells guesses by the majority. A model copying
+a number the user wrote tends to copy its spelling, and one it works out or chooses itself tends to write
+it its own way: so the counts are kept apart for a number the user's message states ("30 gallons", and
+apart again when written "30.0") and one it does not, and those decide first, the parameter's counts when
+they are even. With no history the schema decides: ``integer`` gives an int, ``number`` a float.
+Non-whole numbers, booleans and everything else pass through unchanged; lists are re-spelled item by item.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
+from forethought.predictors.patterns.derive_index import atoms_by_kind
+
+NOT_STATED = "-"
+"""How a number the message does not state is marked (:func:`stated`)."""
+
+
+@functools.lru_cache(maxsize=256)
+def _stated(text: str) -> Mapping[float, str]:
+    spelt: dict[float, str] = {}
+    for atom in atoms_by_kind(text).get("number", ()):
+        if atom.number is not None:
+            spelt.setdefault(atom.number, "float" if "." in atom.text else "int")
+    return spelt
+
+
+def stated(text: str, value: float) -> str:
+    """How ``text`` states the number ``value``: ``"int"`` (``30``, ``5,000``, ``ten``), ``"float"``
+    (``30.0``), or :data:`NOT_STATED`."""
+    return _stated(text).get(float(value), NOT_STATED) if text else NOT_STATED
+
+
+def _whole(item: Any) -> bool:
+    return not isinstance(item, bool) and isinstance(item, int | float) and (
+        not isinstance(item, float) or item.is_integer())
+
 
 class NumberSpelling:
-    """Per-parameter counts of whole numbers seen as int and as float, and the re-spelling they imply."""
+    """Per-parameter counts of whole numbers seen as int and as float (overall, and by how the message
+    stated them), and the re-spelling they imply."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[str, str], list[int]] = {}
+        self._seen: dict[tuple[str, ...], list[int]] = {}
 
     def copy(self) -> NumberSpelling:
         clone = NumberSpelling()
         clone._seen = {key: list(counts) for key, counts in self._seen.items()}
         return clone
 
-    def learn(self, tool: str, arguments: Mapping[str, Any]) -> None:
-        """Count how the call spelled each whole number it passed (top level and list items)."""
+    def learn(self, tool: str, arguments: Mapping[str, Any], message: str = "") -> None:
+        """Count how the call spelled each whole number it passed (top level and list items), overall and
+        by how ``message`` (the user's latest) states it."""
         for param, value in arguments.items():
             for item in value if isinstance(value, list) else (value,):
-                if isinstance(item, bool) or not isinstance(item, int | float):
+                if not _whole(item):
                     continue
-                if isinstance(item, float) and not item.is_integer():
-                    continue
-                counts = self._seen.setdefault((tool, param), [0, 0])
-                counts[isinstance(item, float)] += 1
+                as_float = isinstance(item, float)
+                self._seen.setdefault((tool, param), [0, 0])[as_float] += 1
+                self._seen.setdefault((tool, param, stated(message, item)), [0, 0])[as_float] += 1
 
-    def spell(self, tool: str, param: str, schema: Mapping[str, Any] | None, value: Any) -> Any:
+    def spell(self, tool: str, param: str, schema: Mapping[str, Any] | None, value: Any,
+              message: str = "") -> Any:
         """``value`` with its whole numbers spelt as this parameter's calls spell them."""
         if isinstance(value, list):
             items = (schema or {}).get("items")
-            return [self._one(tool, param, items if isinstance(items, Mapping) else None, v) for v in value]
-        return self._one(tool, param, schema, value)
+            return [self._one(tool, param, items if isinstance(items, Mapping) else None, v, message)
+                    for v in value]
+        return self._one(tool, param, schema, value, message)
 
-    def _one(self, tool: str, param: str, schema: Mapping[str, Any] | None, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
+    def _one(self, tool: str, param: str, schema: Mapping[str, Any] | None, value: Any, message: str) -> Any:
+        if not _whole(value):
             return value
-        if isinstance(value, float) and not value.is_integer():
-            return value
-        counts = self._seen.get((tool, param))
-        if counts is not None and counts[0] != counts[1]:
-            as_float = counts[1] > counts[0]
-        else:
-            kind = (schema or {}).get("type")
-            if kind == "number":
-                as_float = True
-            elif kind == "integer":
-                as_float = False
-            else:
-                return value
-        return float(value) if as_float else int(value)
+        for key in ((tool, param, stated(message, value)), (tool, param)):
+            counts = self._seen.get(key)
+            if counts is not None and counts[0] != counts[1]:
+                return float(value) if counts[1] > counts[0] else int(value)
+        kind = (schema or {}).get("type")
+        if kind == "number":
+            return float(value)
+        if kind == "integer":
+            return int(value)
+        return value
 
-    def other_spelling(self, tool: str, param: str, schema: Mapping[str, Any] | None, value: Any
-                       ) -> tuple[Any, float] | None:
+    def other_spelling(self, tool: str, param: str, schema: Mapping[str, Any] | None, value: Any,
+                       message: str = "") -> tuple[Any, float] | None:
         """``value`` (a whole number as :meth:`spell` gives it) spelt the other way, with the share of the
-        parameter's whole numbers spelt so; None when the parameter's calls always spelt it one way."""
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        if isinstance(value, float) and not value.is_integer():
+        parameter's whole numbers spelt so (those stated as this one is, with one more call spelt at the
+        parameter's overall share); None when the parameter's calls always spelt it one way."""
+        if not _whole(value):
             return None
         counts = self._seen.get((tool, param))
         if counts is None or not counts[0] or not counts[1]:
             return None
-        as_float = isinstance(value, float)
-        share = counts[0 if as_float else 1] / (counts[0] + counts[1])
-        return (int(value) if as_float else float(value)), share
+        other = 0 if isinstance(value, float) else 1
+        share = counts[other] / (counts[0] + counts[1])
+        alike = self._seen.get((tool, param, stated(message, value)))
+        if alike is not None:
+            share = (alike[other] + share) / (alike[0] + alike[1] + 1)
+        return (int(value) if other == 0 else float(value)), share

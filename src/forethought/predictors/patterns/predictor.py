@@ -418,6 +418,7 @@ class PatternPredictor:
                     shown += 1
                 doubt *= 1.0 - min(1.0, max(0.0, alternative.score))
         out = []
+        message = step.sources.user_message
         for n, (combo, factor) in enumerate(combos):
             confidence = p_name * factor
             if distinct and len(combo) > 1 and repeats_a_value([c.value for c in combo.values() if not c.absent]):
@@ -425,7 +426,7 @@ class PatternPredictor:
             for candidate in combo.values():
                 confidence *= candidate.score ** self.config.arg_weight
             confidence *= self.config.hint_factor ** len(missing)
-            arguments = {param: self.numbers.spell(tool, param, properties.get(param), c.value)
+            arguments = {param: self.numbers.spell(tool, param, properties.get(param), c.value, message)
                          for param, c in combo.items() if not c.absent}
             if tool in step.recent:
                 confidence *= self.repeats.factor(tool, self._canonical(ToolCall(tool, arguments), schema),
@@ -435,7 +436,7 @@ class PatternPredictor:
             if n == 0:
                 # The base call with a whole number spelt the other way, when the parameter's calls spell both.
                 for param, value in arguments.items():
-                    other = self.numbers.other_spelling(tool, param, properties.get(param), value)
+                    other = self.numbers.other_spelling(tool, param, properties.get(param), value, message)
                     if other is not None:
                         respelt = {**arguments, param: other[0]}
                         out.append(((tool, (*key[1], (param, "\x00spelt:" + type(other[0]).__name__))),
@@ -471,7 +472,7 @@ class PatternPredictor:
         self.flow.learn(step.view, self._candidates(context), call.name)
         properties: Mapping[str, Any] = (schema or {}).get("properties") or {}
         self.args.learn(call.name, properties, arguments, step.sources, step.words)
-        self.numbers.learn(call.name, call.arguments)
+        self.numbers.learn(call.name, call.arguments, step.sources.user_message)
         self.repeats.learn(call.name, arguments, step.recent)
         self.distinct.learn(call.name, arguments)
         self.counts.tick()
