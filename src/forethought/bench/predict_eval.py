@@ -209,19 +209,27 @@ def _contexts(session: RecordedSession, user_text: bool
 
 
 def derivation(rule: str) -> str:
-    """The kind of derivation a candidate's rule is (its source, and ``date`` for a date re-spelled)."""
+    """The kind of derivation a candidate's rule is (its source, and ``date`` for a date re-spelled).
+
+    A rule is ``[source, locator, transform, wrap]`` (:class:`~forethought.predictors.patterns.derive_rules.Rule`,
+    its locator a list); any other list naming a kind first is a pseudo rule (enum, vocab, abbr, and whatever
+    the argument model adds) and counts as that kind; anything else is ``other``."""
     if rule in ("constant", "absent"):
         return rule
     try:
         parsed = json.loads(rule)
     except ValueError:
         return "other"
-    if isinstance(parsed, list) and parsed[:1] in (["enum"], ["vocab"], ["abbr"]) and len(parsed) <= 2:
-        return str(parsed[0])
-    source, locator, transform = str(parsed[0]), parsed[1], str(parsed[2])
-    if transform.startswith("date:") or (locator and locator[0] == WHEN):
-        return f"{source}+date"
-    return source
+    if not isinstance(parsed, list) or not parsed or not isinstance(parsed[0], str) or not parsed[0]:
+        return "other"
+    kind: str = parsed[0]
+    if len(parsed) < 3 or not isinstance(parsed[1], list):
+        return kind
+    locator, transform = parsed[1], parsed[2]
+    if (isinstance(transform, str) and transform.startswith("date:")) or (
+            isinstance(locator, list) and locator[:1] == [WHEN]):
+        return f"{kind}+date"
+    return kind
 
 
 def _derivations(predictor: PatternPredictor, context: PredictionContext, call: ToolCall,
