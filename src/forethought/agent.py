@@ -31,17 +31,18 @@ import contextlib
 import difflib
 import inspect
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from forethought._calls import ToolCall
 from forethought._policy import Policy
 from forethought._runtime import Runtime, Session, SettledSpeculation
 from forethought._store import SpeculationTicket
-from forethought._tools import Effect, Tool
+from forethought._tools import Tool
+from forethought.agent_engine_side import POST_MARGIN_S, aclose_stream, postable, until_served
+from forethought.agent_results import AgentResult, EngineSideStats, StepTiming, ToolRecord
+from forethought.agent_stream import AgentStream
 from forethought.errors import ForethoughtError, LLMError, UpstreamError
 from forethought.feed import GuessFeed
 from forethought.llm.chat import LLMClient
@@ -57,7 +58,7 @@ from forethought.llm.events import (
     ToolResultServed,
 )
 from forethought.llm.sdk import as_llm_client
-from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster, ToolCachePoster
+from forethought.llm.tool_cache import CacheTarget, HttpToolCachePoster, ToolCachePoster
 from forethought.pacing import ReturnPacer
 from forethought.predictors.base import (
     ObservedCall,
@@ -68,77 +69,6 @@ from forethought.predictors.base import (
 
 DEFAULT_MAX_STEPS = 32
 _log = logging.getLogger(__name__)
-POST_MARGIN_S = 1.0
-"""A posted result's keep-alive ends this long before the speculation itself would expire."""
-
-
-@dataclass(frozen=True, slots=True)
-class StepTiming:
-    """Timing of one model response and its tool calls.
-
-    ``generation_s``: request start to message end; ``tool_wait_s``: message end to all results ready;
-    ``tool_s``: tool time the step's calls needed (served or run); ``overlap_s``: the part of it hidden
-    behind generation or served from speculation.
-    """
-
-    generation_s: float
-    tool_wait_s: float
-    tool_s: float
-    overlap_s: float
-    calls: int
-    hits: int
-    early_dispatched: int
-    finish_reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolRecord:
-    """One authoritative call of the conversation and the output the model got."""
-
-    call: ToolCall
-    output: str
-    ok: bool
-    outcome: str
-    """hit, partial_hit, miss, or error."""
-    source: str = ""
-    """The predictor whose speculation served it (hits only)."""
-    tool_s: float = 0.0
-    """Tool seconds the call needed, whether run now, earlier, or served."""
-    closed_at: float = 0.0
-    """Seconds from the step's request start until the call's arguments closed in the stream."""
-    early: bool = False
-    """Dispatched authoritatively before the message ended."""
-    saved_s: float = 0.0
-    """Tool seconds a speculation had already spent on it when it was claimed (hits only)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AgentResult:
-    """What one ``run`` produced: the new messages, tool records and timings."""
-
-    messages: list[dict[str, Any]]
-    tool_records: list[ToolRecord]
-    steps: list[StepTiming]
-    final_text: str
-    usage_tokens: int = 0
-
-    @property
-    def generation_s(self) -> float:
-        return sum(s.generation_s for s in self.steps)
-
-    @property
-    def tool_wait_s(self) -> float:
-        return sum(s.tool_wait_s for s in self.steps)
-
-
-@dataclass(slots=True)
-class EngineSideStats:
-    """What engine-side mode did: posts sent, entries the gateway cached, failed posts, calls it served."""
-
-    posts: int = 0
-    entries_cached: int = 0
-    post_errors: int = 0
-    served_calls: int = 0
 
 
 def unknown_policy_tools(policy: Policy, tools: Iterable[str]) -> dict[str, str | None]:
@@ -276,7 +206,7 @@ class Agent:
         completion = 0
         served: list[ToolResultServed] = []
         try:
-            async for event in _until_served(stream, served, state):
+            async for event in until_served(stream, served, state):
                 if first_at is None and isinstance(event, TextDelta | ToolCallStarted):
                     first_at = time.monotonic()  # the first token: the rest of the step is decode time
                 if isinstance(event, ToolCallStarted | ToolCallArgumentsDelta):
@@ -308,7 +238,7 @@ class Agent:
         except BaseException:
             await self._abandon(state)
             with contextlib.suppress(Exception):
-                await _aclose(stream)
+                await aclose_stream(stream)
             raise
         if served:
             self._carry = stream
@@ -405,7 +335,7 @@ class Agent:
     async def _post_when_done(self, settled: asyncio.Future[SettledSpeculation], step: int) -> None:
         result = await settled
         await self._target_ready.wait()
-        cached = (_postable(result, self.runtime.clock.monotonic())
+        cached = (postable(result, self.runtime.clock.monotonic())
                   if self.session.has_speculation(result.key) else None)
         target = self._target
         if cached is None or target is None or step != self._step_number or self._poster is None:
@@ -429,7 +359,7 @@ class Agent:
         stream, self._carry = self._carry, None
         if stream is not None:
             with contextlib.suppress(Exception):
-                await _aclose(stream)
+                await aclose_stream(stream)
 
     @staticmethod
     def _check_served(ordered: Sequence[PendingCall], served: Sequence[ToolResultServed]) -> None:
@@ -443,101 +373,9 @@ class Agent:
         await state.abandon()
 
 
-class AgentStream:
-    """The model's text of one :meth:`Agent.run`, as an async iterator; ``result`` once it is exhausted.
-
-    The run starts at the first ``anext``; leaving the loop early (``break``, an exception, cancellation)
-    cancels the run. An error of the run is raised from the iteration.
-    """
-
-    def __init__(self, agent: Agent, messages: Sequence[Mapping[str, Any]]) -> None:
-        self._agent = agent
-        self._messages = list(messages)
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
-        self._task: asyncio.Task[AgentResult] | None = None
-        self._result: AgentResult | None = None
-
-    @property
-    def result(self) -> AgentResult:
-        if self._result is None:
-            raise ForethoughtError("the agent's stream has not finished yet")
-        return self._result
-
-    def __aiter__(self) -> AgentStream:
-        return self
-
-    async def __anext__(self) -> str:
-        if self._task is None:
-            self._task = asyncio.create_task(self._agent.run(self._messages, on_text=self._queue.put_nowait))
-            self._task.add_done_callback(lambda _: self._queue.put_nowait(None))
-        try:
-            piece = await self._queue.get()
-        except BaseException:
-            await self.aclose()
-            raise
-        if piece is not None:
-            return piece
-        self._result = await self._task
-        raise StopAsyncIteration
-
-    async def aclose(self) -> None:
-        """Stop the run if it is still going."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-
 def _arguments_text(pending: PendingCall) -> str:
     return pending.raw
 
 
-async def _until_served(stream: AsyncIterator[LLMEvent], served: list[ToolResultServed],
-                        state: EarlyDispatch) -> AsyncIterator[LLMEvent]:
-    """Events of one assistant message: up to ``MessageDone``, or until every call of it was served.
-
-    Served results are collected in ``served`` (not yielded); the stream itself is left open, so the
-    next step can read the continuation.
-    """
-    while True:
-        try:
-            event = await anext(stream)
-        except StopAsyncIteration:
-            return
-        if isinstance(event, ToolResultServed):
-            served.append(event)
-            if len(served) >= len(state.calls):
-                return
-            continue
-        yield event
-
-
-async def _aclose(stream: AsyncIterator[LLMEvent]) -> None:
-    close = getattr(stream, "aclose", None)
-    if close is not None:
-        await close()
-
-
-def _postable(result: SettledSpeculation, now: float) -> CachedOutput | None:
-    """The cache entry for a finished speculation, or ``None`` when serving it could differ from serial.
-
-    PURE and READ_ONLY results (no validator) are posted as they are; ISOLATED_WRITE results are posted
-    ``exclusive``, so the gateway serves them only to a message that has just that call and the commit
-    at the claim cannot meet another write. Failed, dropped or nearly expired results are not posted.
-    ``now`` is the runtime's clock (the one ``expires_at`` is on).
-    """
-    tool = result.tool
-    if not result.ok or tool.validator is not None:
-        return None
-    if tool.effect not in (Effect.PURE, Effect.READ_ONLY, Effect.ISOLATED_WRITE):
-        return None
-    remaining = result.expires_at - now
-    keep_alive = None if math.isinf(remaining) else remaining - POST_MARGIN_S
-    if keep_alive is not None and keep_alive <= 0:
-        return None
-    return CachedOutput(tool.name, render_output(result.value), params=dict(result.arguments),
-                        keep_alive=keep_alive, exclusive=tool.effect is Effect.ISOLATED_WRITE)
-
-
-__all__ = ["STREAM_SOURCE", "Agent", "AgentResult", "AgentStream", "EngineSideStats", "LLMError", "StepTiming",
-           "ToolRecord", "render_error", "render_output"]
+__all__ = ["POST_MARGIN_S", "STREAM_SOURCE", "Agent", "AgentResult", "AgentStream", "EngineSideStats", "LLMError",
+           "StepTiming", "ToolRecord", "render_error", "render_output"]
