@@ -15,24 +15,36 @@ the names it writes or changes into :class:`Blocked`, so only its dependents are
 raises an error of the program itself (``KeyError``, ``TypeError``, ...), or whose speculated call raised,
 ends its block (the real run stops there too), unless it has a ``try``. Peek tasks over the unfinished tail
 run between statements, against the same namespace.
+
+The queue and what may run next live in :mod:`forethought.code.shadow_queue`; the per-statement control
+(CPU accounting, waits, the watchdog's interruption) in :mod:`forethought.code.shadow_control`.
 """
 
 from __future__ import annotations
 
 import ast
-import ctypes
 import functools
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import CodeType, FunctionType
-from typing import Any, Protocol
+from typing import Any
 
 from forethought.code.analysis import DEEP, SHALLOW, StatementInfo, analyze
 from forethought.code.cell import Cell
 from forethought.code.lazy import Blocked, ShadowLazy, find, replace
+from forethought.code.shadow_control import MAX_WAIT_S, Control, clear_async_exception, raise_async
+from forethought.code.shadow_queue import (
+    SHADOW_FILENAME,
+    SHADOW_MODULE_NAME,
+    PeekTask,
+    Statement,
+    Unit,
+    is_special,
+    merge,
+    pick,
+)
 from forethought.code.signals import (
     ShadowBlocked,
     ShadowBudgetExceeded,
@@ -41,17 +53,15 @@ from forethought.code.signals import (
     ShadowToolFailed,
 )
 
+__all__ = ["EXIT_MEMORY", "EXIT_RUNAWAY", "MAX_NOTES", "MAX_WAIT_S", "SHADOW_FILENAME", "SHADOW_MODULE_NAME",
+           "WATCHDOG_PERIOD_S", "Control", "PeekTask", "ShadowRunner", "ShadowStats", "Statement", "merge"]
+
 WATCHDOG_PERIOD_S = 0.05
 MAX_NOTES = 50
-SHADOW_FILENAME = "<shadow>"
-SHADOW_MODULE_NAME = "__forethought_shadow__"
-MAX_WAIT_S = 60.0
-_WAIT_SLICE_S = 0.05
 _GIVE_UP_FACTOR = 3.0
 """A statement still computing at this multiple of its CPU budget swallowed the interruption: the worker ends."""
 EXIT_RUNAWAY = 3
 EXIT_MEMORY = 4
-_MISSING: Any = object()
 _PROGRAM_ERRORS = (ArithmeticError, LookupError, TypeError, ValueError, NameError, AttributeError, AssertionError,
                    StopIteration, ShadowToolFailed)
 """Errors the program itself raises wherever it runs: the real run stops there too, so the block's speculation
@@ -59,115 +69,8 @@ stops. Any other error (an ``OSError``, a library's own error) may be the sandbo
 only the statement's dependents."""
 
 
-class Control:
-    """The runner's per-statement state: stopping, CPU accounting, and waits for speculated results."""
-
-    def __init__(self, statement_cpu_s: float) -> None:
-        self.statement_cpu_s = statement_cpu_s
-        self.stopped = False
-        self.touched_lazy = False
-        self.thread_id: int | None = None
-        self._clock: int | None = None
-        self._cpu_start = 0.0
-
-    def start_statement(self) -> None:
-        self.touched_lazy = False
-        if self.thread_id != threading.get_ident():
-            self.thread_id = threading.get_ident()
-            self._clock = time.pthread_getcpuclockid(self.thread_id)
-        self._cpu_start = self._cpu()
-
-    def _cpu(self) -> float:
-        return time.clock_gettime(self._clock) if self._clock is not None else time.thread_time()
-
-    def cpu_seconds(self) -> float:
-        """CPU time of the running statement (any thread may ask)."""
-        return self._cpu() - self._cpu_start
-
-    def wait_cell(self, cell: Cell) -> Any:
-        """A speculated value, waited for on the runner thread (a wait uses no CPU budget)."""
-        self.touched_lazy = True
-        deadline = time.monotonic() + MAX_WAIT_S
-        while not cell.wait(_WAIT_SLICE_S):
-            if self.stopped:
-                raise ShadowStopped("the turn ended")
-            if time.monotonic() > deadline:
-                raise ShadowBlocked("waited too long for a speculated result")
-        error = cell.error()
-        if error is None:
-            return cell.result()
-        if isinstance(error, ShadowSignal):
-            raise error
-        raise ShadowToolFailed(f"{type(error).__name__}: {error}")
-
-
-class PeekTask(Protocol):
-    """A look into the unfinished tail of a block, run on the shadow thread."""
-
-    block: int
-
-    def reads(self) -> frozenset[str] | None:
-        """Names the peek reads (``None``: nothing to peek)."""
-
-    def run(self, namespace: Mapping[str, Any]) -> None:
-        """Launch whatever the tail's closed calls allow."""
-
-
-class Statement(Protocol):
-    """A closed statement as the segmenter emits it."""
-
-    @property
-    def block(self) -> int:
-        """The code block it belongs to."""
-
-    @property
-    def index(self) -> int:
-        """Its position in the block."""
-
-    @property
-    def tree(self) -> ast.Module:
-        """Its parsed form."""
-
-
-def _special(value: Any) -> bool:
-    kind = type(value)
-    return kind is ShadowLazy or kind is Blocked
-
-
 def _is_lazy(value: Any) -> bool:
     return type(value) is ShadowLazy
-
-
-def merge(infos: list[StatementInfo]) -> StatementInfo:
-    """One info for several statements written on one line."""
-    if len(infos) == 1:
-        return infos[0]
-    demand: dict[str, int] = {}
-    for info in infos:
-        for name, level in info.demand:
-            demand[name] = max(level, demand.get(name, 0))
-    return StatementInfo(
-        reads=frozenset().union(*(i.reads for i in infos)), writes=frozenset().union(*(i.writes for i in infos)),
-        demand=tuple(sorted(demand.items())), calls=frozenset().union(*(i.calls for i in infos)),
-        tool_calls=frozenset().union(*(i.tool_calls for i in infos)),
-        methods=tuple(m for i in infos for m in i.methods), mutated=frozenset().union(*(i.mutated for i in infos)),
-        lazy_sites=frozenset().union(*(i.lazy_sites for i in infos)),
-        kinds=frozenset().union(*(i.kinds for i in infos)),
-        barrier=next((i.barrier for i in infos if i.barrier), None))
-
-
-@dataclass(eq=False)
-class _Unit:
-    block: int
-    index: int
-    statement: Statement | None = None
-    peek: PeekTask | None = None
-    info: StatementInfo | None = None
-    code: CodeType | None = None
-    reads: frozenset[str] = frozenset()
-    writes: frozenset[str] = frozenset()
-    prepared: bool = False
-    failed_syntax: str | None = None
 
 
 @dataclass(slots=True)
@@ -195,7 +98,7 @@ class ShadowRunner:
         self._on_idle = on_idle
         self._on_fatal = on_fatal
         self.ns: dict[str, Any] = {}
-        self._pending: list[_Unit] = []
+        self._pending: list[Unit] = []
         self._cond = threading.Condition()
         self._idle = False
         self._ready = False
@@ -203,10 +106,10 @@ class ShadowRunner:
         self._aborted: dict[int, int] = {}
         self._special: set[str] = set()
         self._hooked: set[Cell] = set()
-        self._current: _Unit | None = None
+        self._current: Unit | None = None
         self._watch_lock = threading.Lock()
-        self._armed: _Unit | None = None
-        self._fired: _Unit | None = None
+        self._armed: Unit | None = None
+        self._fired: Unit | None = None
         self.notes: list[str] = []
         self.stats = ShadowStats()
         self._thread = threading.Thread(target=self._main, name="forethought-shadow", daemon=True)
@@ -223,7 +126,7 @@ class ShadowRunner:
             if self._stopped or statement.index >= self._aborted.get(statement.block, 1 << 62):
                 return
             self.stats.statements += 1
-            self._pending.append(_Unit(statement.block, statement.index, statement=statement))
+            self._pending.append(Unit(statement.block, statement.index, statement=statement))
             self._wake_locked()
 
     def submit_peek(self, task: PeekTask) -> None:
@@ -232,7 +135,7 @@ class ShadowRunner:
             if self._stopped or task.block in self._aborted:
                 return
             self._pending = [u for u in self._pending if not (u.peek is not None and u.block == task.block)]
-            self._pending.append(_Unit(task.block, -1, peek=task))
+            self._pending.append(Unit(task.block, -1, peek=task))
             self._wake_locked()
 
     def stop(self) -> None:
@@ -283,7 +186,7 @@ class ShadowRunner:
         if self._on_idle is not None:
             self._on_idle()
 
-    def _call_done(self, unit: _Unit, cell: Cell) -> None:
+    def _call_done(self, unit: Unit, cell: Cell) -> None:
         error = cell.error()
         if error is None or isinstance(error, ShadowSignal):
             return
@@ -346,25 +249,10 @@ class ShadowRunner:
             else:
                 self._execute(unit)
 
-    def _pick(self) -> tuple[_Unit, str, str] | None:
-        earlier_reads: set[str] = set()
-        earlier_writes: set[str] = set()
-        barrier = False
-        for unit in list(self._pending):
-            is_barrier = unit.peek is None and self._is_barrier(unit)
-            conflict = barrier or (is_barrier and (earlier_reads or earlier_writes)) or bool(
-                unit.writes & (earlier_reads | earlier_writes)) or bool(unit.reads & earlier_writes)
-            if not conflict:
-                state, reason = self._readiness(unit)
-                if state != "wait":
-                    self._pending.remove(unit)
-                    return unit, state, reason
-            earlier_reads |= unit.reads
-            earlier_writes |= unit.writes
-            barrier = barrier or is_barrier
-        return None
+    def _pick(self) -> tuple[Unit, str, str] | None:
+        return pick(self._pending, self.ns, self._special, self._hooked, self._wake)
 
-    def _prepare(self, unit: _Unit) -> None:
+    def _prepare(self, unit: Unit) -> None:
         unit.prepared = True
         if unit.peek is not None:
             reads = unit.peek.reads()
@@ -379,53 +267,6 @@ class ShadowRunner:
         except (SyntaxError, ValueError) as exc:
             unit.failed_syntax = str(getattr(exc, "msg", exc))
 
-    def _is_barrier(self, unit: _Unit) -> bool:
-        info = unit.info
-        if info is None:
-            return False
-        if info.barrier is not None:
-            return True
-        for name in info.calls:
-            value = self.ns.get(name)
-            if (type(value) is FunctionType and value.__code__.co_filename == SHADOW_FILENAME) or (
-                    isinstance(value, type) and value.__module__ == SHADOW_MODULE_NAME):
-                return True
-        return False
-
-    def _readiness(self, unit: _Unit) -> tuple[str, str]:
-        if unit.peek is not None:
-            return "ready", ""
-        if unit.failed_syntax is not None:
-            return "failed", f"syntax error: {unit.failed_syntax}"
-        info = unit.info
-        assert info is not None
-        waiting = False
-        for name, level in info.demand:
-            if name not in self._special:
-                continue
-            value = self.ns.get(name, _MISSING)
-            if level == SHALLOW:
-                items = [value] if _special(value) else []
-            else:
-                items, complete = find(value, _special)
-                if not complete:
-                    return "blocked", f"{name!r} is too large to inspect"
-            for item in items:
-                if type(item) is Blocked:
-                    return "blocked", object.__getattribute__(item, "reason")
-                cell = item.cell
-                if not cell.done():
-                    waiting = True
-                    if cell not in self._hooked:
-                        self._hooked.add(cell)
-                        cell.add_callback(self._wake)
-                elif cell.failed():
-                    error = cell.error()
-                    if isinstance(error, ShadowSignal):
-                        return "blocked", str(error)
-                    return "failed", f"a speculated call it depends on raised {type(error).__name__}"
-        return ("wait", "") if waiting else ("ready", "")
-
     def _resolve_inputs(self, info: StatementInfo) -> None:
         for name, level in info.demand:
             if name not in self._special or name not in self.ns:
@@ -436,7 +277,7 @@ class ShadowRunner:
             elif level == SHALLOW and type(value) is ShadowLazy:
                 self.ns[name] = value.cell.result()
 
-    def _execute(self, unit: _Unit) -> None:
+    def _execute(self, unit: Unit) -> None:
         info, code = unit.info, unit.code
         assert info is not None and code is not None and unit.statement is not None
         self._resolve_inputs(info)
@@ -455,17 +296,17 @@ class ShadowRunner:
             finally:
                 with self._watch_lock:
                     self._armed = None
-                    _clear_async_exception(self.guard.thread_id)
+                    clear_async_exception(self.guard.thread_id)
         except BaseException as exc:
             outcome = exc
         self._current = None
         self._after(unit, info, outcome)
 
-    def _after(self, unit: _Unit, info: StatementInfo, outcome: BaseException | None) -> None:
+    def _after(self, unit: Unit, info: StatementInfo, outcome: BaseException | None) -> None:
         if outcome is None:
             self.stats.executed += 1
             for name in info.writes:
-                found, complete = find(self.ns.get(name), _special)
+                found, complete = find(self.ns.get(name), is_special)
                 if found or not complete:
                     self._special.add(name)
                 else:
@@ -486,7 +327,7 @@ class ShadowRunner:
         else:
             self._poison(unit, str(outcome) or type(outcome).__name__)
 
-    def _poison(self, unit: _Unit, reason: str) -> None:
+    def _poison(self, unit: Unit, reason: str) -> None:
         self.stats.blocked += 1
         self._note(f"block {unit.block} statement {unit.index + 1}: skipped ({reason})")
         info = unit.info
@@ -533,14 +374,4 @@ class ShadowRunner:
                 if used <= limit or unit is self._fired:
                     continue
                 self._fired = unit
-                _raise_async(self.guard.thread_id, ShadowBudgetExceeded)
-
-
-def _raise_async(thread_id: int | None, error: type[BaseException]) -> None:
-    if thread_id is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(error))
-
-
-def _clear_async_exception(thread_id: int | None) -> None:
-    if thread_id is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)
+                raise_async(self.guard.thread_id, ShadowBudgetExceeded)
