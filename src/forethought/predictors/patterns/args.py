@@ -22,12 +22,14 @@ A rule found for the first time is also scored on the last few calls of its tool
 not start with the one success it was found by. A rule reading a fixed position of an output (``files[0]``,
 the second id of a listing) keeps a record apart for messages that name an ordinal ("the third one"):
 there the position the message names is the better bet, and the usual one has to earn its place anew.
+
+The learning and the prediction are here; the counter keys are named in :mod:`args_keys`, the records,
+scores and rule tables kept in :mod:`args_records`, the pseudo rules (enums, vocabulary, abbreviations,
+glosses) worked out in :mod:`args_pseudo`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import itertools
 import json
 import operator
@@ -37,41 +39,61 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from forethought.predictors.patterns.args_keys import (
+    ABBR_FIRST_RULE,
+    ABBR_RULE,
+    ABSENT_KEY,
+    ANY,
+    ENUM_FIRST_RULE,
+    ENUM_RULE,
+    GLOSS_FIRST_RULE,
+    GLOSS_RULE,
+    GLOSS_UNUSED_RULE,
+    MUTABLE,
+    ORDINAL_MARK,
+    PSEUDO_RULES,
+    SEP,
+    VOCAB_FIRST_RULE,
+    VOCAB_RULE,
+    parse_constant,
+)
+from forethought.predictors.patterns.args_pseudo import PseudoRules
+from forethought.predictors.patterns.args_records import DEFAULT_RATE, MAX_TABLE_RULES, PRIOR_WEIGHT
 from forethought.predictors.patterns.counts import Counts, wilson_lower
 from forethought.predictors.patterns.derive_ordinal import message_ordinal
-from forethought.predictors.patterns.derive_rules import Rule, Sources
+from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.derive_schema import schema_checker
 from forethought.predictors.patterns.derive_values import value_key
-from forethought.predictors.patterns.mentions import abbreviated, glosses, is_code
-from forethought.predictors.patterns.mentions import mention_forms as _mention_forms
-from forethought.predictors.patterns.mentions import mentioned as _mentioned
 from forethought.predictors.patterns.select import best_first
 
-SEP = "\x1f"
-ANY = "*"
-ABSENT_KEY = "\x00absent"
-"""Value key recorded when an optional parameter is left out."""
-ENUM_RULE = '["enum"]'
-VOCAB_RULE = '["vocab"]'
-ENUM_FIRST_RULE = '["enum","first"]'
-VOCAB_FIRST_RULE = '["vocab","first"]'
-"""Pseudo rules: an allowed value (``enum``) or a value used before (``vocab``) that the message mentions,
-the one mentioned last or (``first``) first: "from LAX to JFK" names two values of one vocabulary."""
-ABBR_RULE = '["abbr"]'
-ABBR_FIRST_RULE = '["abbr","first"]'
-"""Pseudo rules: a code (an allowed value, a value used before, or an item of a recent output's list)
-that abbreviates a name of the message, the last such name or (``first``) the first (:mod:`mentions`)."""
-GLOSS_RULE = '["enum","gloss"]'
-GLOSS_FIRST_RULE = '["enum","gloss first"]'
-GLOSS_UNUSED_RULE = '["enum","gloss unused"]'
-"""Pseudo rules (allowed values stated in prose, so reported as ``enum``): a value the parameter's
-description glosses ("'l' for lines", :func:`~forethought.predictors.patterns.mentions.glosses`) whose
-gloss the message mentions, the one mentioned last, or (``first``) first, or (``unused``) the first not yet
-passed to the parameter this turn ("the lines, words, and characters": one call each)."""
-PSEUDO_RULES = frozenset((ENUM_RULE, VOCAB_RULE, ENUM_FIRST_RULE, VOCAB_FIRST_RULE, ABBR_RULE, ABBR_FIRST_RULE,
-                          GLOSS_RULE, GLOSS_FIRST_RULE, GLOSS_UNUSED_RULE))
-PRIOR_WEIGHT = 2.0
-DEFAULT_RATE = 0.2
+__all__ = [
+    "ABBR_FIRST_RULE",
+    "ABBR_RULE",
+    "ABSENT_KEY",
+    "AGREEMENT_WEIGHT",
+    "ANY",
+    "BOUND_SLACK",
+    "DEFAULT_RATE",
+    "ENUM_FIRST_RULE",
+    "ENUM_RULE",
+    "GLOSS_FIRST_RULE",
+    "GLOSS_RULE",
+    "GLOSS_UNUSED_RULE",
+    "MAX_CONSTANT_CHARS",
+    "MAX_TABLE_RULES",
+    "MIN_CUE_TRIALS",
+    "ORDINAL_MARK",
+    "PRIOR_WEIGHT",
+    "PSEUDO_RULES",
+    "RECENT_OBSERVATIONS",
+    "SEP",
+    "USED_ELSEWHERE_FACTOR",
+    "VOCAB_FIRST_RULE",
+    "VOCAB_RULE",
+    "ArgCandidate",
+    "ArgumentModel",
+]
+
 MAX_CONSTANT_CHARS = 120
 RECENT_OBSERVATIONS = 32
 """A rule found for the first time is also scored on this many earlier calls of its tool, so that its
@@ -80,15 +102,10 @@ AGREEMENT_WEIGHT = 0.5
 """How much a second piece of evidence for the same value counts (1: as if independent)."""
 MIN_CUE_TRIALS = 2.0
 """A cue word must have been seen this often with the parameter before it can select a constant."""
-MAX_TABLE_RULES = 48
-"""Rules replayed per parameter (the best scored): outputs full of common values breed many rules."""
 USED_ELSEWHERE_FACTOR = 0.5
 """Score factor of a value read from a message that a call of this turn already used for another
 parameter (a name given once is rarely meant twice)."""
 _MESSAGE_RULE = re.compile(r'\["(?:user|prev|sys|all)"')
-ORDINAL_MARK = "\x1eord"
-"""Suffix of the record of a rule reading a fixed list position, kept apart for messages that name an
-ordinal ("the first one"): there a fixed position is a different bet (:func:`_positional`)."""
 BOUND_SLACK = 1e-9
 """Margin on the upper bounds of scores used to skip values that cannot win (far above rounding errors)."""
 
@@ -106,103 +123,19 @@ class ArgCandidate:
     absent): equal keys are equal values."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """Counter keys of a rule's record for one parameter: (successes, trials) here, and at each wider level
-    it is shrunk towards, widest first."""
-
-    here: tuple[str, str]
-    wider: tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Table:
-    """The rules to try for one parameter, in order: keys, parsed rules (None: a pseudo rule), records."""
-
-    keys: tuple[str, ...]
-    rules: tuple[Rule | None, ...]
-    records: tuple[_Record, ...]
-    ordinal_records: tuple[_Record, ...]
-    """The records to use when the message names an ordinal (apart for positional rules)."""
-    pseudo: tuple[int, ...]
-    """Positions of the pseudo rules."""
-
-
-_parse_rule = functools.lru_cache(maxsize=1 << 15)(Rule.from_key)
-"""Rules are values: one parse per rule key and process, shared by every model (and copy)."""
 _SCORE = operator.itemgetter(0)
 """Sort key of evidence tuples, which start with their score (sorted best first, stably)."""
-_MUTABLE = object()
-"""Stands for a list or object value, which is parsed afresh for every use."""
 
 
-def _positional(rule: Rule | None) -> bool:
-    """Whether ``rule`` reads a fixed position of an output (a list index in its path, a text atom)."""
-    if rule is None:
-        return False
-    return rule.source == "tok" or (rule.source == "out" and "[" in rule.locator[-1])
-
-
-@functools.lru_cache(maxsize=8192)
-def _constant(truth: str) -> tuple[Any, str]:
-    """A stored value key parsed: the value (:data:`_MUTABLE` for a list or object) and its key."""
-    value = json.loads(truth)
-    return (_MUTABLE if isinstance(value, list | dict) else value), value_key(value)
-
-
-class ArgumentModel:
+class ArgumentModel(PseudoRules):
     """Learned derivation rules and constants per (tool, parameter)."""
 
     def __init__(self, counts: Counts, z: float = 1.0) -> None:
-        self.counts = counts
-        self.z = z
-        self._rules: dict[tuple[str, str], set[str]] = {}
-        self._values: dict[tuple[str, str], set[str]] = {}
-        self._cues: dict[tuple[str, str], dict[str, set[str]]] = {}
-        self._params: dict[str, set[str]] = {}
-        self._parsed: dict[str, Rule] = {}
+        super().__init__(counts, z)
         self._recent: dict[tuple[str, str], deque[tuple[Sources, str]]] = {}
         self._checkers: dict[str, Callable[[Any], Any]] = {}
         self._checker_of: dict[tuple[str, str], tuple[Mapping[str, Any], Callable[[Any], Any]]] = {}
-        self._records: dict[tuple[str, str], dict[str, _Record]] = {}
-        self._tables: dict[tuple[str, str], tuple[tuple[tuple[str, str], int], _Table]] = {}
-        self._vocab: dict[tuple[str, str], tuple[int, tuple[tuple[str, str], ...]]] = {}
         self._stored: dict[tuple[str, str], tuple[int, tuple[tuple[str, str, Any, str], ...]]] = {}
-        self._enums: dict[tuple[str, str], tuple[list[Any], tuple[tuple[str, str], ...]]] = {}
-        self._code_cache: dict[tuple[str, str], tuple[int, Any, tuple[str, ...]]] = {}
-
-    def register(self, key: str) -> None:
-        """Index a counter key loaded from a store."""
-        parts = key.split(SEP)
-        if parts[0] == "r" and len(parts) == 5 and parts[3].endswith(ORDINAL_MARK):
-            return  # the record of a known rule, for messages naming an ordinal
-        if parts[0] == "r" and len(parts) == 5:
-            self._rules.setdefault((parts[1], parts[2]), set()).add(parts[3])
-            if parts[3] not in self._parsed and parts[3] not in PSEUDO_RULES:
-                with contextlib.suppress(ValueError, TypeError):  # an unreadable rule fails where it is used
-                    self._parsed[parts[3]] = _parse_rule(parts[3])
-            if parts[1] != ANY:
-                self._params.setdefault(parts[1], set()).add(parts[2])
-        elif parts[0] == "c" and len(parts) == 4:
-            self._values.setdefault((parts[1], parts[2]), set()).add(parts[3])
-            self._params.setdefault(parts[1], set()).add(parts[2])
-        elif parts[0] == "k" and len(parts) == 5:
-            self._cues.setdefault((parts[1], parts[2]), {}).setdefault(parts[3], set()).add(parts[4])
-
-    def build_tables(self) -> None:
-        """Work out the rule table of every parameter with rules of its own (after loading a store), so
-        that no prediction pays for it."""
-        for tool, param in list(self._rules):
-            if tool != ANY:
-                self._table(tool, param)
-
-    def _rule(self, key: str) -> Rule | None:
-        if key in PSEUDO_RULES:
-            return None
-        rule = self._parsed.get(key)
-        if rule is None:
-            rule = self._parsed[key] = _parse_rule(key)
-        return rule
 
     def _checker(self, tool: str, param: str, schema: Mapping[str, Any]) -> Callable[[Any], Any]:
         """The schema check of one parameter (looked up by the schema's text only when the schema changed)."""
@@ -216,146 +149,20 @@ class ArgumentModel:
         self._checker_of[(tool, param)] = (schema, checker)
         return checker
 
-    def _levels(self, tool: str, param: str, rule_key: str) -> list[tuple[str, str]]:
-        levels = [(tool, param), (ANY, param)]
-        rule = self._rule(rule_key)
-        if rule is None or rule.generic:
-            levels.append((ANY, ANY))
-        return levels
-
-    def _record(self, tool: str, param: str, rule_key: str, ordinal: bool = False) -> _Record:
-        """The counter keys of the rule's record for the parameter (worked out once); ``ordinal``: for a
-        message naming an ordinal (a record apart for a positional rule)."""
-        records = self._records.setdefault((tool, param), {})
-        stored_key = rule_key + ORDINAL_MARK if ordinal else rule_key
-        record = records.get(stored_key)
-        if record is not None:
-            return record
-        if ordinal and not _positional(self._rule(rule_key)):
-            record = records[stored_key] = self._record(tool, param, rule_key)  # one record in every message
-            return record
-        pairs = []
-        for level in self._levels(tool, param, rule_key):
-            base = SEP.join(("r", *level, stored_key))
-            pairs.append((base + SEP + "s", base + SEP + "n"))
-        record = records[stored_key] = _Record(pairs[0], tuple(reversed(pairs[1:])))
-        return record
-
-    def _score(self, record: _Record, successes: float, stored: Mapping[str, float], scale: float) -> float:
-        """Wilson lower bound of the record here (``successes`` already read), shrunk towards its record at
-        each wider level. ``stored`` and ``scale`` are the counts' (:meth:`Counts.stored`)."""
-        rate = DEFAULT_RATE
-        for s_key, n_key in record.wider:
-            s = stored[s_key] * scale if s_key in stored else 0.0
-            n = stored[n_key] * scale if n_key in stored else 0.0
-            rate = (s + PRIOR_WEIGHT * rate) / (n + PRIOR_WEIGHT)
-        n_key = record.here[1]
-        trials = stored[n_key] * scale if n_key in stored else 0.0
-        return wilson_lower(successes + PRIOR_WEIGHT * rate, trials + PRIOR_WEIGHT, self.z)
-
-    def rule_score(self, tool: str, param: str, rule_key: str) -> float:
-        """Wilson lower bound of the rule's record here, shrunk towards its record elsewhere."""
-        record = self._record(tool, param, rule_key)
-        return self._score(record, self.counts.get(record.here[0]), self.counts.stored(), self.counts.scale)
-
-    def _best_rules(self, tool: str, param: str, keys: set[str]) -> set[str]:
-        """``keys``, or when there are more than :data:`MAX_TABLE_RULES` of them, the best scored ones (and
-        the pseudo rules): a rule found by coincidence in a large output is then not replayed forever."""
-        if len(keys) <= MAX_TABLE_RULES:
-            return keys
-        real = sorted(keys - PSEUDO_RULES)
-        scores = {key: self.rule_score(tool, param, key) for key in real}
-        real.sort(key=lambda key: -scores[key])  # stable: equal scores stay in key order
-        return {*real[:MAX_TABLE_RULES], *(keys & PSEUDO_RULES)}
-
-    def _table(self, tool: str, param: str) -> _Table:
-        """The rules to try for the parameter, sorted, with the enum pseudo rule: those known here, else
-        those known for the parameter name on any tool, the best :data:`MAX_TABLE_RULES` of them (kept
-        until a rule is added)."""
-        level = (tool, param)
-        rules_at = level if self._rules.get(level) else (ANY, param)
-        version = (rules_at, len(self._rules.get(rules_at, ())))
-        cached = self._tables.get(level)
-        if cached is None or cached[0] != version:
-            keys = tuple(sorted({*self._best_rules(tool, param, self._rules.get(rules_at, set())), ENUM_RULE,
-                                 ENUM_FIRST_RULE}))
-            rules = tuple(self._rule(key) for key in keys)
-            table = _Table(keys, rules, tuple(self._record(tool, param, key) for key in keys),
-                           tuple(self._record(tool, param, key, True) for key in keys),
-                           tuple(i for i, rule in enumerate(rules) if rule is None))
-            cached = self._tables[level] = (version, table)
-        return cached[1]
-
-    # --- pseudo rules: enums and vocabulary mentioned in the message ------------------------------------
-
-    def _vocabulary(self, tool: str, param: str) -> tuple[tuple[str, str], ...]:
-        """The values used before for the parameter, as :func:`_mention_forms` (kept until a new one)."""
-        values = self._values.get((tool, param), set())
-        cached = self._vocab.get((tool, param))
-        if cached is None or cached[0] != len(values):
-            forms = _mention_forms([_constant(vk)[0] for vk in sorted(values) if vk != ABSENT_KEY])
-            cached = self._vocab[(tool, param)] = (len(values), forms)
-        return cached[1]
-
-    def _enum(self, tool: str, param: str, enum: list[Any]) -> tuple[tuple[str, str], ...]:
-        """The schema's allowed values, as :func:`_mention_forms` (kept while the schema is the same)."""
-        cached = self._enums.get((tool, param))
-        if cached is None or cached[0] is not enum:
-            cached = self._enums[(tool, param)] = (enum, _mention_forms(enum))
-        return cached[1]
-
     def _stored_values(self, tool: str, param: str) -> tuple[tuple[str, str, Any, str], ...]:
         """The values stored for the parameter (in the order of the set holding them): stored key, key of
-        its count, the value (None when absent, :data:`_MUTABLE` for a list or object), its value key. Kept
+        its count, the value (None when absent, :data:`MUTABLE` for a list or object), its value key. Kept
         until a value is added."""
         level = (tool, param)
         truths = self._values.get(level, set())
         cached = self._stored.get(level)
         if cached is None or cached[0] != len(truths):
             prefix = SEP.join(("c", tool, param, ""))
-            entries = tuple((truth, prefix + truth, *((None, ABSENT_KEY) if truth == ABSENT_KEY else _constant(truth)))
+            entries = tuple((truth, prefix + truth,
+                             *((None, ABSENT_KEY) if truth == ABSENT_KEY else parse_constant(truth)))
                             for truth in truths)
             cached = self._stored[level] = (len(truths), entries)
         return cached[1]
-
-    def _codes(self, tool: str, param: str, schema: Mapping[str, Any]) -> tuple[str, ...]:
-        """The codes of the parameter's allowed values and of the values used before (kept until a new one)."""
-        values = self._values.get((tool, param), set())
-        enum = schema.get("enum")
-        cached = self._code_cache.get((tool, param))
-        if cached is None or cached[0] != len(values) or cached[1] is not enum:
-            codes = [v for v in enum if is_code(v)] if isinstance(enum, list) else []
-            codes += [v for vk in sorted(values) if vk != ABSENT_KEY and is_code(v := _constant(vk)[0])]
-            cached = self._code_cache[(tool, param)] = (len(values), enum, tuple(dict.fromkeys(codes)))
-        return cached[2]
-
-    def _pseudo(self, key: str, tool: str, param: str, schema: Mapping[str, Any], sources: Sources) -> Any:
-        if key in (ABBR_RULE, ABBR_FIRST_RULE):
-            names = sources.names()
-            if not names:
-                return None
-            codes = self._codes(tool, param, schema)
-            listed = sources.listed_codes()
-            return abbreviated(tuple(dict.fromkeys((*codes, *listed))) if listed else codes, names,
-                               key == ABBR_FIRST_RULE)
-        first = key in (ENUM_FIRST_RULE, VOCAB_FIRST_RULE, GLOSS_FIRST_RULE)
-        if key in (GLOSS_RULE, GLOSS_FIRST_RULE, GLOSS_UNUSED_RULE):
-            description = schema.get("description")
-            found = glosses(description) if isinstance(description, str) else ()
-            if found and key == GLOSS_UNUSED_RULE:
-                found = tuple(form for form in found if not sources.used_for(form[0], param))
-                first = True
-            return _mentioned(found, sources.user_message, first) if found else None
-        if key in (ENUM_RULE, ENUM_FIRST_RULE):
-            enum = schema.get("enum")
-            return (_mentioned(self._enum(tool, param, enum), sources.user_message, first)
-                    if isinstance(enum, list) else None)
-        return _mentioned(self._vocabulary(tool, param), sources.user_message, first)
-
-    def _pseudo_keyed(self, key: str, tool: str, param: str, schema: Mapping[str, Any], sources: Sources
-                      ) -> tuple[Any, str] | None:
-        value = self._pseudo(key, tool, param, schema, sources)
-        return None if value is None else (value, value_key(value))
 
     # --- learning -------------------------------------------------------------------------------------
 
@@ -527,7 +334,7 @@ class ArgumentModel:
                     continue
                 rule = "absent"
             else:
-                value, rule = json.loads(truth) if value is _MUTABLE else value, "constant"
+                value, rule = json.loads(truth) if value is MUTABLE else value, "constant"
             share = (stored[count_key] * scale if count_key in stored else 0.0, total)
             if value_id not in evidence and self.z >= 0:
                 # An upper bound of the score (see _constant_score) stands in for it until it is needed.
