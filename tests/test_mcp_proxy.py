@@ -15,7 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,28 +95,27 @@ async def proxied(command: Sequence[str], policy: McpPolicy | None = None, store
         proxy.close()
 
 
+def _waiting_after(session: ClientSession, method: str, wait: Callable[[], Awaitable[None]]) -> None:
+    """Each call of ``session.<method>`` returns once ``wait()`` has, too (within 60 s)."""
+    plain = getattr(session, method)
+
+    async def waited(*args: Any, **kwargs: Any) -> Any:
+        result = await plain(*args, **kwargs)
+        await asyncio.wait_for(wait(), 60)
+        return result
+
+    setattr(session, method, waited)
+
+
 def _ready_after_listing(session: ClientSession, proxy: Proxy) -> None:
     """Each ``list_tools`` of ``session`` returns once the proxy's predictor worker has started, so that a
     test's first guesses do not race the worker's start (the bench waits the same way)."""
-    list_tools = session.list_tools
-
-    async def listed(*args: Any, **kwargs: Any) -> Any:
-        result = await list_tools(*args, **kwargs)
-        await asyncio.wait_for(proxy.ready(), 60)
-        return result
-
-    session.list_tools = listed  # type: ignore[method-assign]
+    _waiting_after(session, "list_tools", proxy.ready)
 
 
 def _settled_after_calls(session: ClientSession, proxy: Proxy) -> None:
-    call_tool = session.call_tool
-
-    async def called(*args: Any, **kwargs: Any) -> Any:
-        result = await call_tool(*args, **kwargs)
-        await asyncio.wait_for(proxy.settled(), 60)
-        return result
-
-    session.call_tool = called  # type: ignore[method-assign]
+    """Each ``call_tool`` of ``session`` returns once the proxy has made the guesses its answer owes."""
+    _waiting_after(session, "call_tool", proxy.settled)
 
 
 def _trusting(*read_only: str) -> McpPolicy:
