@@ -112,14 +112,19 @@ class Proxy:
             except (sqlite3.Error, OSError) as exc:
                 raise McpProxyError(f"cannot open the pattern store {config.store}: {exc}") from None
         self.finished = ProxyStats()
-        self._live: list[SessionSpeculator] = []
         self._relays: list[Relay] = []
+        """The relay of every client session being served (each holds its session's speculator)."""
         self.links: list[UpstreamLink] = []
         """The upstream link of every client session served (the tests count its requests)."""
         self.on_call: Callable[[CallReport], None] | None = None
         self.refusals: Counter[str] = Counter()
         """Predictions the finished sessions did not speculate, by reason."""
         self._scratch: Path | None = None
+
+    @property
+    def _live(self) -> list[SessionSpeculator]:
+        """The speculators of the sessions being served."""
+        return [relay.speculator for relay in self._relays]
 
     def current(self) -> ProxyStats:
         """Totals so far, the sessions still open included (what the metrics show)."""
@@ -160,7 +165,6 @@ class Proxy:
             speculator = SessionSpeculator(link, self.config.policy, self.config.name or "", self.runtime,
                                            self._predictor_for, named=self.config.name is not None,
                                            clock=self.clock)
-            self._live.append(speculator)
             relay = Relay(down_read, down_write, up_read, link, speculator, on_call=self.on_call,
                           exit_detail=lambda: f"{self.config.label!r} exited or closed its connection")
             self._relays.append(relay)
@@ -168,7 +172,6 @@ class Proxy:
                 await relay.run()
             finally:
                 self._relays.remove(relay)
-                self._live.remove(speculator)
                 self.refusals.update(speculator.refusals)
                 stats = speculator.stats()
                 self.finished = self.finished.plus(stats)
