@@ -292,3 +292,38 @@ async def test_a_failing_predictor_is_reported_and_ignored(exc: Exception, caplo
     assert all(e.source == "broken" and e.detail == type(exc).__name__ for e in failed)
     warnings = [r for r in caplog.records if "broken" in r.getMessage()]
     assert len(warnings) == len(PLAN) + 1
+
+
+class _UnlearningPredictor(_FailingPredictor):
+    """A predictor that predicts nothing and raises on every call it is taught."""
+
+    name = "unlearning"
+
+    async def predict(self, context: PredictionContext) -> list[Prediction]:
+        return []
+
+    def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), OverflowError("int too large"), KeyError("k")])
+async def test_a_predictor_failing_to_learn_loses_that_call_only(exc: Exception,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    serial, serial_state, _ = await _run(False)
+    events: list[Any] = []
+    log = Log()
+    tools, state = _kv_tools(log)
+    runtime = Runtime()
+    runtime.telemetry.subscribe(events.append)
+    learner = OracleAndNoise()
+    agent = Agent(FakeLLMClient(respond=_steps_by_position(PLAN)), "main", tools, runtime,
+                  predictors=[_UnlearningPredictor(exc), learner])
+    with caplog.at_level("WARNING"):
+        result = await agent.run([{"role": "user", "content": "go"}])
+    await agent.close()
+    assert result.messages == serial and state.live == serial_state
+    calls = sum(len(step) for step in PLAN)
+    assert len(learner.observed) == calls  # the predictor after the failing one still learnt every call
+    failed = [e for e in events if e.kind.value == "predictor_failed"]
+    assert len(failed) == calls and all(e.source == "unlearning" and e.detail == type(exc).__name__ for e in failed)
+    assert len([r for r in caplog.records if "unlearning failed to learn" in r.getMessage()]) == calls

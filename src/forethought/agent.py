@@ -272,8 +272,7 @@ class Agent:
             if pending.call is not None:
                 observed = ObservedCall(pending.call, output, ok)
                 self.history.append(observed)
-                for predictor in self.predictors:
-                    predictor.observe(context, observed)
+                self.feed.learn(context, observed)
         finished = time.monotonic()
         await self._stop_watchers()
         self.session.end_turn()

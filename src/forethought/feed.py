@@ -221,11 +221,21 @@ class GuessFeed:
         except Exception as exc:
             if self._is_sampler(predictor):
                 self._sampler_done(None)  # no evidence is coming from it
-            _log.warning("predictor %s failed and is ignored for this step: %s", predictor.name,
-                         type(exc).__name__)
-            self.session.runtime.telemetry.emit(
-                Event(EventKind.PREDICTOR_FAILED, self.session.id, "", "", predictor.name,
-                      detail=type(exc).__name__))
+            self._failed(predictor, exc, "failed and is ignored for this step")
+
+    def learn(self, context: PredictionContext, observed: ObservedCall) -> None:
+        """Every predictor learns an authoritative call; one that raises loses that call only (logged and
+        reported as PREDICTOR_FAILED), never the agent's run."""
+        for predictor in self.predictors:
+            try:
+                predictor.observe(context, observed)
+            except Exception as exc:
+                self._failed(predictor, exc, f"failed to learn a call of {observed.call.name} and skipped it")
+
+    def _failed(self, predictor: Predictor, exc: Exception, what: str) -> None:
+        _log.warning("predictor %s %s: %s", predictor.name, what, type(exc).__name__)
+        self.session.runtime.telemetry.emit(
+            Event(EventKind.PREDICTOR_FAILED, self.session.id, "", "", predictor.name, detail=type(exc).__name__))
 
     def offer(self, prediction: Prediction, predictor: Predictor, context: PredictionContext,
               depth: int = 0) -> None:
