@@ -67,9 +67,9 @@ def alnum(text: str) -> str:
     return _NOT_ALNUM.sub("", text.upper().casefold())
 
 
-def _number_keys(number: float) -> tuple[str, ...]:
+def _number_keys(number: int | float) -> tuple[str, ...]:
     """Lookup keys of a number a target may be: integer parts that round or floor to it."""
-    if not math.isfinite(number) or abs(number) > 1e15:
+    if not abs(number) <= 1e15:  # (nan, inf and ints no float holds too)
         return ()
     base = math.floor(number)
     return (f"n:{base - 1}", f"n:{base}", f"n:{base + 1}")
@@ -104,7 +104,7 @@ def target_keys(value: Any) -> tuple[str, ...]:
             if date is not None:
                 keys.append("d:" + date.isoformat())
         elif isinstance(item, int | float) and not isinstance(item, bool):
-            keys.extend(_number_keys(float(item)))
+            keys.extend(_number_keys(item))
         else:
             keys.append("v:" + value_key(item))
     return tuple(dict.fromkeys(keys))
@@ -145,7 +145,7 @@ def _leaf_keys(leaf: Any) -> tuple[str, ...]:
     if isinstance(leaf, str):
         return _string_keys(leaf) if len(leaf) <= MAX_KEYED_BYTES else _long_string_keys(leaf)
     if isinstance(leaf, int | float) and not isinstance(leaf, bool):
-        return (f"n:{math.floor(leaf)}",) if math.isfinite(leaf) and abs(leaf) <= 1e15 else ()
+        return (f"n:{math.floor(leaf)}",) if abs(leaf) <= 1e15 else ()  # (never inf, nan or past a float)
     return ("v:" + value_key(leaf),)
 
 

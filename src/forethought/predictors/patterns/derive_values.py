@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import json.encoder
 import math
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,10 +63,12 @@ def value_key(value: Any) -> str:
     def norm(v: Any) -> Any:
         if isinstance(v, bool) or v is None or isinstance(v, str):
             return v
-        if isinstance(v, int | float):
-            if isinstance(v, float) and not math.isfinite(v):
+        if isinstance(v, int):
+            return v  # (float(v) would overflow past 1.8e308; an int is whole already)
+        if isinstance(v, float):
+            if not math.isfinite(v):
                 return str(v)
-            return int(v) if float(v).is_integer() else float(v)
+            return int(v) if v.is_integer() else v
         if isinstance(v, list | tuple):
             return [norm(x) for x in v]
         if isinstance(v, dict):
@@ -156,12 +159,25 @@ def _spell(date: dt.date | dt.time, fmt: str) -> Any:
     return date.strftime(fmt)
 
 
+def finite_float(value: int | float) -> float | None:
+    """``value`` as a finite float; None for what no finite float holds (inf, nan, an int past 1.8e308)."""
+    if isinstance(value, int) and abs(value) > sys.float_info.max:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
 def json_variants(value: Any) -> Iterator[tuple[str, Any]]:
-    """Every (transform name, value) a JSON value found in an output or argument offers."""
+    """Every (transform name, value) a JSON value found in an output or argument offers (a number no
+    finite float holds offers only itself)."""
     if isinstance(value, bool) or value is None:
         yield "id", value
     elif isinstance(value, int | float):
-        yield from number_variants(float(value))
+        number = finite_float(value)
+        if number is None:
+            yield "id", value
+        else:
+            yield from number_variants(number)
     elif isinstance(value, str):
         yield from string_variants(value)
     else:
@@ -175,7 +191,10 @@ def apply_transform(name: str, value: Any, date: dt.date | dt.time | None = None
     if isinstance(value, bool) or value is None or isinstance(value, list | dict):
         return value if name == "id" else None
     if isinstance(value, int | float):
-        return dict(number_variants(float(value))).get(name)
+        number = finite_float(value)
+        if number is None:
+            return value if name == "id" else None
+        return dict(number_variants(number)).get(name)
     if not isinstance(value, str):
         return None
     if name.startswith("num."):

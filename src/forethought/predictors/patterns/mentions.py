@@ -118,14 +118,18 @@ def abbreviated(codes: tuple[str, ...], names: tuple[str, ...], first: bool = Fa
 
 
 _GLOSS = re.compile(r"""['"`‘“]([^'"`’”\s]{1,40})['"`’”]\s*(?:for|=|:|means)\s+"""  # 'value' for
-                    r"""([A-Za-z][A-Za-z ]{0,40}?)\s*(?=[,;.)\]]|\s+or\b|$)""")  # words, up to punctuation
+                    r"""([A-Za-z][A-Za-z ]{0,40}?)(?>\s*)(?=[,;.)\]]|(?<=\s)or\b|$)""")  # words, to punctuation
 """A value glossed in a description: a quoted value, "for" (or "=", ":", "means"), and the words it stands
-for up to the next punctuation: ``'l' for lines``, ``"r" = read only``."""
+for up to the next punctuation: ``'l' for lines``, ``"r" = read only``. The space after the words is taken
+whole (an atomic group), so a long run of spaces costs linear time, not quadratic."""
+MAX_GLOSSED_CHARS = 4000
+"""Only a description's first characters are read for glosses (descriptions may come from untrusted
+servers; a code's explanation sits near the start)."""
 
 
 @functools.lru_cache(maxsize=1024)
 def glosses(description: str) -> tuple[tuple[str, str], ...]:
     """The values a parameter's description glosses ("Mode ('l' for lines, 'w' for words)"), each with the
     words it stands for, as :func:`mention_forms` gives them (matched by :func:`mentioned`)."""
-    return tuple((value, alnum_words(words)) for value, words in _GLOSS.findall(description)
+    return tuple((value, alnum_words(words)) for value, words in _GLOSS.findall(description[:MAX_GLOSSED_CHARS])
                  if alnum_words(words).strip())

@@ -15,6 +15,7 @@ Non-whole numbers, booleans and everything else pass through unchanged; lists ar
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,8 +41,11 @@ def stated(text: str, value: float) -> str:
 
 
 def _whole(item: Any) -> bool:
-    return not isinstance(item, bool) and isinstance(item, int | float) and (
-        not isinstance(item, float) or item.is_integer())
+    """A whole number a float can hold (so it can be spelt either way): not a bool, inf, nan or an int past
+    1.8e308."""
+    if isinstance(item, bool) or not isinstance(item, int | float):
+        return False
+    return item.is_integer() if isinstance(item, float) else abs(item) <= sys.float_info.max
 
 
 class NumberSpelling:
