@@ -27,6 +27,7 @@ def test_every_pseudo_rule_counts_as_its_kind() -> None:
         assert derivation(key) == json.loads(key)[0]
     assert derivation('["enum","gloss unused"]') == "enum"
     assert derivation('["newkind","x","y"]') == "newkind"  # a pseudo rule named later: still its kind
+    assert derivation("[" * 100_000) == "other"  # nested past the JSON parser's depth
 
 
 @given(st.one_of(st.text(max_size=40), st.recursive(

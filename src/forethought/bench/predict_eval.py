@@ -218,7 +218,7 @@ def derivation(rule: str) -> str:
         return rule
     try:
         parsed = json.loads(rule)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return "other"
     if not isinstance(parsed, list) or not parsed or not isinstance(parsed[0], str) or not parsed[0]:
         return "other"
