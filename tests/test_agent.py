@@ -273,19 +273,23 @@ class _FailingPredictor:
         pass
 
 
+async def _run_watched(predictors: list[Any]) -> tuple[Any, Any, list[Any]]:
+    """A speculative run of PLAN with ``predictors``: its result, the tools' state and every telemetry event."""
+    events: list[Any] = []
+    tools, state = _kv_tools(Log())
+    runtime = Runtime()
+    runtime.telemetry.subscribe(events.append)
+    agent = Agent(FakeLLMClient(respond=_steps_by_position(PLAN)), "main", tools, runtime, predictors=predictors)
+    result = await agent.run([{"role": "user", "content": "go"}])
+    await agent.close()
+    return result, state, events
+
+
 @pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyError("k"), ValueError("v"), ZeroDivisionError()])
 async def test_a_failing_predictor_is_reported_and_ignored(exc: Exception, caplog: pytest.LogCaptureFixture) -> None:
     serial, serial_state, _ = await _run(False)
-    events: list[Any] = []
-    log = Log()
-    tools, state = _kv_tools(log)
-    runtime = Runtime()
-    runtime.telemetry.subscribe(events.append)
-    agent = Agent(FakeLLMClient(respond=_steps_by_position(PLAN)), "main", tools, runtime,
-                  predictors=[_FailingPredictor(exc)])
     with caplog.at_level("WARNING", logger="forethought.agent"):
-        result = await agent.run([{"role": "user", "content": "go"}])
-    await agent.close()
+        result, state, events = await _run_watched([_FailingPredictor(exc)])
     assert result.messages == serial and state.live == serial_state
     failed = [e for e in events if e.kind.value == "predictor_failed"]
     assert len(failed) == len(PLAN) + 1  # every step (the last one answers in text)
@@ -310,17 +314,9 @@ class _UnlearningPredictor(_FailingPredictor):
 async def test_a_predictor_failing_to_learn_loses_that_call_only(exc: Exception,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     serial, serial_state, _ = await _run(False)
-    events: list[Any] = []
-    log = Log()
-    tools, state = _kv_tools(log)
-    runtime = Runtime()
-    runtime.telemetry.subscribe(events.append)
     learner = OracleAndNoise()
-    agent = Agent(FakeLLMClient(respond=_steps_by_position(PLAN)), "main", tools, runtime,
-                  predictors=[_UnlearningPredictor(exc), learner])
     with caplog.at_level("WARNING"):
-        result = await agent.run([{"role": "user", "content": "go"}])
-    await agent.close()
+        result, state, events = await _run_watched([_UnlearningPredictor(exc), learner])
     assert result.messages == serial and state.live == serial_state
     calls = sum(len(step) for step in PLAN)
     assert len(learner.observed) == calls  # the predictor after the failing one still learnt every call
