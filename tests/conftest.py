@@ -1,7 +1,7 @@
 """Shared fakes for the core tests: an injectable clock, a versioned state cell, gates and an execution log.
 
 The fakes are small real implementations of the seams (``StateCell``/``Snapshot``; the clock is the
-core's own :class:`~forethought._clock.FakeClock`), so
+core's own :class:`~forethought._core.clock.FakeClock`), so
 tests can count what ran, where (live state or a snapshot) and in which order, without timing anything.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from forethought._clock import FakeClock
-from forethought._pressure import NO_PRESSURE, LoopPressure, Pressure
-from forethought._runtime import Session
+from forethought._core.clock import FakeClock
+from forethought._core.pressure import NO_PRESSURE, LoopPressure, Pressure
+from forethought._core.runtime import Session
 
 __all__ = ["PHASE", "ExecLog", "FakeClock", "FakeSnapshot", "FakeState", "Gate", "settle", "speculate_marked",
            "spin"]

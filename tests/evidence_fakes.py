@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from conftest import Gate, spin
-from forethought._calls import ToolCall
-from forethought._policy import Policy
-from forethought._runtime import Runtime
-from forethought._tools import Effect, tool
-from forethought.feed import GuessFeed
+from forethought._core.calls import ToolCall
+from forethought._core.policy import Policy
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, tool
+from forethought.agent.feed import GuessFeed
 from forethought.llm.events import MessageDone, ToolCallClosed
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, SampleVotes
 

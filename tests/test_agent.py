@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from forethought import Effect, Runtime, Tool, ToolCall, tool
-from forethought.agent import Agent
+from forethought.agent.loop import Agent
 from forethought.errors import StreamDroppedError
 from forethought.llm.events import (
     LLMEvent,
@@ -288,7 +288,7 @@ async def _run_watched(predictors: list[Any]) -> tuple[Any, Any, list[Any]]:
 @pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyError("k"), ValueError("v"), ZeroDivisionError()])
 async def test_a_failing_predictor_is_reported_and_ignored(exc: Exception, caplog: pytest.LogCaptureFixture) -> None:
     serial, serial_state, _ = await _run(False)
-    with caplog.at_level("WARNING", logger="forethought.agent"):
+    with caplog.at_level("WARNING", logger="forethought.agent.loop"):
         result, state, events = await _run_watched([_FailingPredictor(exc)])
     assert result.messages == serial and state.live == serial_state
     failed = [e for e in events if e.kind.value == "predictor_failed"]

@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 
 from forethought import Runtime, Tool, ToolCall
-from forethought._trajectory import Trajectory, Turn
-from forethought.agent import Agent, AgentResult
+from forethought.agent.loop import Agent, AgentResult
+from forethought.bench.engine_sim.model_server import SpeculatorConfig, TimingConfig, create_model_server
 from forethought.bench.main import BenchConfig, run_bench
+from forethought.bench.workloads.bfcl import build_session, load_bfcl, state_fingerprint, to_trajectory
+from forethought.bench.workloads.synthetic import lookup_tool
 from forethought.errors import StreamDroppedError
 from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import LLMEvent, MessageDone
 from forethought.predictors.model import ModelSpeculator
+from forethought.predictors.trajectory import Trajectory, Turn
 from forethought.serve.http import serve_in_process
-from forethought.serve.model_server import SpeculatorConfig, TimingConfig, create_model_server
-from forethought.workloads.bfcl import build_session, load_bfcl, state_fingerprint, to_trajectory
-from forethought.workloads.synthetic import lookup_tool
 
 FAST = TimingConfig(ttft_s=0.0, decode_tokens_per_s=20000.0, reasoning_tokens=8)
 ENTRIES = [e for e in load_bfcl() if e.index in (1, 51, 101, 151)]  # one per domain

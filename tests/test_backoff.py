@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import settle
-from forethought._calls import ToolCall
-from forethought._policy import Policy, policy_from_mapping
-from forethought._pressure import FixedPressure, LoopPressure, Pressure, level_between
-from forethought._runtime import Runtime
-from forethought._tools import Effect, tool
+from forethought._core.calls import ToolCall
+from forethought._core.policy import Policy, policy_from_mapping
+from forethought._core.pressure import FixedPressure, LoopPressure, Pressure, level_between
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, tool
 from forethought.errors import PolicyError
 from forethought.telemetry import EventKind
 
@@ -141,7 +141,7 @@ def test_the_environment_turns_backoff_off_by_default_only(monkeypatch: pytest.M
 
 @pytest.mark.real_pressure
 async def test_the_timer_stops_when_nobody_reads_the_level_and_restarts_on_the_next_read() -> None:
-    from forethought import _pressure
+    from forethought._core import pressure as _pressure
 
     signal = LoopPressure((5.0, 25.0))
     loop = asyncio.get_running_loop()

@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forethought import ToolCall
-from forethought._trajectory import Trajectory, Turn
 from forethought.bench.cpuload import CpuLoad
 from forethought.bench.lag import LagMonitor, percentile
 from forethought.bench.main import aggregate
@@ -18,6 +17,7 @@ from forethought.bench.metrics import ArmMetrics
 from forethought.bench.oracle import OraclePredictor
 from forethought.bench.verdict import BUSY_LAG_P99_MS, machine_busy, verdict
 from forethought.predictors.base import PredictionContext
+from forethought.predictors.trajectory import Trajectory, Turn
 
 A, B, C = ToolCall("a", {"x": 1}), ToolCall("b", {}), ToolCall("c", {"y": "z"})
 TRAJECTORY = Trajectory("t1", (Turn("first", ((A,), (B, C))), Turn("second", ((C,),))))
@@ -163,7 +163,7 @@ def test_the_verdict_says_when_and_where_speculation_backed_off() -> None:
 
 
 def test_the_bench_json_carries_a_reliability_table_merged_over_repeats() -> None:
-    from forethought._worth import ReliabilityRow
+    from forethought._core.pricing import ReliabilityRow
     from forethought.bench.reliability import merge_reliability
 
     one = [ReliabilityRow("pattern", 0.9, 1.0, 10, 0.95, 0.8, 0.82)]

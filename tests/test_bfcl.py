@@ -9,9 +9,7 @@ from collections import Counter
 import pytest
 
 from forethought import Effect, Runtime, ToolCall
-from forethought.errors import WorkloadError
-from forethought.sandbox.objects import ObjectState
-from forethought.workloads.bfcl import (
+from forethought.bench.workloads.bfcl import (
     DOMAINS,
     build_session,
     fingerprint_value,
@@ -23,7 +21,9 @@ from forethought.workloads.bfcl import (
     state_fingerprint,
     to_trajectory,
 )
-from forethought.workloads.latency import LatencyModel
+from forethought.bench.workloads.latency import LatencyModel
+from forethought.errors import WorkloadError
+from forethought.sandbox.objects import ObjectState
 
 ENTRIES = load_bfcl()
 BY_ID = {e.id: e for e in ENTRIES}

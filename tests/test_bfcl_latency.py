@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from forethought import Effect, Runtime, Tool
+from forethought.bench.workloads.bfcl import build_session, load_bfcl, state_fingerprint
+from forethought.bench.workloads.latency import LatencyModel, call_key_text, with_latency
 from forethought.sandbox.objects import ObjectState
-from forethought.workloads.bfcl import build_session, load_bfcl, state_fingerprint
-from forethought.workloads.latency import LatencyModel, call_key_text, with_latency
 
 
 def test_delay_is_deterministic_and_depends_on_the_call() -> None:

@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import FakeClock
-from forethought._breaker import CircuitBreaker, Outcome
-from forethought._policy import BreakerPolicy
+from forethought._core.breaker import CircuitBreaker, Outcome
+from forethought._core.policy import BreakerPolicy
 
 POLICY = BreakerPolicy(window=10, min_samples=4, max_waste_rate=0.5, max_error_rate=0.25, cooldown_s=30)
 

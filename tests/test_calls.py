@@ -11,15 +11,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from forethought._calls import (
+from forethought._core.calls import (
     ArgumentSpec,
     ToolCall,
     compile_arguments,
     dumps_canonical,
     parse_arguments_json,
 )
-from forethought._runtime import Runtime
-from forethought._tools import Effect, tool
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, tool
 from forethought.errors import CallError, InvalidArgumentsError, MalformedArgumentsJSONError, UnknownToolError
 
 SCHEMA: dict[str, Any] = {

@@ -7,7 +7,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._capacity import PriorityCapacity, SlotRequest
+from forethought._core.capacity import PriorityCapacity, SlotRequest
 
 
 def _requests(capacity: PriorityCapacity, specs: list[tuple[str, float]],

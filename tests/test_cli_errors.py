@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from forethought import Policy, ToolPolicy
-from forethought.agent import describe_unknown, unknown_policy_tools
+from forethought.agent.loop import describe_unknown, unknown_policy_tools
 from forethought.cli import app
 from forethought.errors import PolicyError
 

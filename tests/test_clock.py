@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from forethought._breaker import CircuitBreaker
-from forethought._calls import ToolCall
-from forethought._clock import SYSTEM_CLOCK, Clock, FakeClock, SystemClock
-from forethought._policy import BreakerPolicy, Policy
-from forethought._runtime import Runtime
-from forethought._tools import Effect, tool
+from forethought._core.breaker import CircuitBreaker
+from forethought._core.calls import ToolCall
+from forethought._core.clock import SYSTEM_CLOCK, Clock, FakeClock, SystemClock
+from forethought._core.policy import BreakerPolicy, Policy
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, tool
 from forethought.telemetry import Event, EventKind, Telemetry
 
 

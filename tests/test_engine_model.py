@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._calls import ToolCall
-from forethought._trajectory import Trajectory, Turn
+from forethought._core.calls import ToolCall
+from forethought.bench.engine_sim.cache import PrefixCache, count_tokens
+from forethought.bench.engine_sim.engine import EngineModel, TimingConfig
+from forethought.bench.engine_sim.model_server import ModelServer, SpeculatorConfig
+from forethought.bench.engine_sim.slots import BatchSlots
 from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import MessageDone
-from forethought.serve.engine import EngineModel, TimingConfig
-from forethought.serve.engine_cache import PrefixCache, count_tokens
-from forethought.serve.engine_slots import BatchSlots
+from forethought.predictors.trajectory import Trajectory, Turn
 from forethought.serve.http import serve_in_process
-from forethought.serve.model_server import ModelServer, SpeculatorConfig
 
 TOOLS = ({"type": "function", "function": {"name": "look", "parameters": {
     "type": "object", "properties": {"where": {"type": "string"}}, "required": ["where"]}}},)

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from forethought import Runtime
-from forethought._calls import ToolCall
-from forethought._policy import BreakerPolicy, Policy
-from forethought._runtime import Session
+from forethought._core.calls import ToolCall
+from forethought._core.policy import BreakerPolicy, Policy
+from forethought._core.runtime import Session
+from forethought.bench.workloads.bfcl import BfclEntry, build_session, load_bfcl, state_fingerprint
 from forethought.errors import ToolExecutionError
 from forethought.telemetry import EventKind
-from forethought.workloads.bfcl import BfclEntry, build_session, load_bfcl, state_fingerprint
 
 ENTRIES = load_bfcl("multi_turn_base")
 

@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from forethought._calls import ToolCall
-from forethought._clock import FakeClock
-from forethought._policy import BreakerPolicy, Policy
-from forethought._runtime import Runtime, Session
-from forethought._tools import Effect, PartialRule, Tool, tool
+from forethought._core.calls import ToolCall
+from forethought._core.clock import FakeClock
+from forethought._core.policy import BreakerPolicy, Policy
+from forethought._core.runtime import Runtime, Session
+from forethought._core.tools import Effect, PartialRule, Tool, tool
 from forethought.sandbox.objects import ObjectState
 
 POLICY = Policy(max_calls_per_turn=10_000, max_cost_per_turn=1e9, claim_wait_floor_s=5.0,

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evidence_fakes import Listed, Sampler, ctx, guess, tools
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 from forethought.predictors.base import SampleVotes, SamplingPredictor
 from forethought.predictors.model import ModelSpeculator
 
@@ -63,7 +63,7 @@ def test_revised_leaves_nonsense_alone(bad: float) -> None:
 # --- found in review ---------------------------------------------------------------------------------
 
 def test_a_running_guess_is_priced_by_what_it_can_still_hide_and_still_waste() -> None:
-    from forethought._worth import worth
+    from forethought._core.pricing import worth
 
     fresh = worth(0.9, 1.0, 0.0, 1.0, 0.1)
     assert fresh.value < 0  # a new guess with no time left hides nothing

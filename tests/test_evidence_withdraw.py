@@ -11,10 +11,10 @@ import pytest
 
 from conftest import Gate, settle, spin
 from evidence_fakes import NO_BACKOFF, tools
-from forethought._calls import ToolCall
-from forethought._policy import Policy
-from forethought._runtime import Runtime
-from forethought._tools import tool
+from forethought._core.calls import ToolCall
+from forethought._core.policy import Policy
+from forethought._core.runtime import Runtime
+from forethought._core.tools import tool
 from forethought.telemetry import EventKind
 
 
@@ -116,7 +116,7 @@ async def test_a_withdrawn_queued_guess_gives_its_turn_budget_back() -> None:
 # --- found in review ---------------------------------------------------------------------------------
 
 async def test_a_small_revision_late_in_the_step_keeps_a_running_guess() -> None:
-    from forethought._clock import FakeClock
+    from forethought._core.clock import FakeClock
 
     gate, ran, clock = Gate(), list[str](), FakeClock()
     runtime = Runtime(tools(gate, ran), NO_BACKOFF, clock=clock)

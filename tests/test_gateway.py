@@ -22,9 +22,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from forethought._calls import ToolCall
-from forethought._trajectory import Trajectory, Turn
+from forethought._core.calls import ToolCall
+from forethought.bench.engine_sim.model_server import ModelServer, SpeculatorConfig, TimingConfig
 from forethought.errors import StreamDroppedError, UpstreamError
+from forethought.gateway.app import Gateway, GatewayConfig
+from forethought.gateway.cache import CacheLimits
 from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import (
     LLMEvent,
@@ -35,10 +37,8 @@ from forethought.llm.events import (
     ToolResultServed,
 )
 from forethought.llm.tool_cache import SEGMENT_HEADER, TOKEN_HEADER, CachedOutput, CacheTarget, HttpToolCachePoster
-from forethought.serve.gateway import Gateway, GatewayConfig
-from forethought.serve.gateway_cache import CacheLimits
+from forethought.predictors.trajectory import Trajectory, Turn
 from forethought.serve.http import serve_in_process
-from forethought.serve.model_server import ModelServer, SpeculatorConfig, TimingConfig
 
 TOOLS = (
     {"type": "function", "function": {"name": "cd", "parameters": {

@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 
 from forethought import Effect, Policy, Runtime, Tool, ToolCall, tool
-from forethought._trajectory import Trajectory
-from forethought.agent import Agent
+from forethought.agent.loop import Agent
+from forethought.bench.engine_sim.model_server import ModelServer, SpeculatorConfig, TimingConfig
+from forethought.bench.workloads.bfcl_workload import BfclWorkload
 from forethought.errors import ForethoughtError
+from forethought.gateway.app import Gateway, GatewayConfig
 from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import (
     LLMEvent,
@@ -33,11 +35,9 @@ from forethought.llm.fake import FakeLLMClient, FakeRequest, Script, scripted_me
 from forethought.llm.tool_cache import CACHE_PATH_HEADER, RESPONSE_ID_HEADER, TOKEN_HEADER, RecordingPoster
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 from forethought.predictors.model import ModelSpeculator
+from forethought.predictors.trajectory import Trajectory
 from forethought.sandbox.objects import ObjectState
-from forethought.serve.gateway import Gateway, GatewayConfig
 from forethought.serve.http import serve_in_process
-from forethought.serve.model_server import ModelServer, SpeculatorConfig, TimingConfig
-from forethought.workloads.bfcl_workload import BfclWorkload
 
 HEADERS = {RESPONSE_ID_HEADER: "ftg-1", TOKEN_HEADER: "secret", CACHE_PATH_HEADER: "/cache-tool-output/ftg-1"}
 STARTED = ResponseStarted("ftg-1", HEADERS, "http://gateway/v1/chat/completions")

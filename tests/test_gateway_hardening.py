@@ -26,8 +26,8 @@ from starlette.routing import Route
 
 from forethought import Policy, ToolPolicy
 from forethought.errors import UpstreamError
+from forethought.gateway.app import Gateway, GatewayConfig, json_depth, probe_upstream
 from forethought.llm.tool_cache import TOKEN_HEADER
-from forethought.serve.gateway import Gateway, GatewayConfig, json_depth, probe_upstream
 from forethought.serve.http import ServerLimits, serve_in_process
 from forethought.serve.scripted import create_scripted_server, parse_script
 

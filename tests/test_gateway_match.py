@@ -1,12 +1,12 @@
-"""Properties of the gateway's all-or-nothing matching (:func:`forethought.serve.gateway_cache.match`)."""
+"""Properties of the gateway's all-or-nothing matching (:func:`forethought.gateway.cache.match`)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forethought._calls import ToolCall
-from forethought.serve.gateway_cache import CachedEntry, ResponseScope, match
+from forethought._core.calls import ToolCall
+from forethought.gateway.cache import CachedEntry, ResponseScope, match
 
 TOOLS = [{"type": "function", "name": name, "parameters": {
     "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}} for name in ("f", "g")]

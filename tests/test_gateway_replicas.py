@@ -27,12 +27,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 import redis_fixture
+from forethought.bench.engine_sim.model_server import ModelServer, SpeculatorConfig
+from forethought.gateway.app import Gateway, GatewayConfig
+from forethought.gateway.replicas import RedisScopeStore, create_replica
 from forethought.llm.events import MessageDone, ToolResultServed
 from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster
-from forethought.serve.gateway import Gateway, GatewayConfig
-from forethought.serve.gateway_replicas import RedisScopeStore, create_replica
 from forethought.serve.http import EventStream, serve_in_process
-from forethought.serve.model_server import ModelServer, SpeculatorConfig
 from forethought.serve.subprocess_server import serve_in_subprocess
 from forethought.stores.events import StoreEvent
 from forethought.stores.sealing import Sealer
@@ -326,7 +326,7 @@ def test_the_cli_checks_at_start_that_redis_answers(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("content", [b"short", b""])
 def test_a_short_secret_is_refused(tmp_path: Path, content: bytes) -> None:
-    from forethought.serve.gateway_replicas import load_secret
+    from forethought.gateway.replicas import load_secret
     from forethought.stores.errors import StoreError
 
     path = tmp_path / "secret"
@@ -336,7 +336,7 @@ def test_a_short_secret_is_refused(tmp_path: Path, content: bytes) -> None:
 
 
 async def test_the_entry_bound_of_a_response_holds_across_replicas(redis_url: str) -> None:
-    from forethought.serve.gateway_cache import CacheLimits
+    from forethought.gateway.cache import CacheLimits
 
     limits = CacheLimits(max_entries_per_response=2)
     async with gated() as (engine, upstream), \
@@ -349,7 +349,7 @@ async def test_the_entry_bound_of_a_response_holds_across_replicas(redis_url: st
 
 
 async def test_a_response_never_relayed_to_its_end_is_forgotten_after_its_maximum_life(redis_url: str) -> None:
-    from forethought.serve.gateway_cache import ToolOutputCache
+    from forethought.gateway.cache import ToolOutputCache
 
     clock = Clock()
     store = RedisScopeStore.from_url(redis_url, SECRET, clock=clock, max_response_s=60.0)

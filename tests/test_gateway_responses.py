@@ -25,6 +25,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import redis_fixture
+from forethought.gateway.app import Gateway, GatewayConfig
+from forethought.gateway.responses import RESULT_EVENT
 from forethought.llm.tool_cache import (
     CACHE_CLIENT_HEADER,
     CACHE_CLIENT_VALUE,
@@ -36,8 +38,6 @@ from forethought.llm.tool_cache import (
     CacheTarget,
     HttpToolCachePoster,
 )
-from forethought.serve.gateway import Gateway, GatewayConfig
-from forethought.serve.gateway_responses import RESULT_EVENT
 from forethought.serve.http import EventStream, serve_in_process
 from forethought.serve.scripted import create_scripted_server, parse_script
 

@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from forethought._calls import ToolCall
-from forethought._trajectory import Trajectory, Turn
+from forethought._core.calls import ToolCall
+from forethought.bench.engine_sim.model_server import ModelServer, SpeculatorConfig, TimingConfig
 from forethought.errors import StreamDroppedError, UpstreamError
 from forethought.llm.chat import OpenAIChatClient, ToolCallAssembler
 from forethought.llm.events import (
@@ -25,8 +25,8 @@ from forethought.llm.events import (
     ToolCallClosed,
     ToolCallStarted,
 )
+from forethought.predictors.trajectory import Trajectory, Turn
 from forethought.serve.http import serve_in_process
-from forethought.serve.model_server import ModelServer, SpeculatorConfig, TimingConfig
 
 TOOLS = (
     {"type": "function", "function": {"name": "ls", "parameters": {

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forethought import ToolPolicy
-from forethought._tools import Effect
+from forethought._core.tools import Effect
 from forethought.mcp.effects import (
     McpPolicy,
     ProxySettings,

@@ -21,8 +21,8 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install '
 
 from mcp import ClientSession
 
-from forethought._calls import ToolCall
-from forethought._runtime import Runtime
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Runtime
 from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.proxy import Proxy
 from forethought.mcp.speculation import SessionSpeculator, payload_of

@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
 
-from forethought._calls import ToolCall
-from forethought._tools import Effect
+from forethought._core.calls import ToolCall
+from forethought._core.tools import Effect
 from forethought.mcp.effects import McpPolicy, ProxySettings, ServerPolicy, ValidatorSpec, policy_from_data
 from forethought.mcp.errors import McpPolicyError
 from forethought.mcp.proxy import Proxy

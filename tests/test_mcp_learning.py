@@ -13,8 +13,8 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install '
 
 from mcp_types import JSONRPCRequest
 
-from forethought._calls import ToolCall
-from forethought._runtime import Runtime
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Runtime
 from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.speculation import CallReport, SessionSpeculator
 from forethought.mcp.upstream import Answer, UpstreamLink

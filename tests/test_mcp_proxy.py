@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp.shared.message import SessionMessage  # noqa: E402
 
 from forethought import ToolPolicy  # noqa: E402
-from forethought._tools import Effect  # noqa: E402
+from forethought._core.tools import Effect  # noqa: E402
 from forethought.mcp.effects import McpPolicy, ServerPolicy  # noqa: E402
 from forethought.mcp.proxy import Proxy, ProxyConfig  # noqa: E402
 from forethought.mcp.stats import ProxyStats  # noqa: E402

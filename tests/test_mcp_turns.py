@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
 
 from forethought import ToolPolicy
-from forethought._calls import ToolCall
-from forethought._tools import Effect
+from forethought._core.calls import ToolCall
+from forethought._core.tools import Effect
 from forethought.errors import PolicyError
 from forethought.mcp.effects import McpPolicy, ProxySettings, ServerPolicy, policy_from_data
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor

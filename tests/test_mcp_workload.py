@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (make installs it)")
 
-from forethought.workloads.bfcl import load_bfcl
-from forethought.workloads.mcp_bfcl import measured_read_only, tool_entries
+from forethought.bench.workloads.bfcl import load_bfcl
+from forethought.bench.workloads.mcp_bfcl import measured_read_only, tool_entries
 
 
 def test_read_only_means_never_changed_state_in_the_ground_truth() -> None:

@@ -13,19 +13,19 @@ from typing import Any
 import openai
 import pytest
 
-from forethought._calls import ToolCall
-from forethought._trajectory import Trajectory, Turn
-from forethought.errors import UpstreamError, WorkloadError
-from forethought.llm.chat import OpenAIChatClient
-from forethought.llm.events import LLMEvent, MessageDone, TextDelta, ToolCallClosed
-from forethought.serve.http import serve_in_process
-from forethought.serve.model_server import (
+from forethought._core.calls import ToolCall
+from forethought.bench.engine_sim.model_server import (
     ModelServer,
     SpeculatorConfig,
     TimingConfig,
     count_tokens,
     create_model_server,
 )
+from forethought.errors import UpstreamError, WorkloadError
+from forethought.llm.chat import OpenAIChatClient
+from forethought.llm.events import LLMEvent, MessageDone, TextDelta, ToolCallClosed
+from forethought.predictors.trajectory import Trajectory, Turn
+from forethought.serve.http import serve_in_process
 
 TOOLS = (
     {"type": "function", "function": {"name": "cd", "parameters": {

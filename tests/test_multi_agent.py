@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from forethought._trajectory import Trajectory, Turn
 from forethought.bench.main import BenchConfig
 from forethought.bench.multi_agent import ARMS, MultiAgentParams, run_multi_agent, tasks_for
 from forethought.errors import ForethoughtError
-from forethought.serve.gateway import GatewayConfig, create_gateway
+from forethought.gateway.app import GatewayConfig, create_gateway
+from forethought.predictors.trajectory import Trajectory, Turn
 from forethought.serve.subprocess_server import serve_in_subprocess
 
 TINY = MultiAgentParams(slots=2, cache_tokens=60_000, time_scale=0.01, processes=False, post_wait_s=1.0)

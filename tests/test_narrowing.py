@@ -13,13 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import Gate, spin
-from forethought._calls import ToolCall
-from forethought._policy import Policy
-from forethought._runtime import Runtime
-from forethought._tools import Effect, tool
-from forethought.feed import GuessFeed
+from forethought._core.calls import ToolCall
+from forethought._core.policy import Policy
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, tool
+from forethought.agent.feed import GuessFeed
+from forethought.agent.narrowing import STREAM_SUFFIX, fits, parse_partial
 from forethought.llm.events import ToolCallArgumentsDelta, ToolCallStarted
-from forethought.narrowing import STREAM_SUFFIX, fits, parse_partial
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 from forethought.telemetry import EventKind
 
@@ -255,7 +255,7 @@ async def test_a_fragment_for_a_call_never_started_is_ignored() -> None:
 # --- through the agent -------------------------------------------------------------------------------
 
 async def test_the_agent_feeds_its_stream_to_narrowing_and_the_revived_guess_serves_the_call() -> None:
-    from forethought.agent import Agent
+    from forethought.agent.loop import Agent
     from forethought.llm.fake import FakeLLMClient, scripted_message
 
     def agent_tools(ran: list[str]) -> list[Any]:
@@ -292,7 +292,7 @@ async def test_the_agent_feeds_its_stream_to_narrowing_and_the_revived_guess_ser
 
 async def test_a_long_argument_streamed_a_character_at_a_time_is_parsed_a_bounded_number_of_times(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import forethought.narrowing as narrowing
+    import forethought.agent.narrowing as narrowing
 
     parsed: list[int] = []
     real = narrowing.parse_partial

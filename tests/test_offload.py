@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forethought import OffloadedPredictor, PredictorError
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor
 from forethought.predictors.offload import UNPROVEN_DEATHS
 from forethought.predictors.patterns.predictor import PatternPredictor
@@ -304,7 +304,7 @@ async def test_checkpoints_shorten_the_replay_and_lose_nothing() -> None:
 
 
 async def test_chained_predictions_come_from_the_worker(pair: tuple[PatternPredictor, OffloadedPredictor]) -> None:
-    from forethought.feed import AsyncChainingPredictor
+    from forethought.agent.feed import AsyncChainingPredictor
 
     local, remote = pair
     assert isinstance(remote, AsyncChainingPredictor)

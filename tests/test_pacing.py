@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import FakeClock, spin
+from forethought.agent.pacing import ReturnPacer
 from forethought.llm.events import LLMEvent, TextDelta
-from forethought.pacing import ReturnPacer
 
 
 def test_rising_time_to_first_token_shrinks_the_limit_and_steady_grows_it() -> None:

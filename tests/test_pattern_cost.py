@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 from forethought.predictors.patterns.counts import Counts, wilson_lower
 from forethought.predictors.patterns.derive_rules import Rule, Sources

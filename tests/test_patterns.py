@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._calls import ToolCall
-from forethought._trajectory import Trajectory, Turn
+from forethought._core.calls import ToolCall
 from forethought.predictors.base import ObservedCall, PredictionContext, Predictor
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
 from forethought.predictors.patterns.replay import (
@@ -21,6 +20,7 @@ from forethought.predictors.patterns.replay import (
     train,
 )
 from forethought.predictors.patterns.store import MemoryPatternStore, tool_set_fingerprint
+from forethought.predictors.trajectory import Trajectory, Turn
 
 OBJECT = {"type": "object", "properties": {}}
 PATH = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}

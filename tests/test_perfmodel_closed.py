@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forethought.perfmodel import (
+from forethought.bench.perfmodel import (
     SPEEDUP_SUPREMUM,
     SpecParams,
     efficiency,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from forethought.perfmodel import ModelCommandParams, engine_times, run_model_command, speedup
-from forethought.perfmodel.heatmaps import engine_grid, plot_speedup_heatmaps, speedup_grid
+from forethought.bench.perfmodel import ModelCommandParams, engine_times, run_model_command, speedup
+from forethought.bench.perfmodel.heatmaps import engine_grid, plot_speedup_heatmaps, speedup_grid
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SMALL = ModelCommandParams(agents=(1, 4), turns=3, tasks_per_agent=1, alphas=(0.5, 1.0))

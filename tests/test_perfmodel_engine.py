@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forethought.perfmodel import SPEEDUP_SUPREMUM, EngineParams, arm_times, engine_times, speculative_time
-from forethought.perfmodel.command import ModelCommandParams
-from forethought.perfmodel.engine import engine_params_of
-from forethought.perfmodel.simulator import SimConfig
+from forethought.bench.perfmodel import SPEEDUP_SUPREMUM, EngineParams, arm_times, engine_times, speculative_time
+from forethought.bench.perfmodel.command import ModelCommandParams
+from forethought.bench.perfmodel.engine import engine_params_of
+from forethought.bench.perfmodel.simulator import SimConfig
 
 alphas = st.floats(min_value=0.0, max_value=1.0)
 seconds = st.floats(min_value=0.0, max_value=100.0)

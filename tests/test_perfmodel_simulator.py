@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought.perfmodel import Arm, SimConfig, engine_times, simulate, simulate_arms, standard_time, time_saved
+from forethought.bench.perfmodel import Arm, SimConfig, engine_times, simulate, simulate_arms, standard_time, time_saved
 
 FEW_PERCENT = 0.03
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 from forethought.predictors.base import Prediction, PredictionContext
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.predictors.patterns.replay import train
@@ -26,7 +26,7 @@ from forethought.bench.predict_eval import (
     run_predict_eval,
     write_misses,
 )
-from forethought.workloads.bfcl import load_bfcl, split_interleaved
+from forethought.bench.workloads.bfcl import load_bfcl, split_interleaved
 
 
 def _p(name: str, executable: bool = True, confidence: float = 0.5, **arguments: object) -> Prediction:
@@ -74,8 +74,8 @@ def test_recorded_outputs_come_from_the_backends() -> None:
 
 
 async def test_recording_through_the_runtime_matches_direct_recording() -> None:
-    from forethought.workloads.bfcl import to_trajectory
-    from forethought.workloads.bfcl_workload import BfclWorkload
+    from forethought.bench.workloads.bfcl import to_trajectory
+    from forethought.bench.workloads.bfcl_workload import BfclWorkload
 
     workload = BfclWorkload()
     entries = {e.id: e for e in load_bfcl()}

@@ -10,15 +10,15 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from forethought import Policy, ToolPolicy
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 from forethought.predictors.base import Prediction
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.predictors.patterns.replay import train
 
 pytest.importorskip("bfcl_eval", reason="the BFCL evaluation needs bfcl-eval installed")
 from forethought.bench.predict_eval import admitted, evaluate, record_bfcl
+from forethought.bench.workloads.bfcl import load_bfcl, split_interleaved
 from forethought.cli import app
-from forethought.workloads.bfcl import load_bfcl, split_interleaved
 
 NAMES = ("ls", "cd", "cat")
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from conftest import spin
-from forethought._calls import ToolCall
-from forethought._policy import Policy, ToolPolicy
-from forethought._pressure import FixedPressure
-from forethought._runtime import Runtime
-from forethought._tools import Effect, Tool, tool
+from forethought._core.calls import ToolCall
+from forethought._core.policy import Policy, ToolPolicy
+from forethought._core.pressure import FixedPressure
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, Tool, tool
 from forethought.errors import ToolDefinitionError
 from forethought.telemetry import EventKind
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from conftest import settle
-from forethought._calls import ToolCall, parse_arguments_json
-from forethought._policy import Policy, ToolPolicy, policy_from_mapping
-from forethought._runtime import Runtime, SettledSpeculation
-from forethought._tools import Effect, Tool, tool
+from forethought._core.calls import ToolCall, parse_arguments_json
+from forethought._core.policy import Policy, ToolPolicy, policy_from_mapping
+from forethought._core.runtime import Runtime, SettledSpeculation
+from forethought._core.tools import Effect, Tool, tool
 from forethought.errors import ForethoughtError
 from forethought.sandbox.objects import ObjectState
 from forethought.telemetry import Event, key_hash

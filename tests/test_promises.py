@@ -12,10 +12,10 @@ import threading
 from typing import Any
 
 from conftest import FakeClock, Gate, settle, spin
-from forethought._calls import ToolCall
-from forethought._policy import Policy, ToolPolicy
-from forethought._runtime import Runtime, SettledSpeculation
-from forethought._tools import Effect, PartialRule, Tool, tool
+from forethought._core.calls import ToolCall
+from forethought._core.policy import Policy, ToolPolicy
+from forethought._core.runtime import Runtime, SettledSpeculation
+from forethought._core.tools import Effect, PartialRule, Tool, tool
 from forethought.sandbox.objects import ObjectState
 
 # --- 1. result isolation ---------------------------------------------------------------------------

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from conftest import PHASE, ExecLog, FakeClock, Gate, settle, speculate_marked, spin
-from forethought._breaker import CircuitBreaker
-from forethought._calls import ToolCall
-from forethought._policy import BreakerPolicy, Policy, ToolPolicy
-from forethought._runtime import Runtime
-from forethought._tools import Effect, PartialRule, tool
+from forethought._core.breaker import CircuitBreaker
+from forethought._core.calls import ToolCall
+from forethought._core.policy import BreakerPolicy, Policy, ToolPolicy
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, PartialRule, tool
 from forethought.errors import CallError, PolicyError, ToolExecutionError
 from forethought.telemetry import Event, EventKind
 

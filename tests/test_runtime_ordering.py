@@ -7,10 +7,10 @@ import asyncio
 from typing import Any
 
 from conftest import Gate, spin
-from forethought._calls import ToolCall
-from forethought._ordering import CallOrder
-from forethought._runtime import Runtime, Session
-from forethought._tools import Effect, Tool, tool
+from forethought._core.calls import ToolCall
+from forethought._core.ordering import CallOrder
+from forethought._core.runtime import Runtime, Session
+from forethought._core.tools import Effect, Tool, tool
 
 
 def gated_tools(order: list[str], gates: dict[str, Gate]) -> list[Tool]:

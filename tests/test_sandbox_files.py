@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from forethought import Effect, Runtime, Tool, ToolCall
-from forethought._tools import Snapshot, StateCell
+from forethought._core.tools import Snapshot, StateCell
 from forethought.errors import SnapshotError
 from forethought.sandbox.files import FileWorkspace, scan
 

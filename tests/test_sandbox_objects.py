@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from forethought import Effect, Runtime, Tool, ToolCall
-from forethought._tools import Snapshot, StateCell
+from forethought._core.tools import Snapshot, StateCell
 from forethought.errors import SnapshotError
 from forethought.sandbox.objects import LazyTarget, ObjectState, resolve_target
 

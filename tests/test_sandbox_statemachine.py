@@ -1,6 +1,6 @@
 """Random interleavings of speculations and authoritative calls never make live state diverge from serial.
 
-Hypothesis state machines drive a real :class:`~forethought._runtime.Session` over both sandbox kinds: an
+Hypothesis state machines drive a real :class:`~forethought._core.runtime.Session` over both sandbox kinds: an
 :class:`ObjectState` holding a dict (eager and lazy snapshots, async tools that yield before touching state)
 and a :class:`FileWorkspace` (write / append / delete / read file tools). Speculations are right (the call
 about to be executed), wrong (another call) and overlapping (several in flight, claimed queued, running or
@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from forethought import Effect, Runtime, Tool, ToolCall
-from forethought._policy import BreakerPolicy, Policy
-from forethought._runtime import Session
+from forethought._core.policy import BreakerPolicy, Policy
+from forethought._core.runtime import Session
 from forethought.sandbox.files import FileWorkspace
 from forethought.sandbox.objects import ObjectState, resolve_target
 

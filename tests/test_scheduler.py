@@ -6,8 +6,8 @@ import asyncio
 import threading
 
 from conftest import Gate, spin
-from forethought._policy import Policy
-from forethought._scheduler import Scheduler, TurnBudget, maybe_await
+from forethought._core.policy import Policy
+from forethought._core.scheduler import Scheduler, TurnBudget, maybe_await
 
 
 def test_turn_budget_counts_calls_and_cost() -> None:

@@ -8,8 +8,8 @@ import dataclasses
 from typing import Any
 
 from forethought import Agent, Effect, FakeLLMClient, Runtime, ToolCall, scripted_message, tool
-from forethought._clock import FakeClock
-from forethought._shared import MemoryShared
+from forethought._core.clock import FakeClock
+from forethought._core.shared import MemoryShared
 from forethought.llm.fake import FakeRequest
 from forethought.predictors.base import Prediction, PredictionContext
 from forethought.stores.results import MemorySharedResults

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from forethought._calls import ToolCall
-from forethought._clock import FakeClock
-from forethought._store import Entry, SpeculationStore
-from forethought._tools import Effect, Tool
+from forethought._core.calls import ToolCall
+from forethought._core.clock import FakeClock
+from forethought._core.store import Entry, SpeculationStore
+from forethought._core.tools import Effect, Tool
 
 
 def make_entry(key: str, tool: Tool, expires: float = 100.0) -> Entry:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forethought import Effect, Policy, Runtime, ToolCall, tool
-from forethought._clock import FakeClock
+from forethought._core.clock import FakeClock
 from forethought.errors import ToolDefinitionError
 from forethought.stores.errors import StoreIntegrityError
 from forethought.stores.events import StoreEvent

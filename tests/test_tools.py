@@ -9,9 +9,9 @@ from typing import Any, Literal, Optional
 import pytest
 
 from conftest import FakeState, settle
-from forethought._calls import ToolCall
-from forethought._runtime import Runtime
-from forethought._tools import Effect, Tool, ToolRegistry, schema_from_signature, tool
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, Tool, ToolRegistry, schema_from_signature, tool
 from forethought.errors import InvalidArgumentsError, ToolDefinitionError, UnknownToolError
 
 

@@ -21,14 +21,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from forethought._calls import ToolCall
-from forethought._trajectory import Trajectory, Turn
+from forethought._core.calls import ToolCall
+from forethought.bench.vllm.forced import FORCED_ARG, call_text, forced_ids, next_forced
+from forethought.bench.vllm.pin import PinnedStep, Position, pin_body, pin_forced_body
+from forethought.bench.vllm.replay import ReplayProxy
 from forethought.engines.vllm.chat import EngineChat, ReplayPinner, continuation_chunk
-from forethought.engines.vllm.forced import FORCED_ARG, call_text, forced_ids, next_forced
-from forethought.engines.vllm.pin import PinnedStep, Position, pin_body, pin_forced_body
-from forethought.engines.vllm.replay import ReplayProxy
 from forethought.errors import WorkloadError
-from forethought.serve.gateway import Gateway
+from forethought.gateway.app import Gateway
+from forethought.predictors.trajectory import Trajectory, Turn
 from forethought.serve.http import serve_in_process
 
 TOOLS = ({"type": "function", "function": {"name": "cd", "parameters": {
@@ -159,7 +159,7 @@ async def test_the_engine_endpoint_refuses_what_it_cannot_serve() -> None:
 
 
 def test_the_vllm_bench_runs_serial_and_known_arms_only() -> None:
-    from forethought.bench.vllm_bench import ALL_ARMS, ARMS, VllmBenchParams
+    from forethought.bench.vllm.bench import ALL_ARMS, ARMS, VllmBenchParams
 
     assert VllmBenchParams().arms == ARMS and "engine-relay" in ALL_ARMS and "engine-relay" not in ARMS
     assert VllmBenchParams(arms=("serial", "engine-relay")).arms == ("serial", "engine-relay")

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from forethought.bench.vllm_bench import _cpu_list
-from forethought.engines.vllm.server import VllmConfig, _env, locate
+from forethought.bench.vllm.bench import _cpu_list
+from forethought.bench.vllm.server import VllmConfig, _env, locate
 
 
 def test_the_engine_cpus_reach_vllms_openmp_binding() -> None:

@@ -1,6 +1,6 @@
 """A real vLLM (CPU build, tiny random model built here) against forethought's client, agent, replay and plugin.
 
-One server for the whole module (started by :class:`~forethought.engines.vllm.server.VllmServer` with the
+One server for the whole module (started by :class:`~forethought.bench.vllm.server.VllmServer` with the
 endpoint plugin, stopped by its PID at the end). Skips, with the reason, where ``make vllm-venv`` could not
 build the venv. What is checked against vLLM's real streams: tool-call fragments reassembled and closed
 mid-stream, parallel calls by index, finish reasons, the usage chunk; BFCL trajectories replayed through the
@@ -19,13 +19,12 @@ from typing import Any
 import httpx2
 import pytest
 
-from forethought._calls import ToolCall
-from forethought._runtime import Runtime
-from forethought._trajectory import Trajectory, Turn
-from forethought.agent import Agent
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Runtime
+from forethought.agent.loop import Agent
 from forethought.bench.runner import converse
-from forethought.engines.vllm import metrics
-from forethought.engines.vllm.pin import (
+from forethought.bench.vllm import metrics
+from forethought.bench.vllm.pin import (
     PinnedStep,
     Position,
     call_token_budget,
@@ -33,9 +32,8 @@ from forethought.engines.vllm.pin import (
     pin_body,
     pinned_schema,
 )
-from forethought.engines.vllm.plugin import ENGINE_PREFIX, PREFIX, REPLAY_ENV, SESSION_PROBE_ENV, SESSION_ROUTE
-from forethought.engines.vllm.replay import ReplayProxy
-from forethought.engines.vllm.server import (
+from forethought.bench.vllm.replay import ReplayProxy
+from forethought.bench.vllm.server import (
     MODEL_NAME,
     EngineUnavailable,
     VllmConfig,
@@ -43,6 +41,9 @@ from forethought.engines.vllm.server import (
     free_port,
     locate,
 )
+from forethought.bench.workloads.bfcl_workload import BfclWorkload
+from forethought.engines.vllm.plugin import ENGINE_PREFIX, PREFIX, REPLAY_ENV, SESSION_PROBE_ENV, SESSION_ROUTE
+from forethought.gateway.responses import RESULT_EVENT as RESPONSES_RESULT_EVENT
 from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import (
     MessageDone,
@@ -55,9 +56,8 @@ from forethought.llm.events import (
 )
 from forethought.llm.responses import OpenAIResponsesClient, to_responses_tools
 from forethought.llm.tool_cache import CACHE_CLIENT_HEADER, SEGMENT_HEADER, TOKEN_HEADER, CacheTarget
-from forethought.serve.gateway_responses import RESULT_EVENT as RESPONSES_RESULT_EVENT
+from forethought.predictors.trajectory import Trajectory, Turn
 from forethought.serve.http import serve_in_process
-from forethought.workloads.bfcl_workload import BfclWorkload
 
 POST_WAIT_S = 3.0
 """The plugin's wait for posts: long enough for this test to post after the response started."""

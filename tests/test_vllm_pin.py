@@ -18,10 +18,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from forethought._calls import ToolCall
-from forethought._trajectory import Trajectory, Turn
-from forethought.engines.vllm.metrics import EngineCounters, parse
-from forethought.engines.vllm.pin import (
+from forethought._core.calls import ToolCall
+from forethought.bench.vllm.metrics import EngineCounters, parse
+from forethought.bench.vllm.pin import (
     PinnedStep,
     Position,
     canonical,
@@ -31,13 +30,14 @@ from forethought.engines.vllm.pin import (
     pinned_schema,
     single_call_steps,
 )
+from forethought.bench.vllm.replay import ReplayProxy
+from forethought.bench.vllm.server import EngineUnavailable, VllmConfig, locate, serve_command
 from forethought.engines.vllm.plugin import ENGINE_CHAT_ROUTE, ENGINE_PREFIX, PREFIX, ToolCachePlugin
-from forethought.engines.vllm.replay import ReplayProxy
-from forethought.engines.vllm.server import EngineUnavailable, VllmConfig, locate, serve_command
 from forethought.errors import UpstreamError, WorkloadError
+from forethought.gateway.app import CACHE_ROUTE
 from forethought.llm.chat import OpenAIChatClient
 from forethought.llm.events import MessageDone, ToolCallClosed
-from forethought.serve.gateway import CACHE_ROUTE
+from forethought.predictors.trajectory import Trajectory, Turn
 from forethought.serve.http import serve_in_process
 
 TOOLS = ({"type": "function", "function": {"name": "cd", "parameters": {
@@ -298,10 +298,10 @@ def test_a_missing_vllm_venv_is_reported_with_the_way_to_build_it(tmp_path: Any)
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "8123"
     assert {"--enable-prefix-caching", "--enable-auto-tool-choice", "--enforce-eager"} <= set(argv)
     assert argv[argv.index("--tool-call-parser") + 1] == "hermes"
-    assert argv[argv.index("--logits-processors") + 1] == "forethought.engines.vllm.forced:ForcedTokens"
+    assert argv[argv.index("--logits-processors") + 1] == "forethought.bench.vllm.forced:ForcedTokens"
     assert "--kv-cache-memory-bytes" not in argv
     small = serve_command(VllmConfig(venv=tmp_path, kv_cache_bytes=64 << 20), 8123)
     assert small[small.index("--kv-cache-memory-bytes") + 1] == str(64 << 20)
-    from forethought.engines.vllm.server import _env  # vLLM's CPU platform lets this variable override the option
+    from forethought.bench.vllm.server import _env  # vLLM's CPU platform lets this variable override the option
     assert _env(VllmConfig(venv=tmp_path))["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert "VLLM_CPU_KVCACHE_SPACE" not in _env(VllmConfig(venv=tmp_path, kv_cache_bytes=64 << 20))

@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import Gate, settle, spin
-from forethought._calls import ToolCall
-from forethought._policy import Policy
-from forethought._runtime import Runtime
-from forethought._tools import Effect, tool
-from forethought._worth import BINS, Calibration, worth
+from forethought._core.calls import ToolCall
+from forethought._core.policy import Policy
+from forethought._core.pricing import BINS, Calibration, worth
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, tool
 from forethought.telemetry import EventKind
 
 

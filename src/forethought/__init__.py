@@ -7,12 +7,12 @@ and may move between releases.
 
 from typing import TYPE_CHECKING
 
-from forethought._calls import ToolCall
-from forethought._clock import Clock, FakeClock, SystemClock
-from forethought._policy import Policy, ToolPolicy, load_policy
-from forethought._runtime import Runtime, Session
-from forethought._store import CallOutcome, SpeculationTicket
-from forethought._tools import Effect, PartialRule, StateCell, Tool, tool
+from forethought._core.calls import ToolCall
+from forethought._core.clock import Clock, FakeClock, SystemClock
+from forethought._core.policy import Policy, ToolPolicy, load_policy
+from forethought._core.runtime import Runtime, Session
+from forethought._core.store import CallOutcome, SpeculationTicket
+from forethought._core.tools import Effect, PartialRule, StateCell, Tool, tool
 from forethought._version import __version__
 from forethought.errors import (
     CallError,
@@ -34,7 +34,8 @@ from forethought.sandbox import FileWorkspace, ObjectState
 from forethought.telemetry import EventKind, SessionStats, Telemetry
 
 if TYPE_CHECKING:
-    from forethought.agent import Agent, AgentResult, AgentStream, StepTiming, ToolRecord
+    from forethought.agent.loop import Agent, AgentResult, AgentStream, StepTiming, ToolRecord
+    from forethought.agent.pacing import ReturnPacer
     from forethought.code import CodeExecutor, CodePredictor, ExecResult, PlainExecutor, ShadowLimits
     from forethought.code.harness import PythonTool
     from forethought.llm import (
@@ -45,19 +46,18 @@ if TYPE_CHECKING:
         OpenAIResponsesClient,
         scripted_message,
     )
-    from forethought.pacing import ReturnPacer
     from forethought.predictors import ModelSpeculator, ObservedCall, Prediction, PredictionContext, Predictor
     from forethought.predictors.offload import OffloadedPredictor
     from forethought.predictors.patterns import PatternConfig, PatternPredictor
     from forethought.serve.scripted import serve_scripted
 
 _LAZY = {
-    **dict.fromkeys(("Agent", "AgentResult", "AgentStream", "StepTiming", "ToolRecord"), "forethought.agent"),
+    **dict.fromkeys(("Agent", "AgentResult", "AgentStream", "StepTiming", "ToolRecord"), "forethought.agent.loop"),
     **dict.fromkeys(("CodeExecutor", "CodePredictor", "ExecResult", "PlainExecutor", "ShadowLimits"),
                     "forethought.code"),
     "PythonTool": "forethought.code.harness",
     "OffloadedPredictor": "forethought.predictors.offload",
-    "ReturnPacer": "forethought.pacing",
+    "ReturnPacer": "forethought.agent.pacing",
     **dict.fromkeys(("AnthropicMessagesClient", "FakeLLMClient", "LLMClient", "OpenAIChatClient",
                      "OpenAIResponsesClient", "scripted_message"), "forethought.llm"),
     **dict.fromkeys(("ModelSpeculator", "ObservedCall", "Prediction", "PredictionContext", "Predictor"),

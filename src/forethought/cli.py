@@ -22,7 +22,7 @@ except ImportError as missing:  # the library installed without its command line
     print(f"error: the forethought command needs {missing.name}: pip install 'forethought[cli]'", file=sys.stderr)
     raise SystemExit(2) from None
 
-from forethought._policy import Policy, load_policy
+from forethought._core.policy import Policy, load_policy
 from forethought._version import __version__
 from forethought.errors import ForethoughtError
 from forethought.mcp.cli import app as mcp_proxy_app
@@ -81,7 +81,7 @@ def _check_policy_tools(config: Any) -> None:
     """Warn (one line on stderr) about policy tool names that no tool of the workload has."""
     if not config.policy.tools:
         return
-    from forethought.agent import describe_unknown, unknown_policy_tools
+    from forethought.agent.loop import describe_unknown, unknown_policy_tools
     from forethought.bench.main import make_workload
 
     loaded = make_workload(config)
@@ -167,7 +167,7 @@ def bench(
     elif engine == "vllm":
         from dataclasses import replace
 
-        from forethought.bench.vllm_bench import VllmBenchParams, run_vllm_bench
+        from forethought.bench.vllm.bench import VllmBenchParams, run_vllm_bench
 
         config = replace(config, time_scale=time_scale if time_scale is not None else 0.3)
         doc = _run(lambda: run_vllm_bench(config, agent_counts, tasks_per_agent, VllmBenchParams(repeats=repeats),
@@ -186,7 +186,7 @@ def bench(
 
         doc = _run(lambda: run_paper_table(config, console, json_path))
     elif workload == "mcp":
-        from forethought.bench.mcp.runner import run_mcp_bench
+        from forethought.bench.mcp.command import run_mcp_bench
 
         if mcp_suite not in ("bfcl", "repo", "both"):
             raise typer.BadParameter("mcp-suite must be bfcl, repo or both")
@@ -225,9 +225,9 @@ def serve_model(
         = None,
 ) -> None:
     """Run the simulated engine until interrupted: workload trajectories, or a script of your own responses."""
+    from forethought.bench.engine_sim.model_server import SpeculatorConfig, create_model_server
     from forethought.bench.main import BenchConfig, _timing, make_workload
     from forethought.serve.http import serve_forever
-    from forethought.serve.model_server import SpeculatorConfig, create_model_server
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise typer.BadParameter("the simulated engine binds loopback only")
@@ -284,8 +284,8 @@ def gateway(
     """Run the engine-side tool-cache gateway in front of an OpenAI-compatible engine."""
     import logging
 
-    from forethought.serve.gateway import GatewayConfig, create_gateway, probe_upstream
-    from forethought.serve.gateway_cache import CacheLimits
+    from forethought.gateway.app import GatewayConfig, create_gateway, probe_upstream
+    from forethought.gateway.cache import CacheLimits
     from forethought.serve.http import ServerLimits, serve_forever
 
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -302,7 +302,7 @@ def gateway(
                            body_timeout_s=body_timeout_s, max_line_bytes=max_line_bytes)
     store = None
     if redis is not None:
-        from forethought.serve.gateway_replicas import RedisScopeStore, load_secret
+        from forethought.gateway.replicas import RedisScopeStore, load_secret
         from forethought.stores.errors import StoreError
 
         if secret_file is None:
@@ -370,7 +370,7 @@ def model(
     json_path: JsonOption = None,
 ) -> None:
     """Closed-form and simulated speedups (Lemma 1, engine-side formula, heatmaps)."""
-    from forethought.perfmodel import ModelCommandParams, run_model_command
+    from forethought.bench.perfmodel import ModelCommandParams, run_model_command
 
     try:
         params = ModelCommandParams(

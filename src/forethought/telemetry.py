@@ -26,15 +26,20 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from forethought._clock import SYSTEM_CLOCK, Clock
-
 _log = logging.getLogger(__name__)
+
+
+class MonotonicClock(Protocol):
+    """What telemetry reads time from: any clock with ``monotonic()`` (the runtime passes its own)."""
+
+    def monotonic(self) -> float: ...
+
 _go_float: Callable[[float], str] = floatToGoString
 
 
@@ -200,8 +205,8 @@ class _Collector:
 class Telemetry:
     """Event bus plus Prometheus metrics for one runtime; event times are read from ``clock``."""
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK, secret: bytes | None = None) -> None:
-        self._now = clock.monotonic
+    def __init__(self, clock: MonotonicClock | None = None, secret: bytes | None = None) -> None:
+        self._now = clock.monotonic if clock is not None else time.monotonic
         self._secret = secret if secret is not None else os.urandom(KEY_SECRET_BYTES)
         self._subscribers: list[Subscriber] = []
         self.by_tool: dict[tuple[EventKind, str], int] = {}

@@ -22,9 +22,9 @@ from typing import Any
 
 import openai
 
-from forethought._runtime import Runtime, Session
-from forethought._tools import Effect, Tool, tool
-from forethought.agent import Agent
+from forethought._core.runtime import Runtime, Session
+from forethought._core.tools import Effect, Tool, tool
+from forethought.agent.loop import Agent
 from forethought.bench.report import document, write_json
 from forethought.integrations.tap import tap
 from forethought.serve.scripted import serve_scripted

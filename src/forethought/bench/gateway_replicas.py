@@ -33,9 +33,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from forethought.bench.report import document, write_json
+from forethought.gateway.app import Gateway, GatewayConfig
+from forethought.gateway.replicas import RedisScopeStore
 from forethought.llm.tool_cache import CACHE_CLIENT_HEADER, CACHE_CLIENT_VALUE, CACHE_PATH_HEADER, TOKEN_HEADER
-from forethought.serve.gateway import Gateway, GatewayConfig
-from forethought.serve.gateway_replicas import RedisScopeStore
 from forethought.serve.http import EventStream, StreamChunks, serve_in_process
 from forethought.stores.server import RedisServer
 

@@ -24,7 +24,7 @@ from typing import Any
 import httpx2
 
 from forethought.bench.report import document, write_json
-from forethought.serve.gateway import Gateway, GatewayConfig
+from forethought.gateway.app import Gateway, GatewayConfig
 from forethought.serve.http import ServerLimits, serve_in_process
 from forethought.serve.scripted import create_scripted_server, parse_script
 

@@ -22,10 +22,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from forethought._policy import Policy
-from forethought._trajectory import Trajectory
+from forethought._core.policy import Policy
 from forethought.bench.arms import Arm, parse_arms
 from forethought.bench.cpuload import CpuLoad
+from forethought.bench.engine_sim.model_server import SpeculatorConfig, TimingConfig, create_model_server
 from forethought.bench.lag import LagMonitor, machine_snapshot
 from forethought.bench.metrics import ArmMetrics, arm_metrics, median
 from forethought.bench.oracle import OraclePredictor
@@ -42,14 +42,14 @@ from forethought.bench.report import (
 )
 from forethought.bench.runner import ArmRun, open_arm, run_arm, run_batch
 from forethought.bench.verdict import verdict
+from forethought.bench.workloads.base import Workload
+from forethought.bench.workloads.latency import LatencyModel
 from forethought.errors import ForethoughtError
 from forethought.predictors.base import Predictor
 from forethought.predictors.offload import OffloadedPredictor
 from forethought.predictors.patterns.predictor import PatternPredictor
-from forethought.serve.model_server import SpeculatorConfig, TimingConfig, create_model_server
+from forethought.predictors.trajectory import Trajectory
 from forethought.serve.subprocess_server import serve_in_subprocess
-from forethought.workloads.base import Workload
-from forethought.workloads.latency import LatencyModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +100,11 @@ def _timing(config: BenchConfig) -> tuple[TimingConfig, TimingConfig]:
 def make_workload(config: BenchConfig) -> Workload:
     """The workload named in ``config`` (imported lazily: BFCL needs the bfcl-eval package)."""
     if config.workload == "bfcl":
-        from forethought.workloads.bfcl_workload import BfclWorkload
+        from forethought.bench.workloads.bfcl_workload import BfclWorkload
 
         return BfclWorkload(count=config.trajectories, grouping="turn" if config.grouping == "turn" else "step")
     if config.workload == "synthetic":
-        from forethought.workloads.synthetic import SyntheticWorkload
+        from forethought.bench.workloads.synthetic import SyntheticWorkload
 
         return SyntheticWorkload(count=max(1, config.trajectories))
     raise ForethoughtError(f"unknown workload {config.workload!r} (bfcl, synthetic, sweep, code)")

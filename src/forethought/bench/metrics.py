@@ -12,7 +12,7 @@ Definitions (all measured in the same run, side by side):
   speculator's measured time to its first closed call for a model guess, the moment its arguments closed
   for streamed dispatch); the best the step can take is Lemma 1's ``max(G, k + H) + (sum T_i - H)`` with
   H the overlapped calls' tool time and k the earliest k_i — for one call exactly ``max(G, k + T)`` on a
-  hit and ``G + T`` on a miss (:func:`forethought.perfmodel.per_turn_times`).
+  hit and ``G + T`` on a miss (:func:`forethought.bench.perfmodel.per_turn_times`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from forethought.agent import ToolRecord
+from forethought.agent.loop import ToolRecord
+from forethought.bench.perfmodel import per_turn_times
 from forethought.bench.runner import ArmRun, TrajectoryRun
-from forethought.perfmodel import per_turn_times
 
 OVERLAPPED = ("hit", "partial_hit")
 STREAM_SOURCE = "stream"
@@ -80,7 +80,7 @@ def _known_at(record: ToolRecord, speculator_g: float) -> float:
 def optimal_time(serial: TrajectoryRun, run: TrajectoryRun, speculator_g: float) -> tuple[float, float]:
     """(serial model time, best achievable time) for ``run``'s hits over ``serial``'s measured G and T.
 
-    Each step becomes one turn of :func:`forethought.perfmodel.per_turn_times` with T = the overlapped
+    Each step becomes one turn of :func:`forethought.bench.perfmodel.per_turn_times` with T = the overlapped
     calls' tool time and g = the earliest moment one of them was known (capped at G: the authoritative
     call starts at G anyway); the step's other tool time is added unchanged.
     """

@@ -38,9 +38,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from forethought._calls import ToolCall
-from forethought._runtime import Runtime, Session
-from forethought._tools import Effect, Tool, tool
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Runtime, Session
+from forethought._core.tools import Effect, Tool, tool
 from forethought._version import __version__
 from forethought.errors import ForethoughtError
 

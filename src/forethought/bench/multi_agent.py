@@ -2,13 +2,13 @@
 
 For each agent count M, M concurrent agents each run T BFCL tasks (trajectories spread over the test fold)
 against one simulated engine with K batch slots, batch-dependent decode and a bounded prefix cache
-(:mod:`forethought.serve.engine`). Arms:
+(:mod:`forethought.bench.engine_sim.engine`). Arms:
 
 * ``serial``: no speculation; every tool call ends the response and the client sends the conversation back;
 * ``client-side``: the speculator model (Nichols et al., client side) plus streaming early dispatch;
 * ``client-paced``: client-side, with returning requests admitted by the engine's measured time to first
-  token (:class:`~forethought.pacing.ReturnPacer`, one shared by all agents);
-* ``engine-side``: the same, through the tool-cache gateway (:mod:`forethought.serve.gateway`): finished
+  token (:class:`~forethought.agent.pacing.ReturnPacer`, one shared by all agents);
+* ``engine-side``: the same, through the tool-cache gateway (:mod:`forethought.gateway.app`): finished
   speculations are posted, and a matching call continues inside the response instead of a round trip.
 
 Every arm reaches the engine through the gateway: for clients that never post it is a transparent proxy
@@ -21,7 +21,7 @@ throughput (main-model tokens per second of *model time*: wall time divided by `
 per agent against serial, prefill tokens computed and recomputed, slot occupancy, gateway continuations,
 the equivalence verdict (tool outputs and final backend states equal serial's, task by task), and the
 measuring process's health (CPU load per process, event-loop lag). Beside each measurement the
-multi-agent simulator of :mod:`forethought.perfmodel` gives its prediction for the measured workload shape
+multi-agent simulator of :mod:`forethought.bench.perfmodel` gives its prediction for the measured workload shape
 (``model``).
 """
 
@@ -41,35 +41,35 @@ import httpx2
 from rich.console import Console
 from rich.table import Table
 
-from forethought._runtime import Runtime
-from forethought._trajectory import Trajectory
-from forethought.agent import Agent
-from forethought.bench.metrics import equivalent
-from forethought.bench.report import document, write_json
-from forethought.bench.runner import TrajectoryRun, converse
-from forethought.errors import ForethoughtError
-from forethought.llm.chat import LLMClient, OpenAIChatClient
-from forethought.llm.events import LLMEvent
-from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster
-from forethought.pacing import ReturnPacer
-from forethought.perfmodel import Arm as SimArm
-from forethought.perfmodel import SimConfig, simulate_arms
-from forethought.perfmodel import time_saved as sim_time_saved
-from forethought.predictors.model import ModelSpeculator
-from forethought.serve.engine import TimingConfig
-from forethought.serve.engine_cache import count_tokens
-from forethought.serve.gateway import Gateway, GatewayConfig, create_gateway
-from forethought.serve.http import serve_in_process
-from forethought.serve.model_server import (
+from forethought._core.runtime import Runtime
+from forethought.agent.loop import Agent
+from forethought.agent.pacing import ReturnPacer
+from forethought.bench.engine_sim.cache import count_tokens
+from forethought.bench.engine_sim.engine import TimingConfig
+from forethought.bench.engine_sim.model_server import (
     MAIN_MODEL,
     SPECULATOR_MODEL,
     ModelServer,
     SpeculatorConfig,
     create_model_server,
 )
+from forethought.bench.metrics import equivalent
+from forethought.bench.perfmodel import Arm as SimArm
+from forethought.bench.perfmodel import SimConfig, simulate_arms
+from forethought.bench.perfmodel import time_saved as sim_time_saved
+from forethought.bench.report import document, write_json
+from forethought.bench.runner import TrajectoryRun, converse
+from forethought.bench.workloads.bfcl_workload import BfclWorkload
+from forethought.bench.workloads.latency import LatencyModel
+from forethought.errors import ForethoughtError
+from forethought.gateway.app import Gateway, GatewayConfig, create_gateway
+from forethought.llm.chat import LLMClient, OpenAIChatClient
+from forethought.llm.events import LLMEvent
+from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster
+from forethought.predictors.model import ModelSpeculator
+from forethought.predictors.trajectory import Trajectory
+from forethought.serve.http import serve_in_process
 from forethought.serve.subprocess_server import serve_in_subprocess
-from forethought.workloads.bfcl_workload import BfclWorkload
-from forethought.workloads.latency import LatencyModel
 
 if TYPE_CHECKING:  # bench.main may import this module: no import cycle at run time
     from forethought.bench.main import BenchConfig

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from forethought._trajectory import Trajectory
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
+from forethought.predictors.trajectory import Trajectory
 
 ORACLE_SOURCE = "oracle"
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from forethought.bench.arms import ARMS
 from forethought.bench.main import BenchConfig, make_workload, metrics_of, run_arms
 from forethought.bench.report import document, write_json
-from forethought.workloads.latency import LatencyModel
+from forethought.bench.workloads.latency import LatencyModel
 
 PAPER_ALPHAS = (0.6, 0.7, 0.8)
 PAPER_LATENCIES = (0.5, 1.0, 1.5, 2.0, 2.5)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 from forethought.bench.predict_eval import latency_summary
 from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.predictor import PatternPredictor

@@ -28,10 +28,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from forethought._calls import ArgumentSpec, ToolCall, compile_arguments
-from forethought._policy import Policy
-from forethought._tools import Tool
-from forethought._trajectory import Trajectory
+from forethought._core.calls import ArgumentSpec, ToolCall, compile_arguments
+from forethought._core.policy import Policy
+from forethought._core.tools import Tool
 from forethought.errors import ForethoughtError, InvalidArgumentsError, WorkloadError
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, reports_failure
 from forethought.predictors.patterns.args import ABSENT_KEY
@@ -39,6 +38,7 @@ from forethought.predictors.patterns.derive_time import WHEN
 from forethought.predictors.patterns.derive_values import value_key
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
 from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, tool_schemas
+from forethought.predictors.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -115,7 +115,7 @@ def _render(value: Any) -> str:
 
 def record_bfcl(entries: Iterable[Any]) -> list[RecordedSession]:
     """Run each entry's ground truth on fresh backends, in order; the sessions with real outputs."""
-    from forethought.workloads.bfcl import build_session
+    from forethought.bench.workloads.bfcl import build_session
 
     sessions = []
     for entry in entries:
@@ -143,14 +143,14 @@ def record_bfcl(entries: Iterable[Any]) -> list[RecordedSession]:
 
 async def record_trajectories(trajectories: Iterable[Trajectory],
                               tools_for: Callable[[Trajectory], Sequence[Tool]]) -> list[RecordedSession]:
-    """Run each trajectory's calls in order through a :class:`~forethought._runtime.Runtime` session with
+    """Run each trajectory's calls in order through a :class:`~forethought._core.runtime.Runtime` session with
     the tools ``tools_for`` gives it (fresh state per trajectory); the sessions with real outputs.
 
     For training a pattern predictor on any workload before a run, e.g.
     ``await record_trajectories(workload.training(), lambda t: workload.session_tools(t, None).tools)``.
     A call that raises is recorded with ``ok=False`` and the error text as its output.
     """
-    from forethought._runtime import Runtime
+    from forethought._core.runtime import Runtime
 
     sessions = []
     for trajectory in trajectories:
@@ -360,7 +360,7 @@ def run_predict_eval(workload: str = "bfcl", folds: int = 2, top_k: int = 3,
         raise WorkloadError(f"predict-eval knows the workload 'bfcl' only, not {workload!r}")
     if folds not in (1, 2):
         raise ValueError("folds must be 1 or 2")
-    from forethought.workloads.bfcl import load_bfcl, split_interleaved
+    from forethought.bench.workloads.bfcl import load_bfcl, split_interleaved
 
     entries = load_bfcl()
     recorded = {s.id: s for s in record_bfcl(entries)}

@@ -1,6 +1,6 @@
 """The reliability table: how often each guess source was right at each confidence, against what it said.
 
-Every arm's runtime calibrates its sources as it runs (:class:`~forethought._worth.Calibration`). The
+Every arm's runtime calibrates its sources as it runs (:class:`~forethought._core.pricing.Calibration`). The
 bench merges those counts over an arm's repeats into one table per arm (``results.reliability[ARM]``):
 per source and confidence bin, the guesses that ended, their mean stated confidence, the observed hit
 rate and the P(hit) the scheduler used at the end. A well-calibrated source has hit rate close to its
@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from forethought._worth import ReliabilityRow
+from forethought._core.pricing import ReliabilityRow
 
 __all__ = ["merge_reliability", "print_reliability"]
 

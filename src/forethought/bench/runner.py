@@ -1,7 +1,7 @@
 """The benchmark runner: every arm over the same trajectories, against the simulated engine over HTTP.
 
-For each arm it opens one :class:`~forethought._runtime.Runtime` (shared by the arm's concurrent agents),
-runs each trajectory's turns through an :class:`~forethought.agent.Agent` talking to ``serve-model`` on a
+For each arm it opens one :class:`~forethought._core.runtime.Runtime` (shared by the arm's concurrent agents),
+runs each trajectory's turns through an :class:`~forethought.agent.loop.Agent` talking to ``serve-model`` on a
 loopback port, and records wall time, tool outputs, final state and speculation counts. Arms run one
 after another over identical trajectories with identical injected latencies; the serial arm is the
 reference for time saved and for equivalence.
@@ -15,19 +15,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought._policy import Policy
-from forethought._runtime import Runtime, SessionStats
-from forethought._trajectory import Trajectory
-from forethought._worth import ReliabilityRow
-from forethought.agent import Agent, StepTiming, ToolRecord
+from forethought._core.policy import Policy
+from forethought._core.pricing import ReliabilityRow
+from forethought._core.runtime import Runtime, SessionStats
+from forethought.agent.loop import Agent, StepTiming, ToolRecord
 from forethought.bench.arms import Arm
+from forethought.bench.workloads.base import Workload
+from forethought.bench.workloads.latency import LatencyModel
 from forethought.llm.chat import OpenAIChatClient
 from forethought.predictors.base import Predictor
 from forethought.predictors.model import ModelSpeculator
 from forethought.predictors.offload import OffloadedPredictor
+from forethought.predictors.trajectory import Trajectory
 from forethought.telemetry import EventKind
-from forethought.workloads.base import Workload
-from forethought.workloads.latency import LatencyModel
 
 MAIN_MODEL = "main"
 SPECULATOR_MODEL = "speculator"

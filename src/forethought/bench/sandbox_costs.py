@@ -31,7 +31,7 @@ QUERY_PREFIXES = ("get_", "check", "display", "view", "list", "find", "search", 
 
 def measure_bfcl(repeat: int = 5) -> dict[str, Any]:
     """State changes and snapshot costs over all ground-truth calls (see the module docstring)."""
-    from forethought.workloads.bfcl import build_session, function_docs, load_bfcl, state_fingerprint
+    from forethought.bench.workloads.bfcl import build_session, function_docs, load_bfcl, state_fingerprint
 
     owners = {name: owner for name, (owner, _) in function_docs().items()}
     calls = Counter[str]()

@@ -19,8 +19,8 @@ from rich.table import Table
 from forethought.bench.arms import ARMS
 from forethought.bench.main import BenchConfig, _measured, metrics_of, run_arms
 from forethought.bench.report import document, write_json
-from forethought.workloads.latency import LatencyModel
-from forethought.workloads.synthetic import SyntheticWorkload
+from forethought.bench.workloads.latency import LatencyModel
+from forethought.bench.workloads.synthetic import SyntheticWorkload
 
 DEFAULT_ALPHAS = (0.0, 0.5, 1.0)
 DEFAULT_RATIOS = (0.5, 1.0, 2.0)

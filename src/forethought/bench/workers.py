@@ -38,10 +38,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from forethought._calls import ToolCall
-from forethought._policy import Policy
-from forethought._runtime import Runtime, Session
-from forethought._tools import Effect, Tool, tool
+from forethought._core.calls import ToolCall
+from forethought._core.policy import Policy
+from forethought._core.runtime import Runtime, Session
+from forethought._core.tools import Effect, Tool, tool
 from forethought.bench.report import document
 from forethought.predictors.base import ObservedCall, PredictionContext
 from forethought.predictors.patterns.predictor import PatternPredictor

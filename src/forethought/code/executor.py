@@ -19,7 +19,7 @@ import time
 from types import CodeType
 from typing import Any
 
-from forethought._runtime import Session
+from forethought._core.runtime import Session
 from forethought.code.analysis import DEEP, SHALLOW, StatementInfo, analyze
 from forethought.code.capture import Output, capturing_builtins
 from forethought.code.journal import Journal

@@ -21,9 +21,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from forethought._policy import Policy
-from forethought._runtime import Runtime
-from forethought._tools import Effect, Tool, tool
+from forethought._core.policy import Policy
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, Tool, tool
 from forethought.code.executor import CodeExecutor
 from forethought.code.fence import CodeMode
 from forethought.code.predictor import CodePredictor, CodeTurn

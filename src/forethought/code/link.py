@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from forethought._calls import CallKey, ToolCall
-from forethought._runtime import Session
+from forethought._core.calls import CallKey, ToolCall
+from forethought._core.runtime import Session
 
 SETTLE_TIMEOUT_S = 0.05
 

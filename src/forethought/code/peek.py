@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from types import FunctionType
 from typing import Any
 
-from forethought._calls import dumps_canonical
+from forethought._core.calls import dumps_canonical
 from forethought.code.analysis import MUTATING_METHODS
 from forethought.code.evaluate import UNKNOWN, PeekEvaluator, Unresolvable, bind
 from forethought.code.lexer import LineLexer

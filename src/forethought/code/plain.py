@@ -14,8 +14,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from forethought._calls import ToolCall
-from forethought._tools import Tool
+from forethought._core.calls import ToolCall
+from forethought._core.tools import Tool
 from forethought.code.capture import Output, capturing_builtins
 from forethought.code.results import CallRecord, ExecResult
 

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from forethought._runtime import Session
+from forethought._core.runtime import Session
 from forethought.code.fence import (
     BlockClosed,
     BlockLine,

@@ -18,9 +18,9 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
-from forethought._calls import ToolCall
-from forethought._runtime import CallOutcome, Session, SettledSpeculation
-from forethought._tools import Effect, Tool
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import CallOutcome, Session, SettledSpeculation
+from forethought._core.tools import Effect, Tool
 from forethought.code.json_copy import NotJSONError, json_copy
 from forethought.code.lazy import Forwarding, find, replace
 from forethought.code.link import RealLink

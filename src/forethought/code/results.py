@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from forethought._calls import ToolCall, dumps_canonical
+from forethought._core.calls import ToolCall, dumps_canonical
 
 
 @dataclass(frozen=True, slots=True)

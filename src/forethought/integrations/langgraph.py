@@ -26,9 +26,9 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from forethought._calls import ToolCall
-from forethought._runtime import Session
-from forethought._tools import Tool
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Session
+from forethought._core.tools import Tool
 from forethought.errors import ForethoughtError
 from forethought.llm.dispatch import render_error, render_output
 

@@ -31,9 +31,9 @@ from agents.items import TResponseStreamEvent
 from agents.tool import Tool as AgentsTool
 from openai.types.responses import ResponseCompletedEvent
 
-from forethought._calls import ToolCall
-from forethought._runtime import Session
-from forethought._tools import Tool
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Session
+from forethought._core.tools import Tool
 from forethought.errors import ForethoughtError, UpstreamError
 from forethought.integrations.tap import tap
 from forethought.llm.dispatch import render_error, render_output

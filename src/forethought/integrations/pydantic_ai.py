@@ -36,8 +36,8 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import Tool as PydanticTool
 from pydantic_ai.toolsets import FunctionToolset, ToolsetTool, WrapperToolset
 
-from forethought._calls import ToolCall
-from forethought._runtime import Session
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Session
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.dispatch import EarlyDispatch
 from forethought.llm.events import LLMEvent, ToolCallClosed, ToolCallStarted

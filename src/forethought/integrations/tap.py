@@ -30,8 +30,8 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from forethought._calls import ToolCall
-from forethought._runtime import Session
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Session
 from forethought.llm.anthropic import AnthropicDecoder
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.dispatch import EarlyDispatch

@@ -9,7 +9,7 @@ prefix of a longer one).
 whether the previous character was a backslash escape, and the stack of open ``{``/``[``. Each fragment
 is scanned once, jumping between the few significant characters with compiled regular expressions, so the
 cost is O(len(fragment)) per fragment. Closure is then confirmed by the project's strict parser
-(:func:`forethought._calls.parse_arguments_json`): balanced text can still be invalid JSON (``{"a":1,}``),
+(:func:`forethought._core.calls.parse_arguments_json`): balanced text can still be invalid JSON (``{"a":1,}``),
 which gives an error for that call.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from forethought._calls import parse_arguments_json
+from forethought._core.calls import parse_arguments_json
 from forethought.errors import MalformedArgumentsJSONError
 
 _IN_STRING_STOP = re.compile(r'["\\]')

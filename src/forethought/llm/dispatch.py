@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from forethought._calls import ToolCall
-from forethought._runtime import Session
-from forethought._store import CallOutcome, SpeculationTicket
-from forethought._tools import Effect
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Session
+from forethought._core.store import CallOutcome, SpeculationTicket
+from forethought._core.tools import Effect
 from forethought.llm.events import LLMEvent, ToolCallClosed, ToolCallStarted
 from forethought.telemetry import Event, EventKind
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 from forethought.errors import LLMError
 from forethought.llm.events import (
     LLMEvent,

@@ -1,6 +1,6 @@
 """The client side of forethought's tool-cache gateway: wire names, where to post, and the posters.
 
-The gateway (``forethought gateway``, :mod:`forethought.serve.gateway`) answers a streamed chat completion
+The gateway (``forethought gateway``, :mod:`forethought.gateway.app`) answers a streamed chat completion
 with three headers: :data:`RESPONSE_ID_HEADER`, :data:`TOKEN_HEADER` (a secret for this response only) and
 :data:`CACHE_PATH_HEADER` (``/cache-tool-output/{response_id}``). A client that speculated a tool call
 posts the result there, with the token, before or while the model generates the call; when the call closes

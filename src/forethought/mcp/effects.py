@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from forethought._policy import Policy, ToolPolicy, policy_from_mapping
-from forethought._tools import Effect
+from forethought._core.policy import Policy, ToolPolicy, policy_from_mapping
+from forethought._core.tools import Effect
 from forethought.errors import PolicyError
 from forethought.mcp.errors import McpPolicyError
 

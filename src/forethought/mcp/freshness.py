@@ -16,7 +16,7 @@ from typing import Any
 
 from mcp_types import JSONRPCRequest
 
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 from forethought.mcp.effects import ValidatorSpec
 from forethought.mcp.errors import McpProxyError
 from forethought.mcp.upstream import UpstreamLink

@@ -26,7 +26,7 @@ from typing import Any
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from forethought._runtime import Runtime
+from forethought._core.runtime import Runtime
 from forethought.errors import ForethoughtError
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError

@@ -32,9 +32,9 @@ from typing import Any, Protocol
 
 from mcp_types import JSONRPCRequest
 
-from forethought._calls import ToolCall
-from forethought._runtime import Runtime, Session
-from forethought._tools import Effect, Tool
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Runtime, Session
+from forethought._core.tools import Effect, Tool
 from forethought.errors import ForethoughtError
 from forethought.mcp.effects import McpPolicy, ToolEffect, decide
 from forethought.mcp.errors import McpProxyError, UpstreamClosedError, upstream_gone_error

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 
 
 def reports_failure(value: Any) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from forethought._pressure import level_between
+from forethought._core.pressure import level_between
 
 __all__ = ["InterferenceMeter"]
 

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from forethought._calls import ToolCall, dumps_canonical
+from forethought._core.calls import ToolCall, dumps_canonical
 from forethought.llm.events import MessageDone, ToolCallClosed
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, SampleVotes
 from forethought.predictors.interference import InterferenceMeter

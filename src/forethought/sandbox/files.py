@@ -1,6 +1,6 @@
 """Snapshots of a directory workspace: speculative calls run in a private copy, commit applies the diff.
 
-:class:`FileWorkspace` is a :class:`~forethought._tools.StateCell` for a directory. A snapshot copies the
+:class:`FileWorkspace` is a :class:`~forethought._core.tools.StateCell` for a directory. A snapshot copies the
 workspace into a fresh temporary directory (a reflink clone where the file system supports it, a plain
 copy otherwise) and records a manifest: for every path, its kind and the content hash of the copy. The
 speculative call runs with the copy's :class:`~pathlib.Path` as its target.

@@ -15,7 +15,7 @@ import types
 from collections.abc import Collection
 from typing import Any
 
-from forethought._calls import dumps_canonical
+from forethought._core.calls import dumps_canonical
 
 Exclusions = Collection[tuple[str, str]]
 """``(class name, attribute name)`` pairs left out of object renderings."""

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from forethought._clock import SYSTEM_CLOCK, Clock
+from forethought._core.clock import SYSTEM_CLOCK, Clock
 from forethought.predictors.patterns.counts import CountsState
 from forethought.predictors.patterns.store import MemoryPatternStore
 from forethought.stores.errors import StoreError, StoreUnavailableError

@@ -1,6 +1,6 @@
 """Gateway response scopes in Redis: the commands, each one Lua script (one round trip, atomic).
 
-The serve-side store (:class:`~forethought.serve.gateway_replicas.RedisScopeStore`) seals what it writes;
+The serve-side store (:class:`~forethought.gateway.replicas.RedisScopeStore`) seals what it writes;
 this module moves opaque bytes. Keys of one response share the hash tag ``{<response id>}``, so they live
 in one Cluster slot and every script touches one slot:
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from forethought._clock import SYSTEM_CLOCK, Clock
+from forethought._core.clock import SYSTEM_CLOCK, Clock
 
 
 @runtime_checkable

@@ -23,7 +23,7 @@ Every backend error or timeout (``op_timeout_s``) makes that speculation local, 
 How it reaches the runtime: ``Runtime(shared=shared.runs())`` (or ``runtime.session(shared=...)`` for one
 tenant's sessions) makes every speculation of a shared tool, from any caller (the Agent, the tap, the MCP
 proxy, code speculation), obtain its value here and every authoritative run publish its value — the
-runtime's own seam, :class:`~forethought._shared.SharedRuns`. The older way still works: :meth:`wrap` a
+runtime's own seam, :class:`~forethought._core.shared.SharedRuns`. The older way still works: :meth:`wrap` a
 tool and call :meth:`speculate` / :meth:`execute` instead of the session's, which sets a context variable
 the wrapped function reads inside that speculation only. Shared tools run on the event loop
 (``threaded=False``).
@@ -42,13 +42,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought._calls import ToolCall
-from forethought._clock import SYSTEM_CLOCK, Clock
-from forethought._runtime import Session
-from forethought._scheduler import maybe_await
-from forethought._shared import SharedRuns
-from forethought._store import CallOutcome, SpeculationTicket
-from forethought._tools import Effect, Tool
+from forethought._core.calls import ToolCall
+from forethought._core.clock import SYSTEM_CLOCK, Clock
+from forethought._core.runtime import Session
+from forethought._core.scheduler import maybe_await
+from forethought._core.shared import SharedRuns
+from forethought._core.store import CallOutcome, SpeculationTicket
+from forethought._core.tools import Effect, Tool
 from forethought.errors import ToolDefinitionError
 from forethought.stores.errors import StoreError, StoreIntegrityError, StoreUnavailableError
 from forethought.stores.events import EventSink, StoreEvent, emit
@@ -169,7 +169,7 @@ class SharedSpeculation:
 
         return dataclasses.replace(t, fn=fn)
 
-    # --- the runtime's seam (forethought._shared.SharedRuns) ------------------------------------------
+    # --- the runtime's seam (forethought._core.shared.SharedRuns) ------------------------------------------
 
     def shares(self, t: Tool) -> bool:
         """Whether the policy marks ``t`` shared and it may be (private or stateful tools never are)."""
@@ -177,7 +177,7 @@ class SharedSpeculation:
 
     async def speculate_value(self, t: Tool, key: str, run: Callable[[], Any]) -> Any:
         """A speculation's value of shared tool ``t`` under call ``key``: served, waited for, or run and
-        published (the runtime calls this as :meth:`forethought._shared.SharedRuns.speculate`)."""
+        published (the runtime calls this as :meth:`forethought._core.shared.SharedRuns.speculate`)."""
         spec = self.policy.tools[t.name]
         return await self._shared_run(self.storage_key(key), spec, min(spec.ttl_s, t.ttl_s), run)
 
@@ -195,7 +195,7 @@ class SharedSpeculation:
         self._soon(self._publish_payload(self.storage_key(key), payload, spec, min(spec.ttl_s, t.ttl_s), ""))
 
     def runs(self) -> SharedRuns:
-        """This object as the runtime's :class:`~forethought._shared.SharedRuns` (``Runtime(shared=...)``)."""
+        """This object as the runtime's :class:`~forethought._core.shared.SharedRuns` (``Runtime(shared=...)``)."""
         return _Seam(self)
 
     def storage_key(self, call_key: str) -> str:
@@ -365,7 +365,7 @@ class SharedSpeculation:
 
 
 class _Seam:
-    """:class:`SharedSpeculation` seen through the runtime's :class:`~forethought._shared.SharedRuns`."""
+    """:class:`SharedSpeculation` seen through the runtime's :class:`~forethought._core.shared.SharedRuns`."""
 
     def __init__(self, shared: SharedSpeculation) -> None:
         self._shared = shared

@@ -29,9 +29,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from forethought._policy import Policy
-from forethought._runtime import Runtime
-from forethought._tools import Effect, Tool, tool
+from forethought._core.policy import Policy
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, Tool, tool
 from forethought._version import __version__
 from forethought.bench.code.metrics import ArmRun, arm_totals, ideal_wall, median_run, program_row, targets
 from forethought.bench.code.sptc import find_environment, run_driver

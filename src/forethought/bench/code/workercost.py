@@ -24,9 +24,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from forethought._policy import Policy
-from forethought._runtime import Runtime
-from forethought._tools import Effect, tool
+from forethought._core.policy import Policy
+from forethought._core.runtime import Runtime
+from forethought._core.tools import Effect, tool
 from forethought.code.fence import CodeMode
 from forethought.code.predictor import CodePredictor
 from forethought.code.worker.limits import ShadowLimits

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 from forethought.mcp.speculation import PredictorFactory
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor
 

@@ -5,7 +5,7 @@ This is the ``--mcp-suite bfcl`` suite (the default); ``repo`` is :mod:`~foretho
 
 Each test trajectory (the ground truth of a BFCL multi-turn entry, one call per step) is replayed by an
 ``mcp`` SDK client with model think time before every call, against the entry's backends served as an MCP
-server (:mod:`forethought.workloads.mcp_bfcl`, tool latency about equal to think time). Three arms, run one
+server (:mod:`forethought.bench.workloads.mcp_bfcl`, tool latency about equal to think time). Three arms, run one
 after another on every trajectory (their order rotated): ``direct`` (client -> server), ``proxy-cold`` (the
 proxy with a store that starts empty and learns online across the fold), ``proxy-warm`` (the proxy with a
 store trained by replaying the other fold through it first). The server is trusted and annotates as
@@ -36,16 +36,16 @@ from typing import Any, TextIO
 
 import anyio
 
-from forethought._calls import ToolCall
-from forethought._trajectory import Trajectory
+from forethought._core.calls import ToolCall
 from forethought.bench.mcp.oracle import oracle_factory
+from forethought.bench.workloads.bfcl import BfclEntry, load_bfcl, split_interleaved, to_trajectory
+from forethought.bench.workloads.bfcl_workload import spread
+from forethought.bench.workloads.latency import LatencyModel, call_key_text
+from forethought.bench.workloads.mcp_bfcl import STATE_URI, measured_read_only, server_command
 from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.proxy import Proxy, ProxyConfig
+from forethought.predictors.trajectory import Trajectory
 from forethought.telemetry import Event, EventKind
-from forethought.workloads.bfcl import BfclEntry, load_bfcl, split_interleaved, to_trajectory
-from forethought.workloads.bfcl_workload import spread
-from forethought.workloads.latency import LatencyModel, call_key_text
-from forethought.workloads.mcp_bfcl import STATE_URI, measured_read_only, server_command
 
 ARMS = ("direct", "proxy-cold", "proxy-warm")
 """The arms every MCP suite runs."""
@@ -325,47 +325,3 @@ def _quartiles(values: Sequence[float]) -> tuple[float, float]:
         return (values[0], values[0]) if values else (0.0, 0.0)
     q = statistics.quantiles(values, n=4)
     return q[0], q[2]
-
-
-def format_results(results: dict[str, Any]) -> str:
-    lines = [f"{'arm':<12} {'seconds':>8} {'saved':>7} {'median':>7} {'hits':>5} {'upstream':>9} {'ratio':>6} "
-             f"{'early-writes':>12} identical"]
-    for arm, r in results["arms"].items():
-        lines.append(f"{arm:<12} {r['seconds']:>8.2f} {r['time_saved']:>7.1%} {r['time_saved_median']:>7.1%} "
-                     f"{r['hits']:>5} {r['upstream_calls']:>9} {r['upstream_ratio']:>6.2f} "
-                     f"{r['early_non_read_runs']:>12} {r['identical_to_direct']}")
-    return "\n".join(lines)
-
-
-async def run_mcp_bench(trajectories: int, latency_s: float, seed: int, console: Any,
-                        json_path: str | None, suite: str = "bfcl", arms: Sequence[str] = BFCL_ARMS,
-                        in_process: bool = False) -> dict[str, Any]:
-    """The ``bench --workload mcp`` command. ``bfcl``: think time equal to the mean tool latency; ``repo``: the
-    real servers on a generated repository (:mod:`~forethought.bench.mcp.repo_bench`), ``trajectories`` tasks;
-    ``both``: each, under ``results.suites``. ``in_process``: the proxies' pattern predictor on their loop."""
-    from forethought.bench.report import document, write_json
-
-    def progress(line: str) -> None:
-        console.print(line, style="dim")
-
-    suites: dict[str, dict[str, Any]] = {}
-    if suite in ("bfcl", "both"):
-        config = McpBenchConfig(trajectories=trajectories, training=min(TRAIN_FOLD, 4 * trajectories),
-                                think_s=latency_s, latency_s=latency_s, seed=seed, arms=("direct", *arms),
-                                in_process=in_process)
-        suites["bfcl"] = await mcp_bench(config, progress=progress)
-    if suite in ("repo", "both"):
-        from forethought.bench.mcp.repo_bench import RepoBenchConfig, repo_bench
-
-        suites["repo"] = await repo_bench(RepoBenchConfig(tasks=trajectories, seed=seed, in_process=in_process),
-                                            progress=progress)
-    for name, results in suites.items():
-        console.print(f"suite {name}:")
-        console.print(format_results(results))
-    results = next(iter(suites.values())) if len(suites) == 1 else {
-        "suites": suites, "equivalent": all(r["equivalent"] for r in suites.values())}
-    params = results.get("params", {"suites": {k: v["params"] for k, v in suites.items()}})
-    doc = document("bench", {"workload": "mcp", "suite": suite, **params}, results)
-    if json_path:
-        write_json(json_path, doc)
-    return doc

@@ -18,8 +18,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from forethought._calls import ToolCall
-from forethought._runtime import Session, SettledSpeculation
+from forethought._core.calls import ToolCall
+from forethought._core.runtime import Session, SettledSpeculation
 from forethought.code import wire
 from forethought.code.link import Coordinator
 from forethought.code.worker.limits import ShadowLimits

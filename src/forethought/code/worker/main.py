@@ -13,12 +13,10 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
-import json
 import os
 import socket
 import sys
 import threading
-import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -234,21 +232,3 @@ def serve(fd: int, scratch: str, limits: ShadowLimits) -> None:
             turn.peek(message)
         elif op == "result":
             turn.result(message)
-
-
-def main(argv: list[str]) -> None:
-    """``zygote FD LIMITS`` (the fork server) or ``worker FD SCRATCH LIMITS`` (one worker)."""
-    code = 0
-    try:
-        if argv[0] == "zygote":
-            from forethought.code.worker import zygote
-
-            zygote.run(int(argv[1]), ShadowLimits(**json.loads(argv[2])))
-        else:
-            prepare()
-            serve(int(argv[1]), argv[2], ShadowLimits(**json.loads(argv[3])))
-    except BaseException:  # stderr is /dev/null in production; a debugging run shows it
-        traceback.print_exc()
-        code = 1
-    finally:
-        os._exit(code)  # daemon threads may still hold model code: do not wait for them

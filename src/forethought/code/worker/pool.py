@@ -40,7 +40,7 @@ _BOOTSTRAP = (
     "import sys, types\n"
     "for name, path in (('forethought', sys.argv[1]), ('forethought.code', sys.argv[2])):\n"
     "    module = types.ModuleType(name); module.__path__ = [path]; sys.modules[name] = module\n"
-    "from forethought.code.worker.main import main\n"
+    "from forethought.code.worker.entry import main\n"
     "main(sys.argv[3:])\n")
 """Imports the worker's modules without the package's public surface (no runtime, no clients)."""
 

@@ -38,8 +38,11 @@ import httpx2
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from forethought._calls import ToolCall
+from forethought._core.calls import ToolCall
 from forethought.errors import WorkloadError
+from forethought.gateway.app import CACHE_ROUTE, Gateway
+from forethought.gateway.cache import ResponseScope
+from forethought.gateway.relay import chat_chunk, served_results
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import ToolCallClosed
 from forethought.llm.tool_cache import (
@@ -49,9 +52,6 @@ from forethought.llm.tool_cache import (
     RESPONSE_ID_HEADER,
     TOKEN_HEADER,
 )
-from forethought.serve.gateway import CACHE_ROUTE, Gateway
-from forethought.serve.gateway_cache import ResponseScope
-from forethought.serve.gateway_relay import chat_chunk, served_results
 from forethought.serve.http import EventStream, StreamChunks
 
 END_DRAIN_S = 5.0

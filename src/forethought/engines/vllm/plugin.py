@@ -1,7 +1,7 @@
 """forethought's tool-output cache inside vLLM's API server, as a ``vllm.endpoint_plugins`` entry.
 
 Loaded by vLLM (``VLLM_PLUGINS=forethought``; ``make vllm-venv`` registers the entry point), in vLLM's
-own API-server process. :class:`ToolCachePlugin` runs forethought's gateway (:mod:`forethought.serve.gateway`:
+own API-server process. :class:`ToolCachePlugin` runs forethought's gateway (:mod:`forethought.gateway.app`:
 the same cache, protocol, tokens, limits and 4xx answers, imported, not copied) on vLLM's FastAPI app:
 
 * ``POST /cache-tool-output/{response_id}`` — the cache route, at the root as the gateway has it, so the
@@ -41,7 +41,7 @@ from starlette.routing import Mount, Route
 from forethought.engines.vllm.chat import EngineChat, ReplayPinner
 from forethought.engines.vllm.session import Chunk, run_fresh, run_session, scripted
 from forethought.errors import WorkloadError
-from forethought.serve.gateway import CACHE_ROUTE, Gateway, GatewayConfig
+from forethought.gateway.app import CACHE_ROUTE, Gateway, GatewayConfig
 
 PLUGIN_NAME = "forethought"
 PREFIX = "/forethought"
@@ -58,7 +58,7 @@ MAX_PAUSE_S = 60.0
 
 
 class ToolCachePlugin:
-    """The endpoint plugin: one :class:`~forethought.serve.gateway.Gateway` mounted on vLLM's app."""
+    """The endpoint plugin: one :class:`~forethought.gateway.app.Gateway` mounted on vLLM's app."""
 
     name = PLUGIN_NAME
     required_tasks: tuple[str, ...] | None = ("generate",)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from forethought._calls import Normalizer, compile_schema
+from forethought._core.calls import Normalizer, compile_schema
 from forethought.errors import InvalidArgumentsError
 from forethought.predictors.patterns.text import parse_number
 

@@ -24,8 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from forethought._calls import ArgumentSpec, ToolCall, compile_arguments
-from forethought._trajectory import Trajectory
+from forethought._core.calls import ArgumentSpec, ToolCall, compile_arguments
 from forethought.errors import InvalidArgumentsError
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 from forethought.predictors.patterns.args import ArgCandidate, ArgumentModel
@@ -48,6 +47,7 @@ from forethought.predictors.patterns.replay import RecordedSession, from_traject
 from forethought.predictors.patterns.store import PatternStore, tool_set_fingerprint
 from forethought.predictors.patterns.text import message_words
 from forethought.predictors.patterns.turns import TurnTracker
+from forethought.predictors.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 

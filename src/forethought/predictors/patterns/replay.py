@@ -14,9 +14,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forethought._calls import ToolCall
-from forethought._trajectory import Trajectory
+from forethought._core.calls import ToolCall
 from forethought.predictors.base import ObservedCall, PredictionContext, Predictor
+from forethought.predictors.trajectory import Trajectory
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,206 @@
+"""Tool calls and their canonical keys.
+
+A :class:`ToolCall` is what a model (or a predictor) asks for: a tool name and JSON arguments. Two calls
+that a tool cannot tell apart must get the same key, and any real difference must give a different key; a
+speculation is served only to an authoritative call with the identical key.
+
+Canonicalisation is schema-aware and compiled once per tool (:func:`compile_arguments`):
+
+* key order is irrelevant;
+* numbers keep their Python type: ``1`` and ``1.0`` are different keys (a tool can tell them apart:
+  ``repr``, ``isinstance``, integer division), and so are ``0.0`` and ``-0.0``;
+* schema defaults are filled in before keying (an omitted argument keys like its default given);
+* positional arguments are mapped to names in the schema's parameter order;
+* strings are never altered.
+
+Canonical forms exist only for keys (and for partial-hit rules, which compare arguments). The tool
+function receives the call's own arguments, exactly as the caller passed them or the model's JSON parsed
+them (:meth:`ArgumentSpec.given`); docs/design.md, "Which spellings match", lists what keys alike.
+
+The schema itself is compiled into a normaliser by :func:`~forethought._core.schema.compile_schema` (re-exported
+here with :data:`~forethought._core.schema.Normalizer`). Invalid input raises
+:class:`~forethought.errors.InvalidArgumentsError` with a message that names the argument path and what was
+expected, never the rejected value (it may be private), and never a crash deeper in.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from forethought._core.schema import Normalizer, compile_schema, type_name
+from forethought.errors import InvalidArgumentsError, MalformedArgumentsJSONError
+
+__all__ = ["KEY_SEPARATOR", "ArgumentSpec", "CallKey", "JSONValue", "Normalizer", "ToolCall", "compile_arguments",
+           "compile_schema", "dumps_canonical", "parse_arguments_json"]
+
+JSONValue = Any
+"""A JSON value as Python holds it (dict, list, str, int, float, bool, None)."""
+
+CallKey = str
+"""A canonical call key: the tool name and its canonical argument JSON."""
+
+KEY_SEPARATOR = "\x1f"
+
+_dumps = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
+
+
+def _reject_default(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _make_canonical_encoder() -> Callable[[Any, int], Any]:
+    """The C encoder built once (``JSONEncoder.encode`` rebuilds it per call); returns JSON chunks.
+
+    It skips the circular-reference check, so it is used only on canonical arguments, which are fresh
+    acyclic trees of plain JSON values; :func:`dumps_canonical` keeps the checked encoder.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return lambda value, _level: (_dumps(value),)
+    encode: Callable[[Any, int], Any] = make(None, _reject_default, json.encoder.encode_basestring, None, ":", ",",
+                                             True, False, False)
+    return encode
+
+
+_encode_canonical = _make_canonical_encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A request to run tool ``name`` with ``arguments`` (and, rarely, positional values).
+
+    ``positional`` holds values given without a name (``cd('docs')``); they are mapped to parameter names
+    by the tool's schema when the call is keyed.
+    """
+
+    name: str
+    arguments: Mapping[str, JSONValue] = field(default_factory=dict)
+    positional: tuple[JSONValue, ...] = ()
+
+    def __hash__(self) -> int:
+        # Must agree with the generated __eq__, under which {"a": 1} == {"a": 1.0} == {"a": True}:
+        # hash only what equal calls certainly share (the name, the argument names, the arity).
+        try:
+            return hash((self.name, frozenset(self.arguments), len(self.positional)))
+        except TypeError:
+            return hash(self.name) if isinstance(self.name, str) else 0
+
+    def describe(self) -> str:
+        """A short human-readable rendering, e.g. ``cd(folder='docs')``."""
+        parts = [repr(v) for v in self.positional]
+        parts += [f"{k}={v!r}" for k, v in self.arguments.items()]
+        return f"{self.name}({', '.join(parts)})"
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentSpec:
+    """How one tool's arguments are checked, normalised and keyed (built once per tool)."""
+
+    tool: str
+    parameter_order: tuple[str, ...]
+    normalize: Normalizer
+
+    def canonical_arguments(self, call: ToolCall) -> dict[str, Any]:
+        """Return the call's arguments as named, validated, defaulted JSON values (a fresh dict)."""
+        arguments = call.arguments
+        if type(arguments) is not dict:
+            if not isinstance(arguments, Mapping):
+                raise InvalidArgumentsError(
+                    f"{self.tool}: arguments must be a JSON object, got {type_name(arguments)}")
+            arguments = dict(arguments)
+        if call.positional:
+            arguments = self._with_positional(call.positional, arguments)
+        try:
+            result: dict[str, Any] = self.normalize(arguments, "")
+        except InvalidArgumentsError as exc:
+            raise InvalidArgumentsError(f"{self.tool}: {exc}") from None
+        except RecursionError:
+            raise InvalidArgumentsError(f"{self.tool}: arguments are nested too deeply (or circular)") from None
+        return result
+
+    def _with_positional(self, positional: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(positional, tuple | list):
+            raise InvalidArgumentsError(
+                f"{self.tool}: positional arguments must be a sequence, got {type_name(positional)}")
+        if len(positional) > len(self.parameter_order):
+            raise InvalidArgumentsError(
+                f"{self.tool}: {len(positional)} positional arguments given, "
+                f"the tool takes at most {len(self.parameter_order)}")
+        named = dict(zip(self.parameter_order, positional, strict=False))
+        clash = named.keys() & arguments.keys()
+        if clash:
+            raise InvalidArgumentsError(
+                f"{self.tool}: argument {sorted(clash)[0]!r} given both by position and by name")
+        return {**named, **arguments}
+
+    def given(self, call: ToolCall) -> Mapping[str, Any]:
+        """The arguments the tool function receives: the caller's own values, positional ones named.
+
+        Call only after :meth:`keyed` accepted ``call`` (it validates). Nothing is converted, copied or
+        defaulted: the function's own defaults apply to what the caller left out.
+        """
+        if call.positional:
+            return self._with_positional(call.positional, dict(call.arguments))
+        return call.arguments
+
+    def keyed(self, call: ToolCall) -> tuple[dict[str, Any], CallKey]:
+        """The canonical arguments of ``call`` and its key, in one pass."""
+        arguments = self.canonical_arguments(call)
+        return arguments, call.name + KEY_SEPARATOR + "".join(_encode_canonical(arguments, 0))
+
+    def key(self, call: ToolCall) -> CallKey:
+        """The canonical key of ``call``: equal exactly when the tool cannot tell the calls apart."""
+        return call.name + KEY_SEPARATOR + "".join(_encode_canonical(self.canonical_arguments(call), 0))
+
+
+def compile_arguments(tool: str, parameters: Mapping[str, Any] | None,
+                      parameter_order: Sequence[str] | None = None) -> ArgumentSpec:
+    """Build the :class:`ArgumentSpec` for a tool from its JSON-schema ``parameters``."""
+    schema = dict(parameters or {"type": "object", "properties": {}})
+    order = tuple(parameter_order) if parameter_order is not None else tuple(schema.get("properties", {}))
+    return ArgumentSpec(tool=tool, parameter_order=order, normalize=compile_schema(schema))
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not valid JSON")
+
+
+def _json_error_reason(exc: Exception) -> str:
+    """What went wrong and where, without any of the input text."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    return type(exc).__name__
+
+
+def parse_arguments_json(text: str, tool: str = "") -> dict[str, Any]:
+    """Parse a model's argument text strictly; anything but a finite JSON object is an error."""
+    where = f"{tool}: " if tool else ""
+    try:
+        value = json.loads(text or "{}", parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, TypeError) as exc:
+        raise MalformedArgumentsJSONError(  # the text itself is never quoted: it may hold private values
+            f"{where}arguments are not valid JSON ({_json_error_reason(exc)}, {len(str(text))} characters)"
+        ) from None
+    except RecursionError:
+        raise MalformedArgumentsJSONError(f"{where}arguments are nested too deeply to parse") from None
+    if not isinstance(value, dict):
+        raise MalformedArgumentsJSONError(f"{where}arguments must be a JSON object, got {type_name(value)}")
+    return value
+
+
+def dumps_canonical(value: Any) -> str:
+    """Compact, key-sorted JSON (the form keys are made of)."""
+    return _dumps(value)

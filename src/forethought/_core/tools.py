@@ -1,0 +1,484 @@
+"""Tools: what can be called, what running it early may do, and how it is keyed.
+
+A :class:`Tool` couples a callable with its JSON schema and its :class:`Effect`. The effect decides
+whether the tool may run before the model asks for it: PURE and READ_ONLY tools may, ISOLATED_WRITE tools
+may only against a snapshot of their state, DESTRUCTIVE tools never. A tool whose effect is not declared
+is DESTRUCTIVE. The :func:`tool` decorator builds a Tool from a sync or async function, deriving the
+schema from its signature and type hints.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import json
+import types
+import typing
+from collections import abc
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from forethought._core.calls import ArgumentSpec, CallKey, ToolCall, compile_arguments
+from forethought._core.versions import StateVersion, versions_of
+from forethought.errors import InvalidArgumentsError, ToolDefinitionError, UnknownToolError
+
+
+class Effect(enum.Enum):
+    """What running a tool does to the world, from the speculator's point of view."""
+
+    PURE = "pure"
+    """Depends only on its arguments; no state read or written."""
+    READ_ONLY = "read_only"
+    """Reads state but never changes it."""
+    ISOLATED_WRITE = "isolated_write"
+    """Changes state that a snapshot can capture; runs early only against a snapshot."""
+    DESTRUCTIVE = "destructive"
+    """Changes the world irreversibly (or unknown); runs only when the model asks for it."""
+
+    __hash__ = object.__hash__  # identity hash: members are singletons (Enum's own hash is Python-level)
+
+    @property
+    def writes(self) -> bool:
+        return self in _WRITING_EFFECTS
+
+
+_WRITING_EFFECTS = frozenset({Effect.ISOLATED_WRITE, Effect.DESTRUCTIVE})
+
+
+@runtime_checkable
+class Snapshot(Protocol):
+    """One snapshot of a stateful tool's state, taken at a base version."""
+
+    @property
+    def target(self) -> Any:
+        """What the tool function runs against (a copy of the state)."""
+
+    def commit(self) -> bool:
+        """Make the snapshot's resulting state live if the live state still has the base version."""
+
+    def discard(self) -> None:
+        """Drop the snapshot; the live state is untouched."""
+
+
+@runtime_checkable
+class StateCell(Protocol):
+    """The live state behind ISOLATED_WRITE tools, able to hand out snapshots.
+
+    Authoritative calls run against :attr:`live` and then call :meth:`mark_changed`, which advances the
+    version; a snapshot taken before or during that write therefore can no longer commit.
+    """
+
+    @property
+    def live(self) -> Any:
+        """What authoritative calls run against."""
+
+    def snapshot(self) -> Snapshot:
+        """Take a snapshot of the live state now."""
+
+    def mark_changed(self) -> None:
+        """Record that an authoritative call may have changed the live state."""
+
+
+Validator = Callable[[ToolCall], Any]
+"""Freshness validator: returns a version token (sync or awaitable); a changed token is a miss."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartialRule:
+    """How to serve a call from a cached result of a broader call of the same tool.
+
+    ``covers(cached_arguments, requested_arguments)`` says whether the cached call's result contains the
+    requested one's; ``narrow(requested_arguments, cached_result)`` derives the requested result.
+    """
+
+    covers: Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
+    narrow: Callable[[Mapping[str, Any], Any], Any]
+
+
+ToolFunction = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A callable tool with its schema, effect and speculation settings.
+
+    For ISOLATED_WRITE tools with a ``state`` cell, ``fn`` receives the state target as its first
+    positional argument (the live state for authoritative calls, a snapshot copy for speculations).
+    """
+
+    name: str
+    fn: ToolFunction
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    description: str = ""
+    effect: Effect = Effect.DESTRUCTIVE
+    cost_units: float = 1.0
+    ttl_s: float = 60.0
+    validator: Validator | None = None
+    partial: PartialRule | None = None
+    state: StateCell | None = None
+    threaded: bool = False
+    parameter_order: tuple[str, ...] | None = None
+    expected_s: float | None = None
+    reads: tuple[object, ...] = ()
+    writes: tuple[object, ...] = ()
+    private: bool = False
+    private_arguments: frozenset[str] = frozenset()
+    prepare: Callable[[Mapping[str, Any]], Any] | None = None
+    """A hook that warms what a call of this tool will need (a connection, a cache) and never changes
+    state: run for a hint whose arguments are not all known, with the ones that are (sync or async)."""
+    arguments: ArgumentSpec = field(init=False, repr=False, compare=False)
+    label: str = field(init=False, repr=False, compare=False)
+    """The name telemetry and logs may show: ``"<private>"`` for a private tool."""
+    states_read: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    """Every state this tool's result depends on: ``reads``, ``writes`` and its own ``state`` cell."""
+    states_written: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    """Every state an authoritative run may change: ``writes`` and its own ``state`` cell."""
+    read_versions: tuple[StateVersion, ...] = field(init=False, repr=False, compare=False)
+    """Version counters a speculation must find unchanged: of ``reads`` and ``writes``, and of its own cell
+    unless it runs on snapshots of it (ISOLATED_WRITE), whose own commit rule guards the cell."""
+    write_versions: tuple[StateVersion, ...] = field(init=False, repr=False, compare=False)
+    """Version counters an authoritative run of a writing tool moves (of :attr:`states_written`)."""
+    cells_written: tuple[StateCell, ...] = field(init=False, repr=False, compare=False)
+    """The :class:`StateCell` objects among :attr:`states_written`: each is marked changed after every
+    authoritative run, so no snapshot of it taken before the write can commit over it."""
+    hide_key: bool = field(init=False, repr=False, compare=False)
+    """Whether telemetry must carry no key hash for calls of this tool (private tool or arguments)."""
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ToolDefinitionError("a tool needs a non-empty string name")
+        if not callable(self.fn):
+            raise ToolDefinitionError(f"tool {self.name!r}: fn is not callable")
+        if self.cost_units < 0 or self.ttl_s <= 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: cost_units must be >= 0 and ttl_s > 0")
+        if self.expected_s is not None and not self.expected_s >= 0:
+            raise ToolDefinitionError(f"tool {self.name!r}: expected_s must be >= 0")
+        if self.prepare is not None and not callable(self.prepare):
+            raise ToolDefinitionError(f"tool {self.name!r}: prepare is not callable")
+        if not isinstance(self.effect, Effect):
+            raise ToolDefinitionError(f"tool {self.name!r}: effect must be an Effect, got {self.effect!r}")
+        reads, writes = tuple(self.reads), tuple(self.writes)
+        object.__setattr__(self, "reads", reads)
+        object.__setattr__(self, "writes", writes)
+        own = (self.state,) if self.state is not None else ()
+        object.__setattr__(self, "states_read", _unique((*own, *reads, *writes)))
+        object.__setattr__(self, "states_written", _unique((*own, *writes)))
+        guarded = _unique((*reads, *writes)) if self.effect is Effect.ISOLATED_WRITE else self.states_read
+        object.__setattr__(self, "read_versions", versions_of(guarded))
+        object.__setattr__(self, "write_versions",
+                           versions_of(self.states_written) if self.effect.writes else ())
+        object.__setattr__(self, "cells_written", tuple(
+            state for state in self.states_written if callable(getattr(state, "mark_changed", None))))
+        object.__setattr__(self, "private_arguments", frozenset(self.private_arguments))
+        object.__setattr__(self, "label", PRIVATE_LABEL if self.private else self.name)
+        object.__setattr__(self, "hide_key", self.private or bool(self.private_arguments))
+        try:
+            spec = compile_arguments(self.name, self.parameters, self.parameter_order)
+        except InvalidArgumentsError as exc:
+            raise ToolDefinitionError(f"tool {self.name!r}: unusable parameters schema: {exc}") from None
+        object.__setattr__(self, "arguments", spec)
+
+    @property
+    def speculable(self) -> bool:
+        """Whether the effect allows any early run at all (ISOLATED_WRITE needs a state cell)."""
+        if self.effect in (Effect.PURE, Effect.READ_ONLY):
+            return True
+        return self.effect is Effect.ISOLATED_WRITE and self.state is not None
+
+    def key(self, call: ToolCall) -> CallKey:
+        return self.arguments.key(call)
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The tool as an OpenAI ``tools`` entry."""
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description,
+                             "parameters": dict(self.parameters)}}
+
+
+PRIVATE_LABEL = "<private>"
+"""What telemetry, metrics and logs show instead of a private tool's name."""
+
+
+def _unique(states: tuple[object, ...]) -> tuple[object, ...]:
+    out: list[object] = []
+    for state in states:
+        if not any(state is seen for seen in out):
+            out.append(state)
+    return tuple(out)
+
+
+_SEQUENCE_ORIGINS = (list, tuple, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Set, abc.MutableSet,
+                     abc.Iterable, abc.Collection)
+_MAPPING_ORIGINS = (dict, abc.Mapping, abc.MutableMapping)
+
+
+def _json_type(values: Iterable[Any]) -> str | None:
+    """The one JSON type all ``values`` share (for enums and literals), if any."""
+    kinds = set()
+    for v in values:
+        if isinstance(v, bool):
+            kinds.add("boolean")
+        elif isinstance(v, int):
+            kinds.add("integer")
+        elif isinstance(v, float):
+            kinds.add("number")
+        elif isinstance(v, str):
+            kinds.add("string")
+        else:
+            return None
+    if kinds == {"integer", "number"}:
+        return "number"
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _enum_schema(values: list[Any]) -> dict[str, Any]:
+    kind = _json_type(values)
+    return {"type": kind, "enum": values} if kind else {"enum": values}
+
+
+def _schema_for(annotation: Any) -> dict[str, Any]:
+    """JSON schema for a Python type hint (the common cases; anything else is unconstrained)."""
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return {}
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        schemas = [_schema_for(a) for a in options]
+        if type(None) in args:
+            schemas.append({"type": "null"})
+        if any(not s for s in schemas):
+            return {}
+        return {"anyOf": schemas} if len(schemas) > 1 else schemas[0]
+    if origin is Literal:
+        return _enum_schema([v.value if isinstance(v, enum.Enum) else v for v in args])
+    if annotation is bool:
+        return {"type": "boolean"}
+    if annotation is int:
+        return {"type": "integer"}
+    if annotation is float:
+        return {"type": "number"}
+    if annotation is str:
+        return {"type": "string"}
+    if annotation is type(None):
+        return {"type": "null"}
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return _enum_schema([m.value for m in annotation])
+    if _is_pydantic_model(annotation):
+        return _pydantic_schema(annotation)
+    if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+        if args == ((),):
+            return {"type": "array", "maxItems": 0}
+        return {"type": "array", "prefixItems": [_schema_for(a) for a in args], "minItems": len(args),
+                "maxItems": len(args)}
+    if annotation in _SEQUENCE_ORIGINS or origin in _SEQUENCE_ORIGINS:
+        return {"type": "array", "items": _schema_for(args[0])} if args else {"type": "array"}
+    if annotation in _MAPPING_ORIGINS or origin in _MAPPING_ORIGINS:
+        if len(args) == 2 and _schema_for(args[1]):
+            return {"type": "object", "additionalProperties": _schema_for(args[1])}
+        return {"type": "object"}
+    return {}
+
+
+def _is_pydantic_model(annotation: Any) -> bool:
+    """Whether ``annotation`` is a pydantic model class (checked without importing pydantic)."""
+    return isinstance(annotation, type) and any(
+        base.__module__.startswith("pydantic") and base.__name__ == "BaseModel" for base in annotation.__mro__)
+
+
+def _pydantic_schema(model: type) -> dict[str, Any]:
+    """The JSON schema pydantic itself gives ``model`` (via ``TypeAdapter``), references inlined."""
+    try:
+        from pydantic import TypeAdapter
+    except ImportError:  # pragma: no cover - a model class implies pydantic is importable
+        raise ToolDefinitionError(
+            f"parameter type {model.__name__} is a pydantic model, but pydantic is not installed "
+            "(pip install 'forethought[pydantic]')") from None
+    schema: dict[str, Any] = TypeAdapter(model).json_schema()
+    inlined: dict[str, Any] = _inline_refs(schema, schema.pop("$defs", {}), 0)
+    return inlined
+
+
+_MAX_REF_DEPTH = 32
+
+
+def _inline_refs(schema: Any, defs: Mapping[str, Any], depth: int) -> Any:
+    """``schema`` with every local ``$ref`` replaced by its definition (recursive models are cut off)."""
+    if isinstance(schema, list):
+        return [_inline_refs(s, defs, depth) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        if depth >= _MAX_REF_DEPTH:
+            return {}
+        target = defs.get(ref.removeprefix("#/$defs/"), {})
+        return _inline_refs({**target, **{k: v for k, v in schema.items() if k != "$ref"}}, defs, depth + 1)
+    return {k: _inline_refs(v, defs, depth) for k, v in schema.items() if k != "title"}
+
+
+def _json_default(fn_name: str, param: str, value: Any) -> Any:
+    """A parameter default as plain JSON (enum members by value, tuples as lists)."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, tuple):
+        value = list(value)
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ToolDefinitionError(f"{fn_name}: default of {param!r} is not a JSON value ({exc})") from None
+    return value
+
+
+def _admits_null(schema: Mapping[str, Any]) -> bool:
+    if not schema or schema.get("type") == "null":
+        return True
+    return any(_admits_null(s) for s in schema.get("anyOf", ()))
+
+
+def schema_from_signature(fn: Callable[..., Any], skip_first: bool = False) -> dict[str, Any]:
+    """Derive an object schema from ``fn``'s parameters, type hints and defaults.
+
+    A ``None`` default widens the type to admit ``null`` (``x: int = None`` means ``x: int | None``).
+    """
+    try:
+        signature = inspect.signature(fn)
+        hints = typing.get_type_hints(fn)
+    except (TypeError, ValueError, NameError) as exc:
+        raise ToolDefinitionError(f"cannot read the signature of {fn!r}: {exc}") from exc
+    fn_name = getattr(fn, "__name__", repr(fn))
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    params = list(signature.parameters.values())
+    if skip_first:
+        if not params:
+            raise ToolDefinitionError(f"{fn_name}: a tool with state needs a first parameter for the state")
+        params = params[1:]
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolDefinitionError(
+                f"{fn_name}: *args/**kwargs cannot be described by a schema; pass parameters= with a JSON schema")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ToolDefinitionError(f"{fn_name}: positional-only parameters are not supported")
+        schema = _schema_for(hints.get(param.name, param.annotation))
+        if param.default is param.empty:
+            required.append(param.name)
+        else:
+            default = _json_default(fn_name, param.name, param.default)
+            if default is None and not _admits_null(schema):
+                schema = {"anyOf": [schema, {"type": "null"}]}
+            schema = {**schema, "default": default}
+        properties[param.name] = schema
+    out: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        out["required"] = required
+    return out
+
+
+@typing.overload
+def tool(fn: ToolFunction, *, name: str | None = None, effect: Effect = Effect.DESTRUCTIVE,
+         description: str | None = None, cost_units: float = 1.0, ttl_s: float = 60.0,
+         validator: Validator | None = None, partial: PartialRule | None = None,
+         state: StateCell | None = None, threaded: bool | None = None,
+         parameters: Mapping[str, Any] | None = None, expected_s: float | None = None,
+         reads: Iterable[object] = (), writes: Iterable[object] = (),
+         prepare: Callable[[Mapping[str, Any]], Any] | None = None) -> Tool:
+    """Bare use: ``@tool``."""
+
+
+@typing.overload
+def tool(fn: None = None, *, name: str | None = None, effect: Effect = Effect.DESTRUCTIVE,
+         description: str | None = None, cost_units: float = 1.0, ttl_s: float = 60.0,
+         validator: Validator | None = None, partial: PartialRule | None = None,
+         state: StateCell | None = None, threaded: bool | None = None,
+         parameters: Mapping[str, Any] | None = None, expected_s: float | None = None,
+         reads: Iterable[object] = (), writes: Iterable[object] = (),
+         prepare: Callable[[Mapping[str, Any]], Any] | None = None) -> Callable[[ToolFunction], Tool]:
+    """With options: ``@tool(effect=Effect.READ_ONLY)``."""
+
+
+def tool(fn: ToolFunction | None = None, *, name: str | None = None, effect: Effect = Effect.DESTRUCTIVE,
+         description: str | None = None, cost_units: float = 1.0, ttl_s: float = 60.0,
+         validator: Validator | None = None, partial: PartialRule | None = None,
+         state: StateCell | None = None, threaded: bool | None = None,
+         parameters: Mapping[str, Any] | None = None, expected_s: float | None = None,
+         reads: Iterable[object] = (), writes: Iterable[object] = (),
+         prepare: Callable[[Mapping[str, Any]], Any] | None = None) -> Tool | Callable[[ToolFunction], Tool]:
+    """Turn a sync or async function into a :class:`Tool`; usable bare or with keyword options.
+
+    The effect defaults to DESTRUCTIVE: a tool is speculated only once its author says it is safe.
+    Sync functions run in a worker thread unless ``threaded=False``. The schema comes from the signature
+    (a ``functools.wraps`` forwarder is read through to the function it wraps) unless ``parameters`` gives
+    it, which a ``*args, **kwargs`` function needs. ``expected_s`` declares how long a call usually takes
+    (used until the runtime has measured it); ``reads`` and ``writes`` name the states the tool reads and
+    changes (its own ``state`` cell counts as both), so a write to one from any session makes
+    speculations that read it stale. ``prepare`` is a hook run for a hint of this tool whose arguments
+    are incomplete (see :attr:`Tool.prepare`).
+    """
+
+    def build(func: ToolFunction) -> Tool:
+        doc = inspect.getdoc(func) or ""
+        fn_name = getattr(func, "__name__", None)
+        if not (name or fn_name):
+            raise ToolDefinitionError(f"{func!r} has no __name__: give the tool a name=")
+        schema = schema_from_signature(func, state is not None) if parameters is None else dict(parameters)
+        is_async = inspect.iscoroutinefunction(inspect.unwrap(func)) or inspect.iscoroutinefunction(func)
+        return Tool(
+            name=name or str(fn_name), fn=func, parameters=schema,
+            description=description if description is not None else doc.split("\n\n")[0],
+            effect=effect, cost_units=cost_units, ttl_s=ttl_s, validator=validator, partial=partial,
+            state=state, threaded=(not is_async) if threaded is None else threaded, expected_s=expected_s,
+            reads=tuple(reads), writes=tuple(writes), prepare=prepare,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+class ToolRegistry(Mapping[str, Tool]):
+    """Tools by name; the lookup every call goes through."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._view = types.MappingProxyType(self._tools)
+        for t in tools:
+            self.add(t)
+
+    def table(self) -> Mapping[str, Tool]:
+        """A live read-only view of the tools by name (its ``get`` is the fastest lookup)."""
+        return self._view
+
+    def add(self, t: Tool) -> None:
+        if not isinstance(t, Tool):
+            raise ToolDefinitionError(f"{t!r} is not a Tool (wrap functions with forethought.tool)")
+        self._tools[t.name] = t
+
+    def get_tool(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except (KeyError, TypeError):
+            raise UnknownToolError(f"unknown tool {name!r}") from None
+
+    def merged(self, extra: Iterable[Tool]) -> ToolRegistry:
+        out = ToolRegistry(self._tools.values())
+        for t in extra:
+            out.add(t)
+        return out
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def invoke_tool(t: Tool, target: Any, arguments: Mapping[str, Any]) -> Any:
+    """Call ``t.fn`` with keyword ``arguments`` (the state target first when it has state).
+
+    Returns what the function returns; for async tools that is an awaitable the caller awaits.
+    """
+    args = (target,) if t.state is not None else ()
+    return t.fn(*args, **arguments)
