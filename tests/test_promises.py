@@ -199,3 +199,28 @@ async def test_the_policy_can_declare_a_tools_expected_latency() -> None:
     assert runtime.tools["f"].expected_s == 4.0
     assert runtime.claim_wait_limit("f") >= 4.0
     runtime.close()
+
+
+async def test_an_untracked_write_makes_reads_speculated_before_its_end_stale() -> None:
+    """A code action's own statement (not a tool) wrote what a read-only tool reads: the read guessed before
+    the write ended is not served."""
+    files = {"f": "old"}
+
+    @tool(effect=Effect.READ_ONLY, threaded=False)
+    async def read(name: str) -> str:
+        return files[name]
+
+    runtime = Runtime([read])
+    session = runtime.session()
+    session.speculate(ToolCall("read", {"name": "f"}))
+    await settle(session)
+    with session.untracked_write():
+        files["f"] = "new"
+    outcome = await session.execute_detailed(ToolCall("read", {"name": "f"}))
+    assert (outcome.kind, outcome.value) == ("miss", "new")
+    session.speculate(ToolCall("read", {"name": "f"}))  # guessed after the write ended: servable
+    await settle(session)
+    outcome = await session.execute_detailed(ToolCall("read", {"name": "f"}))
+    assert (outcome.kind, outcome.value) == ("hit", "new")
+    await session.close()
+    runtime.close()

@@ -11,9 +11,10 @@ changes state.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from forethought._core.ledger import SessionBase
@@ -32,6 +33,19 @@ _COMMITTED, _PREPARED = EventKind.COMMITTED, EventKind.PREPARED
 
 class LiveState(SessionBase):
     """Authoritative runs, snapshot commits and prepare hooks of one session."""
+
+    @contextlib.contextmanager
+    def untracked_write(self) -> Iterator[None]:
+        """An effect outside any tool is in progress (a code action's own statement writing a file, say).
+
+        While it runs and once it has ended, no read speculated before its end may be served: every READ_ONLY
+        speculation that started before the block ends is stale at its claim.
+        """
+        self._epoch += 1
+        try:
+            yield
+        finally:
+            self._epoch += 1
 
     def prepare(self, name: str, known: Mapping[str, Any] | None = None, source: str = "unknown") -> bool:
         """Run tool ``name``'s ``prepare`` hook for a hint, with the ``known`` arguments; at most once per
