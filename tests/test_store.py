@@ -8,13 +8,14 @@ import pytest
 
 from forethought._core.calls import ToolCall
 from forethought._core.clock import FakeClock
-from forethought._core.store import Entry, SpeculationStore
+from forethought._core.entry import Entry
+from forethought._core.store import SpeculationStore
 from forethought._core.tools import Effect, Tool
 
 
 def make_entry(key: str, tool: Tool, expires: float = 100.0) -> Entry:
     return Entry(key=key, call=ToolCall(tool.name, {}), arguments={}, given={}, tool=tool, source="p", confidence=0.5,
-                 created=0.0, expires=expires, epoch=0, now=FakeClock(0.0).monotonic)
+                 created=0.0, expires=expires, now=FakeClock(0.0).monotonic)
 
 
 A = Tool("a", lambda: 1, effect=Effect.PURE)

@@ -102,6 +102,24 @@ class Event:
     at: float = field(default_factory=time.monotonic)
 
 
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One move of a guess or speculation through its lifecycle (``forethought._core.lifecycle``).
+
+    ``old`` and ``new`` are state names (``"queued"``, ``"running"``, ...); ``cause`` says why when the
+    move has an outcome event (its name: ``"hit"``, ``"expired"``, ...). Like :class:`Event` it names the
+    tool (``"<private>"`` for a private one) and a keyed hash of the call key (none for private calls).
+    """
+
+    session: str
+    tool: str
+    key_hash: str
+    old: str
+    new: str
+    cause: str = ""
+    at: float = field(default_factory=time.monotonic)
+
+
 KEY_SECRET_BYTES = 16
 
 
@@ -164,6 +182,7 @@ def stats_from(counts: Counter[EventKind], saved_s: float, wasted_s: float) -> S
 
 
 Subscriber = Callable[[Event], None]
+TransitionSubscriber = Callable[[Transition], None]
 
 
 @dataclass(slots=True)
@@ -215,6 +234,9 @@ class Telemetry:
         self.wasted_s = 0.0
         self.wasted_by_source: dict[str, float] = {}
         """Wasted tool seconds per guess source."""
+        self.transitions: dict[tuple[str, str], int] = {}
+        """Lifecycle moves so far, by (old state, new state)."""
+        self._transition_subscribers: list[TransitionSubscriber] = []
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Collector(self))
 
@@ -277,6 +299,29 @@ class Telemetry:
                 subscriber(event)
             except Exception:
                 _log.exception("telemetry subscriber %r failed on %s", subscriber, event.kind.value)
+
+    def subscribe_transitions(self, subscriber: TransitionSubscriber) -> Callable[[], None]:
+        """Call ``subscriber`` with every lifecycle :class:`Transition`; returns a function that unsubscribes."""
+        self._transition_subscribers.append(subscriber)
+
+        def unsubscribe() -> None:
+            if subscriber in self._transition_subscribers:
+                self._transition_subscribers.remove(subscriber)
+
+        return unsubscribe
+
+    def transition(self, session: str, tool: str, key: str, old: str, new: str, cause: str = "") -> None:
+        """Count one lifecycle move; build and publish the :class:`Transition` only for subscribers."""
+        pair = (old, new)
+        self.transitions[pair] = self.transitions.get(pair, 0) + 1
+        if self._transition_subscribers:
+            move = Transition(session, tool, key_hash(key, self._secret) if key else "", old, new, cause,
+                              self._now())
+            for subscriber in tuple(self._transition_subscribers):
+                try:
+                    subscriber(move)
+                except Exception:
+                    _log.exception("transition subscriber %r failed on %s -> %s", subscriber, old, new)
 
     def observe_wait(self, outcome: str, seconds: float) -> None:
         hist = self.waits.get(outcome)

@@ -1,8 +1,11 @@
-"""Tool calls and their canonical keys.
+"""Tool calls and their canonical keys: the ONE rule that decides whether a result may serve a call.
 
-A :class:`ToolCall` is what a model (or a predictor) asks for: a tool name and JSON arguments. Two calls
-that a tool cannot tell apart must get the same key, and any real difference must give a different key; a
-speculation is served only to an authoritative call with the identical key.
+A :class:`ToolCall` is what a model (or a predictor) asks for: a tool name and JSON arguments. **A result may
+serve a call only if no difference between the guessed and the real call can reach the tool.** Two calls
+that a tool cannot tell apart get the same key, and any difference that can reach it gives a different key;
+a speculation is served only to an authoritative call with the identical key (:func:`may_serve`). Every way
+in (the Python API, code mode, the tap and adapters, the MCP proxy, the gateway, shared stores) keys calls
+here and nowhere else.
 
 Canonicalisation is schema-aware and compiled once per tool (:func:`compile_arguments`):
 
@@ -11,7 +14,13 @@ Canonicalisation is schema-aware and compiled once per tool (:func:`compile_argu
   ``repr``, ``isinstance``, integer division), and so are ``0.0`` and ``-0.0``;
 * schema defaults are filled in before keying (an omitted argument keys like its default given);
 * positional arguments are mapped to names in the schema's parameter order;
-* strings are never altered.
+* strings are never altered;
+* what reaches the tool decides the rest (:class:`Receives`): a tool that receives the caller's own Python
+  values (``Receives.PYTHON``, every Python function tool) can tell a tuple from a list and a ``str``
+  subclass from a ``str``, so the key also names the Python type of every value that is not a plain JSON
+  type; a tool that receives the arguments as JSON text (``Receives.JSON``: an MCP server, any remote
+  endpoint) sees only the JSON, where a tuple and a list are the same array, but ``3`` and ``3.0`` are
+  still different text.
 
 Canonical forms exist only for keys (and for partial-hit rules, which compare arguments). The tool
 function receives the call's own arguments, exactly as the caller passed them or the model's JSON parsed
@@ -25,6 +34,7 @@ expected, never the rejected value (it may be private), and never a crash deeper
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -34,8 +44,8 @@ from typing import Any
 from forethought._core.schema import Normalizer, compile_schema, type_name
 from forethought.errors import InvalidArgumentsError, MalformedArgumentsJSONError
 
-__all__ = ["KEY_SEPARATOR", "ArgumentSpec", "CallKey", "JSONValue", "Normalizer", "ToolCall", "compile_arguments",
-           "compile_schema", "dumps_canonical", "parse_arguments_json"]
+__all__ = ["KEY_SEPARATOR", "ArgumentSpec", "CallKey", "JSONValue", "Normalizer", "Receives", "ToolCall",
+           "compile_arguments", "compile_schema", "dumps_canonical", "may_serve", "parse_arguments_json"]
 
 JSONValue = Any
 """A JSON value as Python holds it (dict, list, str, int, float, bool, None)."""
@@ -44,6 +54,67 @@ CallKey = str
 """A canonical call key: the tool name and its canonical argument JSON."""
 
 KEY_SEPARATOR = "\x1f"
+TYPES_MARK = "types:"
+"""Begins the part of a key that names Python types a JSON rendering would lose (after a separator)."""
+
+
+class Receives(enum.Enum):
+    """What a tool function receives of a call, which decides what keys apart (see the module docstring)."""
+
+    PYTHON = "python"
+    """The caller's own Python values (a tuple stays a tuple): every difference of Python type counts."""
+    JSON = "json"
+    """The arguments as JSON text (a server parses them): only differences of the JSON count."""
+
+    __hash__ = object.__hash__
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+"""Scalar types that a key's JSON names exactly (``1`` vs ``1.0`` vs ``true`` are already different JSON)."""
+
+
+def _python_types(arguments: Mapping[str, Any]) -> str:
+    """The Python types of the values in ``arguments`` that the canonical JSON does not show, as text.
+
+    Empty for plain JSON values (dicts, lists, str, int, float, bool, None): the fast, common case. Otherwise
+    ``path=type`` items, sorted, for every tuple and every value of another (sub)class: what a tool receiving
+    Python values could tell apart where the JSON would not.
+    """
+    for value in arguments.values():
+        if type(value) not in _PLAIN:
+            break
+    else:
+        return ""
+    found: list[str] = []
+    _walk_types(arguments, "", found)
+    return ",".join(sorted(found))
+
+
+def _walk_types(value: Any, path: str, found: list[str]) -> None:
+    kind = type(value)
+    if kind in _PLAIN:
+        return
+    if kind is dict:
+        for k, v in value.items():
+            _walk_types(v, f"{path}/{k}", found)
+        return
+    if kind is list:
+        for i, v in enumerate(value):
+            _walk_types(v, f"{path}/{i}", found)
+        return
+    found.append(f"{path}={kind.__module__}.{kind.__qualname__}")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _walk_types(v, f"{path}/{k}", found)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _walk_types(v, f"{path}/{i}", found)
+
+
+def may_serve(guess: CallKey, call: CallKey) -> bool:
+    """Whether a speculation keyed ``guess`` may serve the call keyed ``call``: the one rule, which holds
+    exactly when no difference between the two calls can reach the tool (keys are built so)."""
+    return guess == call
 
 _dumps = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -69,6 +140,7 @@ def _make_canonical_encoder() -> Callable[[Any, int], Any]:
 
 
 _encode_canonical = _make_canonical_encoder()
+_PYTHON = Receives.PYTHON
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +177,7 @@ class ArgumentSpec:
     tool: str
     parameter_order: tuple[str, ...]
     normalize: Normalizer
+    receives: Receives = Receives.PYTHON
 
     def canonical_arguments(self, call: ToolCall) -> dict[str, Any]:
         """Return the call's arguments as named, validated, defaulted JSON values (a fresh dict)."""
@@ -152,19 +225,27 @@ class ArgumentSpec:
     def keyed(self, call: ToolCall) -> tuple[dict[str, Any], CallKey]:
         """The canonical arguments of ``call`` and its key, in one pass."""
         arguments = self.canonical_arguments(call)
-        return arguments, call.name + KEY_SEPARATOR + "".join(_encode_canonical(arguments, 0))
+        key = call.name + KEY_SEPARATOR + "".join(_encode_canonical(arguments, 0))
+        if self.receives is _PYTHON:
+            given = call.arguments if not call.positional else self._with_positional(call.positional,
+                                                                                    dict(call.arguments))
+            types = _python_types(given)
+            if types:
+                key += KEY_SEPARATOR + TYPES_MARK + types
+        return arguments, key
 
     def key(self, call: ToolCall) -> CallKey:
-        """The canonical key of ``call``: equal exactly when the tool cannot tell the calls apart."""
-        return call.name + KEY_SEPARATOR + "".join(_encode_canonical(self.canonical_arguments(call), 0))
+        """The canonical key of ``call``: equal exactly when no difference between two calls can reach the tool."""
+        return self.keyed(call)[1]
 
 
 def compile_arguments(tool: str, parameters: Mapping[str, Any] | None,
-                      parameter_order: Sequence[str] | None = None) -> ArgumentSpec:
+                      parameter_order: Sequence[str] | None = None,
+                      receives: Receives = Receives.PYTHON) -> ArgumentSpec:
     """Build the :class:`ArgumentSpec` for a tool from its JSON-schema ``parameters``."""
     schema = dict(parameters or {"type": "object", "properties": {}})
     order = tuple(parameter_order) if parameter_order is not None else tuple(schema.get("properties", {}))
-    return ArgumentSpec(tool=tool, parameter_order=order, normalize=compile_schema(schema))
+    return ArgumentSpec(tool=tool, parameter_order=order, normalize=compile_schema(schema), receives=receives)
 
 
 def _finite_float(text: str) -> float:

@@ -16,15 +16,15 @@ from collections.abc import Iterable
 
 from forethought._core.breaker import CircuitBreaker
 from forethought._core.clock import SYSTEM_CLOCK, Clock
-from forethought._core.ledger import CLOSE_WAIT_S
+from forethought._core.entry import CallOutcome, SettledSpeculation, SpeculationTicket
 from forethought._core.policy import Policy
 from forethought._core.pressure import NO_PRESSURE, LoopPressure, Pressure, PressureSignal
 from forethought._core.pricing import Calibration, Worth, worth
 from forethought._core.scheduler import Scheduler
-from forethought._core.session import Session
+from forethought._core.session import CLOSE_WAIT_S, Session
 from forethought._core.shared import SharedRuns
-from forethought._core.store import CallOutcome, SettledSpeculation, SpeculationTicket
 from forethought._core.tools import Tool, ToolRegistry
+from forethought._core.versions import WriteClock
 from forethought.telemetry import Event, EventKind, SessionStats, Telemetry, stats_from
 
 __all__ = ["CLOSE_WAIT_S", "RUNTIME_EWMA_WEIGHT", "CallOutcome", "Runtime", "Session", "SessionStats",
@@ -68,6 +68,8 @@ class Runtime:
         self._last_pressure: Pressure | None = None
         self.shared = shared
         """Where speculations of shared tools obtain their values (``None``: nothing is shared)."""
+        self.writes = WriteClock()
+        """The one write clock of every session of this runtime (:mod:`forethought._core.versions`)."""
         self._ids = itertools.count(1)
 
     def _with_policy(self, tools: Iterable[Tool]) -> list[Tool]:
@@ -79,9 +81,8 @@ class Runtime:
         ``shared`` replaces the runtime's shared results for it (one tenant's, say)."""
         extra = self._with_policy(tools)
         registry = self.tools.merged(extra) if extra else self.tools
-        session = Session(self, session_id or f"s{next(self._ids)}", registry)
-        session.shared = shared if shared is not None else self.shared
-        return session
+        return Session(self, session_id or f"s{next(self._ids)}", registry,
+                       shared if shared is not None else self.shared)
 
     def stats(self) -> SessionStats:
         t = self.telemetry

@@ -1,78 +1,157 @@
 """A session: speculate calls early, serve matching authoritative calls from them, run the rest.
 
-``Runtime(tools, policy)`` is shared by many sessions (global concurrency, telemetry, thread pools);
-``runtime.session()`` opens one :class:`Session` with its own isolated store. Predictors call
-``session.speculate(call, source=..., confidence=...)``; the agent calls ``await session.execute(call)``,
-which claims a matching speculation (a hit) or runs the tool (a miss). Every rule of the invariants of
-docs/design.md on isolation, the side-effect boundary, authoritative first and failure transparency is
-enforced here:
+``Runtime(tools, policy)`` is shared by many sessions; ``runtime.session()`` opens one :class:`Session` with
+its own isolated store. Every way in talks to it the same way: ``session.speculate(call, source=...,
+confidence=...)`` for a guess, ``await session.execute(call)`` for the authoritative call, which claims a
+matching speculation (a hit) or runs the tool (a miss). A session is composed of small parts, each with a
+narrow job: the :class:`~forethought._core.store.SpeculationStore` (unclaimed speculations by key), the
+:class:`~forethought._core.ledger.Ledger` (counts, telemetry, breaker, calibration, how a speculation ends),
+:class:`~forethought._core.live.Live` (authoritative runs, commits, the write clock) and
+:class:`~forethought._core.claims.Claims` (the authoritative path). A speculation's life is the state
+machine of :mod:`forethought._core.lifecycle`.
 
-* an entry is served only to an identical canonical key, at most once, and only while fresh (not expired,
-  no write in this session since a read-only speculation started, no write from any session to a state
-  the tool reads, validator unchanged, snapshot still current);
+The rules every way in inherits from here (docs/design.md, "Invariants" and "When a speculation may be
+served"):
+
+* an entry is served only to an identical canonical key (:func:`~forethought._core.calls.may_serve`), at
+  most once, and only while fresh;
 * what a caller gets is its own: the tool receives a copy of the caller's arguments as spelled, and a
   served result is the original only for the one exact hit of an unwatched entry, else a copy;
 * DESTRUCTIVE or undeclared tools are never run by ``speculate``; ISOLATED_WRITE runs only on a snapshot;
 * authoritative calls take no speculative slot; a claimed speculation whose tool has not started yet is
-  cancelled, and one that has run longer than a fresh call plausibly needs is abandoned for an
-  authoritative run (:meth:`Runtime.claim_wait_limit`);
+  cancelled, and one that has run longer than a fresh call plausibly needs is abandoned;
 * a speculation that raised, hung or was cancelled is never surfaced: the call runs normally instead;
-* a private tool (or one with private arguments) appears in telemetry and logs only as ``"<private>"``
-  (or by name with no key hash), and its errors quote no values.
-
-Accounting: every launched speculation ends exactly once, in :meth:`Session._finish` (unserved) or as a
-hit. Saved time is credited from the speculation's own tool time, never more than it in total.
+* a private tool (or one with private arguments) appears in telemetry and logs only as ``"<private>"`` (or
+  by name with no key hash), and its errors quote no values.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
-from forethought._core.breaker import Outcome
+from forethought._core.breaker import CircuitBreaker
 from forethought._core.calls import CallKey, ToolCall
-from forethought._core.live import LiveState
-from forethought._core.ordering import CallOrder
-from forethought._core.scheduler import maybe_await
-from forethought._core.store import (
+from forethought._core.claims import Claims
+from forethought._core.clock import Clock
+from forethought._core.entry import (
     PRICED_OUT,
     CallOutcome,
     Entry,
     SettledSpeculation,
     SpeculationTicket,
-    isolated,
+    TicketStatus,
     own_arguments,
     settled_of,
 )
-from forethought._core.tools import Effect, Tool
-from forethought._core.versions import read_token, still_current
+from forethought._core.ledger import Guess, Ledger
+from forethought._core.lifecycle import IN_STORE, State, move, proposed, start
+from forethought._core.live import Live
+from forethought._core.policy import Policy
+from forethought._core.pressure import Pressure
+from forethought._core.pricing import Calibration, Worth
+from forethought._core.scheduler import Scheduler, maybe_await
+from forethought._core.shared import SharedRuns
+from forethought._core.store import SpeculationStore
+from forethought._core.tools import Effect, Tool, ToolRegistry
+from forethought._core.versions import Write, WriteClock, read_token
 from forethought.errors import CallError
-from forethought.telemetry import EventKind
+from forethought.telemetry import EventKind, SessionStats, Telemetry
 
-__all__ = ["CERTAIN", "Session"]
+__all__ = ["CERTAIN", "CERTAIN_VOTE", "CLOSE_WAIT_S", "Host", "Session"]
 
 CERTAIN = 0.99
 """A guess at least this likely to hit still runs when the runtime backs off completely."""
+CERTAIN_VOTE = 0.99
+"""A guess with a vote at least this confident is never withdrawn by :meth:`Session.revise`."""
+CLOSE_WAIT_S = 5.0
+"""How long :meth:`Session.close` waits for cancelled speculative work to stop."""
 
 _log = logging.getLogger(__name__)
+_NEVER = float("inf")
 
 # Enum members looked up once: attribute access on an Enum class costs ~0.1 µs, and the hot path does many.
-_CANCELLED, _COMMITTED, _CONFLICT = EventKind.CANCELLED, EventKind.COMMITTED, EventKind.CONFLICT
-_DEDUPLICATED, _EXPIRED, _FAILED, _HIT = EventKind.DEDUPLICATED, EventKind.EXPIRED, EventKind.FAILED, EventKind.HIT
-_LAUNCHED, _MISS, _PARTIAL_HIT = EventKind.LAUNCHED, EventKind.MISS, EventKind.PARTIAL_HIT
-_PREEMPTED, _PREPARED, _REJECTED, _STALE = EventKind.PREEMPTED, EventKind.PREPARED, EventKind.REJECTED, EventKind.STALE
-_ISOLATED_WRITE, _READ_ONLY = Effect.ISOLATED_WRITE, Effect.READ_ONLY
-_USEFUL = Outcome.USEFUL
+_CANCELLED, _DEDUPLICATED, _DEFERRED = EventKind.CANCELLED, EventKind.DEDUPLICATED, EventKind.DEFERRED
+_EXPIRED, _FAILED, _LAUNCHED = EventKind.EXPIRED, EventKind.FAILED, EventKind.LAUNCHED
+_PREEMPTED, _REJECTED, _STALE, _WITHDRAWN = (EventKind.PREEMPTED, EventKind.REJECTED, EventKind.STALE,
+                                             EventKind.WITHDRAWN)
+_ISOLATED_WRITE = Effect.ISOLATED_WRITE
+_T_LAUNCHED, _T_DEDUPLICATED, _T_REJECTED = TicketStatus.LAUNCHED, TicketStatus.DEDUPLICATED, TicketStatus.REJECTED
+_S_QUEUED, _S_RUNNING, _S_READY, _S_FAILED = State.QUEUED, State.RUNNING, State.READY, State.FAILED
+_S_REFUSED, _S_JOINED, _S_DEFERRED, _S_PROPOSED = State.REFUSED, State.JOINED, State.DEFERRED, State.PROPOSED
 
 
-class Session(LiveState):
+class Host(Protocol):
+    """What a session needs of the runtime that opened it (the :class:`~forethought._core.runtime.Runtime`)."""
+
+    policy: Policy
+    clock: Clock
+    telemetry: Telemetry
+    scheduler: Scheduler
+    breaker: CircuitBreaker
+    calibration: Calibration
+    writes: WriteClock
+
+    def pressure(self) -> Pressure: ...
+
+    def price(self, t: Tool, source: str, confidence: float, eta_s: float | None,
+              p_hit: float | None = None, ran_s: float = 0.0) -> tuple[Worth, Pressure]: ...
+
+    def claim_wait_limit(self, tool: Tool | str) -> float: ...
+
+    def typical_run_s(self, t: Tool) -> float: ...
+
+    def note_runtime(self, tool: str, seconds: float) -> None: ...
+
+
+class Session:
     """One agent's view: an isolated speculation store and the authoritative call path.
 
     After :meth:`close` the session speculates nothing more; :meth:`execute` still runs calls plainly.
     """
+
+    def __init__(self, runtime: Host, session_id: str, tools: ToolRegistry, shared: SharedRuns | None = None) -> None:
+        self.runtime = runtime
+        self.id = session_id
+        self.tools = tools
+        self.shared: SharedRuns | None = shared
+        """Where speculations of shared tools obtain their values (``None``: nothing is shared)."""
+        self._lookup = tools.table().get
+        self._now = runtime.clock.monotonic
+        self._store = SpeculationStore()
+        self._budget = runtime.scheduler.budget()
+        self._ledger = Ledger(session_id, runtime.telemetry, runtime.breaker, runtime.calibration,
+                              runtime.scheduler.capacity)
+        self._live = Live(self._ledger, tools, runtime.policy, runtime.scheduler, runtime.writes, self._now,
+                          runtime.note_runtime, runtime.pressure)
+        self._claims = Claims(self._store, self._ledger, self._live, self._now, runtime.claim_wait_limit,
+                              lambda: self.shared)
+        self._static_rejections: dict[str, tuple[Tool, str | None]] = {}
+        self._next_expiry = _NEVER  # no entry in the store expires before this
+        self._unrun: dict[CallKey, list[tuple[str, float]]] = {}  # guesses withdrawn or deferred this turn: votes
+
+    @property
+    def closed(self) -> bool:
+        return self._live.closed
+
+    # --- keys -------------------------------------------------------------------------------------
+
+    def resolve(self, call: ToolCall) -> tuple[Tool, dict[str, Any], CallKey]:
+        """Look up the tool and key the call by the one rule; raises a :class:`CallError` on bad input."""
+        if type(call) is not ToolCall and not isinstance(call, ToolCall):
+            raise CallError(f"expected a ToolCall, got {type(call).__name__}")
+        try:
+            t = self._lookup(call.name)
+        except TypeError:  # an unhashable name
+            t = None
+        if t is None:
+            t = self.tools.get_tool(call.name)  # raises UnknownToolError
+        arguments, key = t.arguments.keyed(call)
+        return t, arguments, key
 
     # --- speculation ------------------------------------------------------------------------------
 
@@ -82,20 +161,21 @@ class Session(LiveState):
 
         ``eta_s``: when the caller expects the model's own call, in seconds from now (``None``: unknown);
         a hit can hide no more tool time than that. The guess is priced by its calibrated chance of a hit
-        (:meth:`Runtime.price`); one worth less than the policy's ``min_value_s`` is rejected, and when the
-        turn budget is used up a more valuable guess takes the place of a worse one still waiting.
-        Must be called from the event loop the session's calls run on.
+        (``Runtime.price``); one worth less than the policy's ``min_value_s`` is refused, and when the turn
+        budget is used up a more valuable guess takes the place of a worse one still waiting. Must be called
+        from the event loop the session's calls run on.
         """
         loop = asyncio.get_running_loop()
+        ledger = self._ledger
         try:
             t, arguments, key = self.resolve(call)
         except CallError as exc:
             name = getattr(call, "name", None)
             known = self.tools.get(name) if isinstance(name, str) else None
-            self._emit(_REJECTED, known, "",
-                       source, confidence if isinstance(confidence, float | int) else None,
-                       detail=type(exc).__name__)
-            return SpeculationTicket("rejected", None, str(exc))
+            proposed(ledger, Guess(known, ""), _S_REFUSED, _REJECTED.value)
+            ledger.emit(_REJECTED, known, "", source, confidence if isinstance(confidence, float | int) else None,
+                        detail=type(exc).__name__)
+            return SpeculationTicket(_T_REJECTED, None, str(exc))
         reason = self._rejection(t, confidence)
         value = 0.0
         if reason is None:
@@ -104,10 +184,11 @@ class Session(LiveState):
                 useless = self._useless(existing)
                 if useless is None:
                     self._join(existing, source, confidence, eta_s)
-                    self._emit(_DEDUPLICATED, t, key, source, confidence)
-                    return SpeculationTicket("deduplicated", key)
+                    proposed(ledger, existing, _S_JOINED, _DEDUPLICATED.value)
+                    ledger.emit(_DEDUPLICATED, t, key, source, confidence)
+                    return SpeculationTicket(_T_DEDUPLICATED, key)
                 self._store.pop(key)  # a dead entry is replaced by a fresh run, not joined
-                self._finish(existing, useless[0], useless[1])
+                ledger.discard(existing, useless[0], useless[1])
             priced, pressure = self.runtime.price(t, source, confidence, eta_s)
             value = priced.value
             if pressure.level >= 1.0 and priced.p_hit < CERTAIN:
@@ -120,23 +201,25 @@ class Session(LiveState):
                 if reason is not None and self._make_room(value):
                     reason = self._budget.reserve(t.cost_units)
         if reason is not None:
-            self._emit(_REJECTED, t, key, source,
-                       confidence if isinstance(confidence, float | int) else None, detail=reason)
-            return SpeculationTicket("rejected", key, reason)
+            proposed(ledger, Guess(t, key), _S_REFUSED, _REJECTED.value)
+            ledger.emit(_REJECTED, t, key, source, confidence if isinstance(confidence, float | int) else None,
+                        detail=reason)
+            return SpeculationTicket(_T_REJECTED, key, reason)
         now = self._now()
         if now >= self._next_expiry:
             self._evict_expired(now)
         # Positional arguments: keywords would double the cost of this constructor on the hot path.
         entry = Entry(key, call, arguments, own_arguments(t.arguments.given(call)), t, source, confidence, now,
-                      now + t.ttl_s, -1, self._now, [(source, confidence)])
+                      now + t.ttl_s, self._now, [(source, confidence)], _S_PROPOSED, ledger)
         entry.value = value
         entry.slot = self.runtime.scheduler.capacity.request(self, value, lambda: self._preempt(entry))
+        move(entry, _S_QUEUED, _LAUNCHED.value)
         entry.task = loop.create_task(self._run_speculation(entry))  # it first runs after we return
         self._store.add(entry)
         if entry.expires < self._next_expiry:
             self._next_expiry = entry.expires
-        self._emit(_LAUNCHED, t, key, source, confidence)
-        return SpeculationTicket("launched", key)
+        ledger.emit(_LAUNCHED, t, key, source, confidence)
+        return SpeculationTicket(_T_LAUNCHED, key)
 
     def _join(self, entry: Entry, source: str, confidence: float, eta_s: float | None) -> None:
         """A second guess of the same call: counted for calibration, and the entry is worth the better price."""
@@ -144,12 +227,12 @@ class Session(LiveState):
         priced, _ = self.runtime.price(entry.tool, source, confidence, eta_s)
         if priced.value > entry.value:
             entry.value = priced.value
-            if entry.slot is not None and not entry.claimed:
+            if entry.slot is not None:
                 entry.slot.value = priced.value
 
     def _make_room(self, value: float) -> bool:
         """Preempt this turn's least valuable guess still waiting for a slot, if ``value`` beats it clearly."""
-        waiting = [e for e in self._store if e.started is None and e.slot is not None and not e.slot.holding]
+        waiting = [e for e in self._store if e.state is _S_QUEUED and e.slot is not None and not e.slot.holding]
         if not waiting:
             return False
         worst = min(waiting, key=lambda e: e.value)
@@ -160,13 +243,13 @@ class Session(LiveState):
 
     def _preempt(self, entry: Entry) -> None:
         """Cancel ``entry`` for a more valuable guess (called by the capacity, or to free turn budget)."""
-        if entry.claimed or entry.dropped:
+        if entry.state not in IN_STORE:  # claimed or ended: never preempted
             return
         if self._store.get(entry.key) is entry:
             self._store.pop(entry.key)
-        if entry.started is None:
+        if entry.state is _S_QUEUED:
             self._budget.refund(entry.tool.cost_units)
-        self._finish(entry, _PREEMPTED, "preempted by a more valuable guess")
+        self._ledger.discard(entry, _PREEMPTED, "preempted by a more valuable guess")
 
     def _useless(self, entry: Entry) -> tuple[EventKind, str] | None:
         """Why an entry could no longer be served (expired, failed, stale), or ``None``."""
@@ -174,17 +257,9 @@ class Session(LiveState):
             return _EXPIRED, "replaced by a new guess"
         if entry.error is not None:
             return _FAILED, type(entry.error).__name__
-        if entry.started is not None and not self._fresh(entry):
+        if entry.started is not None and not self._claims.fresh(entry):
             return _STALE, "a write happened since it started"
         return None
-
-    def _fresh(self, entry: Entry) -> bool:
-        """Whether no write can have changed what a started speculation read (any session's, for declared
-        states; this session's, for any READ_ONLY tool)."""
-        t = entry.tool
-        if t.effect is _READ_ONLY and entry.epoch != self._epoch:
-            return False
-        return not t.read_versions or still_current(t.read_versions, entry.versions)
 
     def refusal(self, t: Tool, confidence: Any) -> str | None:
         """Why :meth:`speculate` would refuse a guess of ``t`` at ``confidence`` before pricing it (the session
@@ -193,7 +268,7 @@ class Session(LiveState):
         return self._rejection(t, confidence)
 
     def _rejection(self, t: Tool, confidence: Any) -> str | None:
-        if self.closed:
+        if self._live.closed:
             return "session closed"
         cached = self._static_rejections.get(t.name)
         if cached is None or cached[0] is not t:
@@ -208,8 +283,7 @@ class Session(LiveState):
         policy = self.runtime.policy
         if confidence < policy.min_confidence:
             return f"confidence {confidence:.2f} below threshold {policy.min_confidence:.2f}"
-        breaker = self.runtime.breaker
-        if not breaker.allows(self._tool_scope(t.name)) or not breaker.allows(self._scope):
+        if not self._ledger.allowed(t.name):
             return "circuit breaker open"
         return None
 
@@ -234,19 +308,21 @@ class Session(LiveState):
         assert slot is not None
         try:
             await capacity.wait(slot)
-            if entry.dropped:
+            if entry.state is not _S_QUEUED:
                 return None
-            entry.epoch = self._epoch
-            if t.read_versions:
-                entry.versions = read_token(t.read_versions)
+            reads = self._live.reads(t)
+            if reads:
+                entry.versions = read_token(reads)
             try:
                 async with asyncio.timeout(runtime.policy.speculation_timeout_s):
                     if t.validator is not None:
                         entry.freshness = await maybe_await(t.validator(entry.call))
                     shared = self.shared
                     if shared is not None and not t.threaded and shared.shares(t):
-                        entry.started = self._now()  # obtaining it is its run, from Redis or here
-                        value = await shared.speculate(t, entry.key, entry.invoke)
+                        # obtaining it is its run, from another worker or here
+                        if not start(entry, self._now()):
+                            return None
+                        value = await shared.speculate(t, entry.key, lambda: entry.invoke(starting=False))
                     elif t.threaded:
                         value = await runtime.scheduler.run_sync(entry.invoke, speculative=True)
                     else:
@@ -254,14 +330,25 @@ class Session(LiveState):
                     value = await maybe_await(value)
             except Exception as exc:
                 entry.error = exc
+                self._ended_run(entry)
                 return None
             finally:
                 if entry.started is not None:
                     entry.finished = self._now()
             runtime.note_runtime(t.name, entry.run_seconds)
+            self._ended_run(entry)
             return value
         finally:
             capacity.release(slot)
+
+    def _ended_run(self, entry: Entry) -> None:
+        """The speculative run ended (with a value, or an error): READY or FAILED while still unclaimed (FAILED
+        too for one whose validator raised or timed out before its tool began)."""
+        state = entry.state
+        if state is _S_RUNNING:
+            move(entry, _S_FAILED if entry.error is not None else _S_READY)
+        elif state is _S_QUEUED and entry.error is not None:
+            move(entry, _S_FAILED)
 
     # --- watching speculations (for the agent, code execution and servers) ------------------------
 
@@ -305,14 +392,14 @@ class Session(LiveState):
         if entry is None or entry.task is None:
             return
         for _ in range(int(grace_s / poll_s)):
-            if entry.started is not None or entry.task.done():
+            if entry.state is not _S_QUEUED or entry.task.done():
                 return
             await asyncio.sleep(poll_s)
 
     async def wait_speculations(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until every speculation and prepare hook of this turn has finished (or ``timeout`` passes)."""
         tasks: list[asyncio.Task[Any]] = [e.task for e in self._store if e.task is not None and not e.task.done()]
-        tasks += self._prepare_tasks
+        tasks += self._live.prepare_tasks
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
 
@@ -331,152 +418,162 @@ class Session(LiveState):
     async def execute_detailed(self, call: ToolCall, *, share_arguments: bool = False) -> CallOutcome:
         """Like :meth:`execute`, also saying whether it was a hit and how long it waited."""
         t, arguments, key = self.resolve(call)
-        start = self._now()
         if self._unrun:
             self._learn_unrun(key)
-        entry = self._store.get(key)
-        if (entry is not None and entry.task is not None and entry.task.done() and t.validator is None
-                and self._order.clear_for(t.effect)):
-            # The common hit: nothing to wait for and no await until it is served, so no other call can be
-            # issued meanwhile and the call needs no place in the session's call order.
-            self._store.pop(key)
-            entry.claimed = True
-            claimed = self._settle(entry, start, start)
-            if claimed is not None:
-                return claimed
-        ticket, waits = self._order.begin(t.effect)
-        try:
-            ready = start
-            if waits:
-                await asyncio.wait(waits)
-                ready = self._now()
-            entry = self._store.pop(key)
-            if entry is not None:
-                entry.claimed = True
-                if entry.slot is not None:
-                    entry.slot.value = math.inf  # its own call waits on it now: never preempted
-                try:
-                    claimed = await self._claim(entry, start, ready)
-                except BaseException:  # the caller was cancelled while the claim waited
-                    if not entry.dropped:
-                        self._finish(entry, _CANCELLED, "claim cancelled")
-                    raise
-                if claimed is not None:
-                    return claimed
-            if t.partial is not None:
-                partial = self._claim_partial(t, arguments, start)
-                if partial is not None:
-                    return partial
-            try:
-                given = t.arguments.given(call)
-                value = await self._run_authoritative(t, given if share_arguments else own_arguments(given, top=False))
-                shared = self.shared
-                if shared is not None and shared.shares(t):
-                    shared.published(t, key, value)
-            finally:
-                waited = self._now() - start
-                self._emit(_MISS, t, key, seconds=waited)
-                self._telemetry.observe_wait("miss", waited)
-            return CallOutcome(value, "miss", waited, 0.0)
-        finally:
-            CallOrder.end(ticket)
+        return await self._claims.execute(call, t, arguments, key, share_arguments)
 
-    async def _claim(self, entry: Entry, start: float, ready: float) -> CallOutcome | None:
-        """Wait for ``entry`` if its tool is running, check its validator, then :meth:`_settle` it.
+    def prepare(self, name: str, known: Mapping[str, Any] | None = None, source: str = "unknown") -> bool:
+        """Run tool ``name``'s ``prepare`` hook for a hint (see :meth:`Live.prepare`)."""
+        return self._live.prepare(name, known, source)
 
-        ``start`` is when the call was issued, ``ready`` when its ordering let it take effect.
+    def begin_untracked_write(self) -> Write:
+        """An effect outside any tool begins (a call relayed blind, a code statement the shadow could not model):
+        every READ_ONLY speculation of this session, and of any session whose read tool declares no state,
+        started before the returned write ends is stale at its claim. Call ``end()`` on it when the effect has
+        really ended (an upstream answered), not when its caller stopped waiting."""
+        return self._live.begin_untracked_write()
+
+    @contextlib.contextmanager
+    def untracked_write(self) -> Iterator[None]:
+        """:meth:`begin_untracked_write` for a block that ends when the effect does."""
+        with self._live.untracked_write():
+            yield
+
+    def stats(self) -> SessionStats:
+        return self._ledger.stats()
+
+    # --- withdrawn and deferred guesses --------------------------------------------------------------
+
+    def revise(self, key: CallKey, p_hit: float, eta_s: float | None = None) -> bool:
+        """New evidence says the unclaimed speculation under ``key`` hits with chance ``p_hit``.
+
+        It is priced again at that chance as a running guess (``eta_s`` as for ``speculate``; the tool time
+        it already ran counts towards what a hit hides, and only the rest of its run is at risk); when it is
+        no longer worth the policy's ``min_value_s`` and its tool has not finished, it is withdrawn:
+        cancelled (WITHDRAWN, then WASTED for the tool seconds it ran) so it stops spending tool time and
+        capacity. A guess some source proposed as certain (confidence 0.99 or more, such as the model's own
+        streamed call) is never withdrawn. Whether a withdrawn guess would have hit is learnt when the
+        turn's calls are known: a call this turn with the same key counts it as a hit for the sources that
+        proposed it, the turn's end as a miss. A finished speculation is kept (its cost is spent). Returns
+        whether the speculation was withdrawn.
         """
-        t, task = entry.tool, entry.task
-        assert task is not None
-        if not task.done():
-            if self._now() >= entry.expires:
-                self._finish(entry, _EXPIRED)
-                return None
-            if entry.started is None:
-                self._finish(entry, _CANCELLED, "tool not started when claimed")
-                return None
-            remaining = self.runtime.claim_wait_limit(t) - entry.run_seconds
-            if remaining > 0:
-                await asyncio.wait([task], timeout=remaining)
-            if not task.done():
-                self._finish(entry, _CANCELLED, "running longer than a fresh call plausibly needs")
-                return None
-        if (t.validator is not None and entry.succeeded() and self._now() < entry.expires
-                and not await self._validator_agrees(entry)):
-            self._finish(entry, _STALE, "validator token changed")
-            return None
-        return self._settle(entry, start, ready)
-
-    def _settle(self, entry: Entry, start: float, ready: float) -> CallOutcome | None:
-        """Serve a finished ``entry`` if it is fresh and succeeded; ``None`` sends the caller to the miss path."""
-        task = entry.task
-        assert task is not None
-        if self._now() >= entry.expires:
-            self._finish(entry, _EXPIRED)
-            return None
-        if task.cancelled() or (entry.started is None and entry.error is None):
-            self._finish(entry, _CANCELLED, "cancelled before it finished")
-            return None
-        if entry.error is not None:
-            self._finish(entry, _FAILED, type(entry.error).__name__)
-            return None
-        t = entry.tool
-        if ((t.effect is _READ_ONLY and entry.epoch != self._epoch)
-                or (t.read_versions and not still_current(t.read_versions, entry.versions))):  # = not _fresh
-            if entry.snapshot is not None:
-                self._finish(entry, _CONFLICT, "a state it read was written since it started")
-            else:
-                self._finish(entry, _STALE, "a write happened since it started")
-            return None
-        if entry.snapshot is not None and not self._commit(entry):
-            self._finish(entry, _CONFLICT, "state changed since the snapshot")
-            return None
-        now = self._now()
-        waited = now - start
-        tool_s = entry.run_seconds
-        saved = max(0.0, min(tool_s - (now - ready), tool_s - entry.credited_s))
-        entry.credited_s += saved
-        entry.dropped = True
-        self._record(t.name, _USEFUL)
-        calibration = self.runtime.calibration
-        for source, confidence in entry.votes:
-            calibration.record(source, confidence, True)
-        self._emit(_HIT, t, entry.key, entry.source, entry.confidence, saved)
-        self._telemetry.observe_wait("hit", waited)
-        value = task.result()  # served once: the caller gets the original unless a watcher also gets one
-        return CallOutcome(isolated(value) if entry.watched else value, "hit", waited, saved, entry.source)
-
-    async def _validator_agrees(self, entry: Entry) -> bool:
-        """Whether the validator still gives the token seen at speculation start (errors and hangs: no)."""
-        validator = entry.tool.validator
-        assert validator is not None
-        try:
-            async with asyncio.timeout(self.runtime.claim_wait_limit(entry.tool)):
-                return bool(await maybe_await(validator(entry.call)) == entry.freshness)
-        except Exception:
+        if not 0.0 <= p_hit <= 1.0:  # NaN fails this too
+            raise ValueError(f"p_hit must be in [0, 1], got {p_hit!r}")
+        entry = self._store.get(key)
+        if entry is None or entry.state not in (_S_QUEUED, _S_RUNNING):
             return False
+        if any(confidence >= CERTAIN_VOTE for _, confidence in entry.votes):
+            return False
+        ran = entry.run_seconds if entry.started is not None else 0.0
+        priced, _ = self.runtime.price(entry.tool, entry.source, entry.confidence, eta_s, p_hit=p_hit, ran_s=ran)
+        if priced.value >= self.runtime.policy.min_value_s:
+            entry.value = priced.value
+            if entry.slot is not None and math.isfinite(entry.slot.value):
+                entry.slot.value = priced.value
+            return False
+        self._store.pop(key)
+        if entry.state is _S_QUEUED:
+            self._budget.refund(entry.tool.cost_units)
+        self._unrun.setdefault(key, []).extend(entry.votes)
+        self._ledger.discard(entry, _WITHDRAWN, f"P(hit) revised to {p_hit:.2f}", learn=False)
+        return True
 
-    def _claim_partial(self, t: Tool, arguments: dict[str, Any], start: float) -> CallOutcome | None:
-        rule = t.partial
-        assert rule is not None
-        if t.state is not None or t.validator is not None:
+    def defer(self, call: ToolCall, source: str, confidence: float, detail: str = "") -> CallKey | None:
+        """A guess of ``call`` is held back, not run (yet): evidence due soon makes it worth more later.
+
+        Emits DEFERRED. Whether it would have hit is learnt as a withdrawn guess's is (a call this turn with
+        the same key counts it as a hit for ``source``, the turn's end as a miss), unless it runs after all
+        (:meth:`undefer`). Returns its key, or ``None`` for a call that is not valid here, or a closed
+        session (nothing is kept).
+        """
+        if self._live.closed:
             return None
-        for entry in self._store.of_tool(t.name):
-            if not entry.succeeded() or not self._fresh(entry) or self._now() >= entry.expires:
-                continue
-            assert entry.task is not None
-            try:
-                if not rule.covers(entry.arguments, arguments):
-                    continue
-                value = rule.narrow(arguments, isolated(entry.task.result(), strict=True))  # narrow a copy
-            except Exception:
-                continue
-            waited = self._now() - start
-            saved = max(0.0, entry.run_seconds - entry.credited_s - waited)
-            entry.credited_s += saved
-            entry.partial_hits += 1
-            self._record(t.name, _USEFUL)
-            self._emit(_PARTIAL_HIT, t, entry.key, entry.source, entry.confidence, seconds=saved)
-            self._telemetry.observe_wait("partial_hit", waited)
-            return CallOutcome(value, "partial_hit", waited, saved, entry.source)
-        return None
+        try:
+            t, _, key = self.resolve(call)
+        except CallError:
+            return None
+        self._unrun.setdefault(key, []).append((source, confidence))
+        proposed(self._ledger, Guess(t, key), _S_DEFERRED, _DEFERRED.value)
+        self._ledger.emit(_DEFERRED, t, key, source, confidence, detail=detail)
+        return key
+
+    def is_deferred(self, key: CallKey, source: str, confidence: float) -> bool:
+        """Whether a guess :meth:`defer` held is still pending: its call has not come, nor the turn's end."""
+        votes = self._unrun.get(key)
+        return votes is not None and (source, confidence) in votes
+
+    def undefer(self, key: CallKey, source: str, confidence: float) -> None:
+        """A deferred guess runs after all: its outcome is learnt when its speculation ends, not here."""
+        votes = self._unrun.get(key)
+        if votes is not None and (source, confidence) in votes:
+            votes.remove((source, confidence))
+            if not votes:
+                del self._unrun[key]
+            entry = self._store.get(key)
+            proposed(self._ledger, Guess(entry.tool if entry is not None else None, key), _S_PROPOSED)
+
+    def _learn_unrun(self, key: CallKey | None) -> None:
+        """The turn's call ``key`` arrived (``None``: the turn ended): count the withdrawn and deferred
+        guesses it settles."""
+        if key is not None:
+            votes = self._unrun.pop(key, None)
+            if votes is not None:
+                self._ledger.learn(votes, True)
+            return
+        for votes in self._unrun.values():
+            self._ledger.learn(votes, False)
+        self._unrun.clear()
+
+    # --- turns and the end ------------------------------------------------------------------------
+
+    def discard(self, key: CallKey) -> bool:
+        """Discard one speculation (cancelling its work); returns whether it existed."""
+        entry = self._store.pop(key)
+        if entry is None:
+            return False
+        task = entry.task
+        if task is not None and not task.done():
+            kind: EventKind | None = _CANCELLED
+        elif entry.error is not None:
+            kind = _FAILED
+        elif entry.started is None:
+            kind = _CANCELLED
+        else:
+            kind = None
+        self._ledger.discard(entry, kind, "discarded" if kind is not _FAILED else type(entry.error).__name__)
+        return True
+
+    def _evict_expired(self, now: float) -> None:
+        """Discard every entry whose TTL has passed (EXPIRED, then WASTED if its tool ran); cancel its work.
+
+        Called by :meth:`speculate` once the earliest expiry in the store has passed, so an expired guess
+        stops holding a slot, a snapshot or memory before the turn ends.
+        """
+        for entry in self._store.expired(now):
+            self._store.pop(entry.key)
+            self._ledger.discard(entry, _EXPIRED, "TTL passed")
+        self._next_expiry = self._store.earliest_expiry()
+
+    def end_turn(self) -> int:
+        """Turn-end eviction: discard every unclaimed speculation and reset the turn budget."""
+        n = 0
+        for entry in self._store:
+            n += self.discard(entry.key)
+        self._next_expiry = _NEVER
+        if self._unrun:
+            self._learn_unrun(None)
+        self._budget.reset()
+        self._live.prepared.clear()
+        return n
+
+    async def close(self) -> None:
+        """Discard everything and wait (briefly) until cancelled speculative work has stopped."""
+        self._live.closed = True
+        tasks: list[asyncio.Task[Any]] = [e.task for e in self._store if e.task is not None and not e.task.done()]
+        for task in self._live.prepare_tasks:
+            task.cancel()
+            tasks.append(task)
+        self.end_turn()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
+        self._ledger.forget()

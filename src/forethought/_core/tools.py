@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from forethought._core.calls import ArgumentSpec, CallKey, ToolCall, compile_arguments
+from forethought._core.calls import ArgumentSpec, CallKey, Receives, ToolCall, compile_arguments
 from forethought._core.versions import StateVersion, versions_of
 from forethought.errors import InvalidArgumentsError, ToolDefinitionError, UnknownToolError
 
@@ -127,6 +127,9 @@ class Tool:
     prepare: Callable[[Mapping[str, Any]], Any] | None = None
     """A hook that warms what a call of this tool will need (a connection, a cache) and never changes
     state: run for a hint whose arguments are not all known, with the ones that are (sync or async)."""
+    receives: Receives = Receives.PYTHON
+    """What ``fn`` receives of a call: the caller's own Python values (the default) or JSON that a server
+    parses (an MCP server's tool); it decides which differences between two calls key apart."""
     arguments: ArgumentSpec = field(init=False, repr=False, compare=False)
     label: str = field(init=False, repr=False, compare=False)
     """The name telemetry and logs may show: ``"<private>"`` for a private tool."""
@@ -174,7 +177,7 @@ class Tool:
         object.__setattr__(self, "label", PRIVATE_LABEL if self.private else self.name)
         object.__setattr__(self, "hide_key", self.private or bool(self.private_arguments))
         try:
-            spec = compile_arguments(self.name, self.parameters, self.parameter_order)
+            spec = compile_arguments(self.name, self.parameters, self.parameter_order, self.receives)
         except InvalidArgumentsError as exc:
             raise ToolDefinitionError(f"tool {self.name!r}: unusable parameters schema: {exc}") from None
         object.__setattr__(self, "arguments", spec)

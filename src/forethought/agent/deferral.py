@@ -29,9 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from forethought._core.ledger import CERTAIN_VOTE
+from forethought._core.entry import SpeculationTicket
 from forethought._core.runtime import Session
-from forethought._core.store import SpeculationTicket
+from forethought._core.session import CERTAIN_VOTE
 from forethought.agent.narrowing import StreamNarrowing
 from forethought.errors import CallError
 from forethought.predictors.base import Prediction, PredictionContext, Predictor, SampleVotes

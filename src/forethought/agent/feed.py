@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, cast, runtime_checkable
 
 from forethought._core.calls import ToolCall
+from forethought._core.entry import SpeculationTicket
 from forethought._core.runtime import Session, SettledSpeculation
-from forethought._core.store import SpeculationTicket
 from forethought._core.tools import Effect
 from forethought.agent.deferral import Deferral, Held, SampleCounting, proposed_keys
 from forethought.agent.narrowing import StreamNarrowing

@@ -36,9 +36,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from forethought._core.calls import ToolCall
+from forethought._core.entry import SpeculationTicket
 from forethought._core.policy import Policy
 from forethought._core.runtime import Runtime, Session, SettledSpeculation
-from forethought._core.store import SpeculationTicket
 from forethought._core.tools import Tool
 from forethought.agent.engine_side import POST_MARGIN_S, aclose_stream, postable, until_served
 from forethought.agent.feed import GuessFeed

@@ -29,8 +29,8 @@ from typing import Any
 
 import jiter
 
+from forethought._core.entry import SpeculationTicket
 from forethought._core.runtime import Session
-from forethought._core.store import SpeculationTicket
 from forethought.errors import CallError
 from forethought.predictors.base import Prediction
 

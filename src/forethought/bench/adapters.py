@@ -18,7 +18,7 @@ import json
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import openai
 
@@ -93,7 +93,7 @@ async def _tap(url: str, session: Session, speculate: bool) -> Outcome:
 
 async def _agent(url: str, session: Session, speculate: bool) -> Outcome:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="-", max_retries=0)
-    agent = Agent(client, "m", list(session.tools.values()), session.runtime, speculate=speculate)
+    agent = Agent(client, "m", list(session.tools.values()), cast(Runtime, session.runtime), speculate=speculate)
     try:
         result = await agent.run([{"role": "user", "content": "Which city is warmest?"}])
     finally:

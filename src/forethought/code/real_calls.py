@@ -215,7 +215,8 @@ class CallPlane:
             self.records.append(CallRecord(call, "miss", ok=False))
             self.log.append((statement, tool.name, False, error))
             raise _ToolFailed(error) from None
-        kind, parallel = outcome.kind, False
+        kind: str = outcome.kind
+        parallel = False
         if outcome.source == SOURCE_REAL:
             kind, parallel = "miss", True
         self.records.append(CallRecord(call, kind, outcome.source, parallel))

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from forethought._core.calls import ToolCall
+from forethought._core.entry import CallOutcome, SpeculationTicket
 from forethought._core.runtime import Session
-from forethought._core.store import CallOutcome, SpeculationTicket
 from forethought._core.tools import Effect
 from forethought.llm.events import LLMEvent, ToolCallClosed, ToolCallStarted
 from forethought.telemetry import Event, EventKind

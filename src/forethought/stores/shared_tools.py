@@ -44,10 +44,10 @@ from typing import Any
 
 from forethought._core.calls import ToolCall
 from forethought._core.clock import SYSTEM_CLOCK, Clock
+from forethought._core.entry import CallOutcome, SpeculationTicket
 from forethought._core.runtime import Session
 from forethought._core.scheduler import maybe_await
 from forethought._core.shared import SharedRuns
-from forethought._core.store import CallOutcome, SpeculationTicket
 from forethought._core.tools import Effect, Tool
 from forethought.errors import ToolDefinitionError
 from forethought.stores.errors import StoreError, StoreIntegrityError, StoreUnavailableError
