@@ -234,9 +234,8 @@ class Telemetry:
         self.wasted_s = 0.0
         self.wasted_by_source: dict[str, float] = {}
         """Wasted tool seconds per guess source."""
-        self.transitions: dict[tuple[str, str], int] = {}
-        """Lifecycle moves so far, by (old state, new state)."""
-        self._transition_subscribers: list[TransitionSubscriber] = []
+        self.transition_watchers: list[TransitionSubscriber] = []
+        """Subscribers of lifecycle moves (:meth:`subscribe_transitions`); empty on the hot path."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Collector(self))
 
@@ -302,22 +301,20 @@ class Telemetry:
 
     def subscribe_transitions(self, subscriber: TransitionSubscriber) -> Callable[[], None]:
         """Call ``subscriber`` with every lifecycle :class:`Transition`; returns a function that unsubscribes."""
-        self._transition_subscribers.append(subscriber)
+        self.transition_watchers.append(subscriber)
 
         def unsubscribe() -> None:
-            if subscriber in self._transition_subscribers:
-                self._transition_subscribers.remove(subscriber)
+            if subscriber in self.transition_watchers:
+                self.transition_watchers.remove(subscriber)
 
         return unsubscribe
 
     def transition(self, session: str, tool: str, key: str, old: str, new: str, cause: str = "") -> None:
-        """Count one lifecycle move; build and publish the :class:`Transition` only for subscribers."""
-        pair = (old, new)
-        self.transitions[pair] = self.transitions.get(pair, 0) + 1
-        if self._transition_subscribers:
+        """Publish one lifecycle move to the subscribers (:meth:`subscribe_transitions`)."""
+        if self.transition_watchers:
             move = Transition(session, tool, key_hash(key, self._secret) if key else "", old, new, cause,
                               self._now())
-            for subscriber in tuple(self._transition_subscribers):
+            for subscriber in tuple(self.transition_watchers):
                 try:
                     subscriber(move)
                 except Exception:

@@ -35,8 +35,10 @@ expected, never the rejected value (it may be private), and never a crash deeper
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +70,11 @@ class Receives(enum.Enum):
 
     __hash__ = object.__hash__
 
+
+PRIVATE_MARK = "\x00private"
+"""Begins the key of a call of a private tool (or one with private arguments): no name or value in clear."""
+_PRIVATE_SECRET = os.urandom(16)
+"""Keys private calls in this process: equal calls get equal keys, and the key text reveals nothing."""
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 """Scalar types that a key's JSON names exactly (``1`` vs ``1.0`` vs ``true`` are already different JSON)."""
@@ -178,6 +185,9 @@ class ArgumentSpec:
     parameter_order: tuple[str, ...]
     normalize: Normalizer
     receives: Receives = Receives.PYTHON
+    private: bool = False
+    """Key calls by a keyed digest of the whole key text (a private tool, or one with private arguments), so
+    that a key handed to a callback, a log or a shared store never carries a name or a value in clear."""
 
     def canonical_arguments(self, call: ToolCall) -> dict[str, Any]:
         """Return the call's arguments as named, validated, defaulted JSON values (a fresh dict)."""
@@ -229,9 +239,15 @@ class ArgumentSpec:
         if self.receives is _PYTHON:
             given = call.arguments if not call.positional else self._with_positional(call.positional,
                                                                                     dict(call.arguments))
-            types = _python_types(given)
-            if types:
-                key += KEY_SEPARATOR + TYPES_MARK + types
+            for value in given.values():
+                if type(value) not in _PLAIN:  # not the common case: name every Python type the JSON hides
+                    types = _python_types(given)
+                    if types:
+                        key += KEY_SEPARATOR + TYPES_MARK + types
+                    break
+        if self.private:
+            digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16, key=_PRIVATE_SECRET)
+            key = PRIVATE_MARK + KEY_SEPARATOR + digest.hexdigest()
         return arguments, key
 
     def key(self, call: ToolCall) -> CallKey:
@@ -241,11 +257,12 @@ class ArgumentSpec:
 
 def compile_arguments(tool: str, parameters: Mapping[str, Any] | None,
                       parameter_order: Sequence[str] | None = None,
-                      receives: Receives = Receives.PYTHON) -> ArgumentSpec:
+                      receives: Receives = Receives.PYTHON, private: bool = False) -> ArgumentSpec:
     """Build the :class:`ArgumentSpec` for a tool from its JSON-schema ``parameters``."""
     schema = dict(parameters or {"type": "object", "properties": {}})
     order = tuple(parameter_order) if parameter_order is not None else tuple(schema.get("properties", {}))
-    return ArgumentSpec(tool=tool, parameter_order=order, normalize=compile_schema(schema), receives=receives)
+    return ArgumentSpec(tool=tool, parameter_order=order, normalize=compile_schema(schema), receives=receives,
+                        private=private)
 
 
 def _finite_float(text: str) -> float:

@@ -29,7 +29,10 @@ __all__ = ["Guess", "Ledger"]
 
 _WASTED, _PREEMPTED = EventKind.WASTED, EventKind.PREEMPTED
 _ERROR, _USEFUL, _WASTE = Outcome.ERROR, Outcome.USEFUL, Outcome.WASTED
-_DISCARDED, _CLAIMED = State.DISCARDED, State.CLAIMED
+_DISCARDED, _CLAIMED, _SERVED, _COMMITTED_STATE = State.DISCARDED, State.CLAIMED, State.SERVED, State.COMMITTED
+_CAUSES = {kind: kind.value for kind in EventKind}
+"""Each event kind's name, looked up once (``Enum.value`` is a Python-level property)."""
+_HIT_CAUSE = EventKind.HIT.value
 
 
 class Guess:
@@ -55,6 +58,9 @@ class Ledger:
         self._counts: Counter[EventKind] = Counter()
         self._saved_s = 0.0
         self._wasted_s = 0.0
+        self.watchers = telemetry.transition_watchers
+        """Who listens to lifecycle moves (the telemetry's own list): moves are published only while it is not
+        empty."""
         self._scope = f"session:{session_id}"
         self._tool_scopes: dict[str, str] = {}
 
@@ -140,7 +146,7 @@ class Ledger:
         if entry.state in FINISHED:
             return
         claimed = entry.state is _CLAIMED
-        move(entry, _DISCARDED, kind.value if kind is not None else "")
+        move(entry, _DISCARDED, _CAUSES[kind] if kind is not None else "")
         task = entry.task
         if task is not None and not task.done():
             task.cancel()
@@ -162,7 +168,7 @@ class Ledger:
 
     def served(self, entry: Entry, saved_s: float, committed: bool) -> None:
         """A claimed entry served its call (a hit): SERVED or COMMITTED, counted, its sources learn."""
-        move(entry, State.COMMITTED if committed else State.SERVED, EventKind.HIT.value)
+        move(entry, _COMMITTED_STATE if committed else _SERVED, _HIT_CAUSE)
         self.record(entry.tool.name, _USEFUL)
         self.learn(entry.votes, True)
         self.emit(EventKind.HIT, entry.tool, entry.key, entry.source, entry.confidence, saved_s)

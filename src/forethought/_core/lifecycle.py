@@ -88,8 +88,10 @@ IN_STORE = frozenset({_S.QUEUED, _S.RUNNING, _S.READY, _S.FAILED})
 """States of a speculation waiting in its session's store (unclaimed, not ended)."""
 
 STATE_LOCK = threading.Lock()
-"""Makes a move atomic with what a worker thread does at the same moment (starting the tool, taking a
-snapshot) against what the loop does (discarding it)."""
+"""Makes a move out of QUEUED atomic with what a worker thread does at the same moment (starting the tool,
+attaching its snapshot) against what the loop does (discarding or claiming it). Only :func:`start` moves a
+speculation off the loop, and only out of QUEUED, so moves out of any other state need no lock."""
+_QUEUED = State.QUEUED
 
 
 class IllegalTransition(RuntimeError):
@@ -97,7 +99,12 @@ class IllegalTransition(RuntimeError):
 
 
 class TransitionSink(Protocol):
-    """Where a session's moves are published (its ledger); may be told from a worker thread."""
+    """Where a session's moves are published (its ledger); may be told from a worker thread.
+
+    ``watchers`` is truthy while anyone listens: a move tells the sink nothing otherwise (the hot path).
+    """
+
+    watchers: Any
 
     def moved(self, subject: Any, old: State, new: State, cause: str) -> None:
         """``subject`` (an entry, or a guess's tool for one that never became one) moved ``old`` -> ``new``."""
@@ -113,13 +120,19 @@ def move(entry: _Moving, new: State, cause: str = "") -> State:
 
     Raises :class:`IllegalTransition` for a move :data:`ALLOWED` does not list.
     """
-    with STATE_LOCK:
-        old = entry.state
+    old = entry.state
+    if old is _QUEUED:  # the only state a worker thread moves out of (start): decide under the lock
+        with STATE_LOCK:
+            old = entry.state
+            if new not in ALLOWED[old]:
+                raise IllegalTransition(f"a speculation cannot move from {old} to {new}")
+            entry.state = new
+    else:
         if new not in ALLOWED[old]:
             raise IllegalTransition(f"a speculation cannot move from {old} to {new}")
         entry.state = new
     sink = entry.sink
-    if sink is not None:
+    if sink is not None and sink.watchers:
         sink.moved(entry, old, new, cause)
     return old
 
@@ -139,7 +152,7 @@ def start(entry: _Starting, now: float, snapshot: Any = None) -> bool:
         entry.started = now
         entry.snapshot = snapshot
     sink = entry.sink
-    if sink is not None:
+    if sink is not None and sink.watchers:
         sink.moved(entry, _S.QUEUED, _S.RUNNING, "")
     return True
 
@@ -150,4 +163,5 @@ def proposed(sink: TransitionSink, subject: Any, new: State, cause: str = "") ->
     old = _S.DEFERRED if new is _S.PROPOSED else _S.PROPOSED
     if new not in ALLOWED[old]:
         raise IllegalTransition(f"a guess cannot move from {old} to {new}")
-    sink.moved(subject, old, new, cause)
+    if sink.watchers:
+        sink.moved(subject, old, new, cause)

@@ -83,6 +83,8 @@ _ISOLATED_WRITE = Effect.ISOLATED_WRITE
 _T_LAUNCHED, _T_DEDUPLICATED, _T_REJECTED = TicketStatus.LAUNCHED, TicketStatus.DEDUPLICATED, TicketStatus.REJECTED
 _S_QUEUED, _S_RUNNING, _S_READY, _S_FAILED = State.QUEUED, State.RUNNING, State.READY, State.FAILED
 _S_REFUSED, _S_JOINED, _S_DEFERRED, _S_PROPOSED = State.REFUSED, State.JOINED, State.DEFERRED, State.PROPOSED
+_LAUNCHED_CAUSE, _REJECTED_CAUSE = "launched", "rejected"
+_DEDUPLICATED_CAUSE, _DEFERRED_CAUSE = "deduplicated", "deferred"
 
 
 class Host(Protocol):
@@ -172,7 +174,7 @@ class Session:
         except CallError as exc:
             name = getattr(call, "name", None)
             known = self.tools.get(name) if isinstance(name, str) else None
-            proposed(ledger, Guess(known, ""), _S_REFUSED, _REJECTED.value)
+            proposed(ledger, Guess(known, ""), _S_REFUSED, _REJECTED_CAUSE)
             ledger.emit(_REJECTED, known, "", source, confidence if isinstance(confidence, float | int) else None,
                         detail=type(exc).__name__)
             return SpeculationTicket(_T_REJECTED, None, str(exc))
@@ -184,7 +186,7 @@ class Session:
                 useless = self._useless(existing)
                 if useless is None:
                     self._join(existing, source, confidence, eta_s)
-                    proposed(ledger, existing, _S_JOINED, _DEDUPLICATED.value)
+                    proposed(ledger, existing, _S_JOINED, _DEDUPLICATED_CAUSE)
                     ledger.emit(_DEDUPLICATED, t, key, source, confidence)
                     return SpeculationTicket(_T_DEDUPLICATED, key)
                 self._store.pop(key)  # a dead entry is replaced by a fresh run, not joined
@@ -201,7 +203,7 @@ class Session:
                 if reason is not None and self._make_room(value):
                     reason = self._budget.reserve(t.cost_units)
         if reason is not None:
-            proposed(ledger, Guess(t, key), _S_REFUSED, _REJECTED.value)
+            proposed(ledger, Guess(t, key), _S_REFUSED, _REJECTED_CAUSE)
             ledger.emit(_REJECTED, t, key, source, confidence if isinstance(confidence, float | int) else None,
                         detail=reason)
             return SpeculationTicket(_T_REJECTED, key, reason)
@@ -213,7 +215,7 @@ class Session:
                       now + t.ttl_s, self._now, [(source, confidence)], _S_PROPOSED, ledger)
         entry.value = value
         entry.slot = self.runtime.scheduler.capacity.request(self, value, lambda: self._preempt(entry))
-        move(entry, _S_QUEUED, _LAUNCHED.value)
+        move(entry, _S_QUEUED, _LAUNCHED_CAUSE)
         entry.task = loop.create_task(self._run_speculation(entry))  # it first runs after we return
         self._store.add(entry)
         if entry.expires < self._next_expiry:
@@ -493,7 +495,7 @@ class Session:
         except CallError:
             return None
         self._unrun.setdefault(key, []).append((source, confidence))
-        proposed(self._ledger, Guess(t, key), _S_DEFERRED, _DEFERRED.value)
+        proposed(self._ledger, Guess(t, key), _S_DEFERRED, _DEFERRED_CAUSE)
         self._ledger.emit(_DEFERRED, t, key, source, confidence, detail=detail)
         return key
 

@@ -177,7 +177,8 @@ class Tool:
         object.__setattr__(self, "label", PRIVATE_LABEL if self.private else self.name)
         object.__setattr__(self, "hide_key", self.private or bool(self.private_arguments))
         try:
-            spec = compile_arguments(self.name, self.parameters, self.parameter_order, self.receives)
+            spec = compile_arguments(self.name, self.parameters, self.parameter_order, self.receives,
+                                     self.private or bool(self.private_arguments))
         except InvalidArgumentsError as exc:
             raise ToolDefinitionError(f"tool {self.name!r}: unusable parameters schema: {exc}") from None
         object.__setattr__(self, "arguments", spec)

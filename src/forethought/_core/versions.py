@@ -110,6 +110,11 @@ def read_token(versions: tuple[Version, ...]) -> ReadToken:
     """What a speculation that starts reading now must still see at its claim."""
     out = []
     for v in versions:
+        if type(v) is StateVersion:  # the common case, without a method call
+            if v.writers:
+                return None
+            out.append(v.version)
+            continue
         token = v.token()
         if token is None:
             return None
