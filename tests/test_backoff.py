@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from conftest import settle
 from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy, policy_from_mapping
+from forethought._core.policy import Policy
+from forethought._core.policy_file import policy_from_mapping
 from forethought._core.pressure import FixedPressure, LoopPressure, Pressure, level_between
 from forethought._core.runtime import Runtime
 from forethought._core.tools import Effect, tool

@@ -12,7 +12,8 @@ import pytest
 from conftest import Gate, settle, spin
 from evidence_fakes import Listed, Sampler, ctx, guess, run_step, tools
 from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy, policy_from_mapping
+from forethought._core.policy import Policy
+from forethought._core.policy_file import policy_from_mapping
 from forethought._core.runtime import Runtime
 from forethought.agent.feed import GuessFeed
 from forethought.errors import PolicyError

@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from forethought import Effect, Runtime, Tool, ToolCall, load_policy
-from forethought._core.policy import Policy, policy_from_mapping
+from forethought._core.policy import Policy
+from forethought._core.policy_file import policy_from_mapping
 from forethought.errors import PolicyError, ToolExecutionError
 from forethought.sandbox.objects import ObjectState
 from forethought.telemetry import Event, EventKind

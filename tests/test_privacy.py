@@ -16,7 +16,8 @@ import pytest
 
 from conftest import settle
 from forethought._core.calls import ToolCall, parse_arguments_json
-from forethought._core.policy import Policy, ToolPolicy, policy_from_mapping
+from forethought._core.policy import Policy, ToolPolicy
+from forethought._core.policy_file import policy_from_mapping
 from forethought._core.runtime import Runtime, SettledSpeculation
 from forethought._core.tools import Effect, Tool, tool
 from forethought.errors import ForethoughtError

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from forethought._core.calls import ToolCall
 from forethought._core.clock import Clock, FakeClock, SystemClock
 from forethought._core.entry import CallOutcome, SpeculationTicket
-from forethought._core.policy import Policy, ToolPolicy, load_policy
+from forethought._core.policy import Policy, ToolPolicy
+from forethought._core.policy_file import load_policy
 from forethought._core.runtime import Runtime, Session
 from forethought._core.tools import Effect, PartialRule, StateCell, Tool, tool
 from forethought._version import __version__

@@ -22,7 +22,8 @@ except ImportError as missing:  # the library installed without its command line
     print(f"error: the forethought command needs {missing.name}: pip install 'forethought[cli]'", file=sys.stderr)
     raise SystemExit(2) from None
 
-from forethought._core.policy import Policy, load_policy
+from forethought._core.policy import Policy
+from forethought._core.policy_file import load_policy
 from forethought._version import __version__
 from forethought.errors import ForethoughtError
 from forethought.mcp.cli import app as mcp_proxy_app

@@ -74,6 +74,9 @@ class EventKind(enum.Enum):
     DEFERRED = "deferred"
     """A guess was held back, not run, because evidence due soon (a speculator's samples) makes it worth more
     then than now (``Session.defer``); it runs later if it is still worth it, and its outcome is learnt."""
+    POLICY = "policy"
+    """Policy resolution failed closed for a tool (a table could not be matched: ``detail`` says why); the tool
+    runs only when called and stays private."""
 
     # Members are singletons compared by identity; the C identity hash keeps the hot-path counting (dict
     # and set lookups keyed by kind) cheaper than Enum's Python-level hash of the member name.

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from forethought._core.entry import Entry, discard_quietly, own_arguments
@@ -23,7 +23,7 @@ from forethought._core.policy import Policy
 from forethought._core.pressure import Pressure
 from forethought._core.scheduler import Scheduler, maybe_await
 from forethought._core.tools import Effect, Tool, ToolRegistry, invoke_tool
-from forethought._core.versions import Version, Write, WriteClock
+from forethought._core.versions import Version, Write, WriteClock, versions_of
 from forethought.errors import ForethoughtError, ToolExecutionError
 from forethought.telemetry import EventKind
 
@@ -83,10 +83,11 @@ class Live:
 
     # --- effects outside any tool ----------------------------------------------------------------
 
-    def begin_untracked_write(self) -> Write:
+    def begin_untracked_write(self, states: Iterable[object] = ()) -> Write:
         """An effect outside any tool begins (a relayed call of unknown effect, a statement of a code action):
-        no read speculated before its end may be served. End the returned write when it has really ended."""
-        return self._clock.untracked(self.version)
+        no read speculated before its end may be served. ``states``: what else it may change (a state shared
+        with other processes, say). End the returned write when it has really ended."""
+        return self._clock.untracked(self.version, versions_of(states))
 
     @contextlib.contextmanager
     def untracked_write(self) -> Iterator[None]:
@@ -109,7 +110,7 @@ class Live:
         """
         t = self._tools.get(name) if isinstance(name, str) else None
         if (t is None or t.prepare is None or self.closed or name in self.prepared
-                or not self._policy.for_tool(name).speculate or self._pressure().level >= 1.0):
+                or not t.speculate or not self._policy.for_tool(name).speculate or self._pressure().level >= 1.0):
             return False
         self.prepared.add(name)
         given = own_arguments(dict(known or {}))

@@ -1,19 +1,27 @@
-"""Policy: what may be speculated, how much, and when to stop.
+"""Policy: what may be speculated, how much, and when to stop — and the ONE place a tool's policy is resolved.
 
 A :class:`Policy` is a frozen value handed to the :class:`~forethought._core.runtime.Runtime`. It holds global
-limits (concurrency, per-turn budgets, breaker thresholds, confidence threshold) and per-tool overrides
-(effect, allow/deny, cost, TTL, expected latency, privacy). :func:`load_policy` reads one from a TOML
-file and fails fast with a message that names the offending key.
+limits (concurrency, per-turn budgets, breaker thresholds, confidence threshold), per-tool overrides
+(effect, allow/deny, cost, TTL, expected latency, privacy, a validator, observable reads) and per-server
+tables for tools that belong to a server (an MCP server's): whether its self-descriptions (``readOnlyHint``)
+are believed, and its own tool overrides. :func:`load_policy` reads one from a TOML file and fails fast with
+a message that names the offending key.
+
+:func:`resolve` decides, once and for every way in, what one tool may do: from the policy plus what the edge
+knows of the tool (its server's name, the effect its author declared, the hints it gives of itself). Hints
+are untrusted unless the policy trusts the server. **Resolution fails closed**: where the policy names server
+tables and the edge cannot say which server a tool belongs to, none of those tables can be matched, so nothing
+of that tool runs early and it is private (its arguments are never learnt or stored); the resolution says so
+(:attr:`Resolved.unmatched`), and the runtime reports it at start-up and in telemetry.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import os
-import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from forethought._core.tools import Effect, Tool
@@ -21,8 +29,33 @@ from forethought.errors import PolicyError
 
 
 @dataclass(frozen=True, slots=True)
+class ValidatorSpec:
+    """A read-only call of the same server whose result must not change for a speculation to be served."""
+
+    tool: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    """Fixed arguments of the validator call."""
+    copy: tuple[str, ...] | None = None
+    """Arguments copied from the speculated call (``None``: every one the validator's schema names)."""
+
+    def arguments_for(self, call_arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+        """The validator call's arguments for a speculated call with ``call_arguments``."""
+        names = self.copy
+        if names is None:
+            properties = schema.get("properties")
+            names = tuple(properties) if isinstance(properties, Mapping) else ()
+        copied = {k: call_arguments[k] for k in names if k in call_arguments}
+        return {**copied, **self.arguments}
+
+
+@dataclass(frozen=True, slots=True)
 class ToolPolicy:
-    """Overrides for one tool; ``None`` keeps the tool's own setting."""
+    """Overrides for one tool; ``None`` keeps the tool's own setting.
+
+    ``observable``: the tool's reads change what its server answers later (it logs, numbers, rate-limits
+    or bills them), so a wrong guess would show; such a tool is speculated only where the policy accepts
+    that (``accept_observable_reads``). ``None``: as its server says.
+    """
 
     effect: Effect | None = None
     speculate: bool = True
@@ -31,6 +64,8 @@ class ToolPolicy:
     private: bool = False
     private_arguments: frozenset[str] = frozenset()
     expected_s: float | None = None
+    validator: ValidatorSpec | None = None
+    observable: bool | None = None
 
     def apply(self, t: Tool) -> Tool:
         """The tool with this policy's overrides applied (privacy only ever added, never removed)."""
@@ -113,6 +148,12 @@ class Policy:
     combine_evidence: bool = True
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     tools: Mapping[str, ToolPolicy] = field(default_factory=dict)
+    servers: Mapping[str, ServerPolicy] = field(default_factory=dict)
+    """Tables of tools that belong to a server, by the server's name (``"*"``: any server)."""
+    trust_servers: bool = False
+    """Believe every server's hints (the MCP proxy's ``--trust``: the user vouches for the upstream)."""
+    accept_observable_reads: bool = False
+    """Speculate tools whose reads are observable (see :class:`ToolPolicy`); off by default."""
 
     def __post_init__(self) -> None:
         for name in ("max_concurrent", "max_concurrent_per_session", "max_calls_per_turn"):
@@ -138,100 +179,136 @@ class Policy:
     def for_tool(self, name: str) -> ToolPolicy:
         return self.tools.get(name, _DEFAULT_TOOL_POLICY)
 
+    def server(self, name: str) -> ServerPolicy:
+        """The table of server ``name``: its own, else ``"*"``, else the default (untrusted); trusted under
+        ``trust_servers``."""
+        found = self.servers.get(name) or self.servers.get(ANY_SERVER) or _DEFAULT_SERVER_POLICY
+        return replace(found, trusted=True) if self.trust_servers and not found.trusted else found
 
+    def named_servers(self) -> tuple[str, ...]:
+        """The servers this policy has a table for by name (``"*"`` left out)."""
+        return tuple(sorted(name for name in self.servers if name != ANY_SERVER))
+
+
+@dataclass(frozen=True, slots=True)
+class ServerPolicy:
+    """How far to trust one server's tools, and per-tool overrides for them.
+
+    ``trusted``: its tools' ``readOnlyHint`` annotations are believed (hints are untrusted otherwise).
+    ``observable_reads``: its reads change what it answers later (see :class:`ToolPolicy`).
+    ``validators``: tool name -> the validator the policy names for it.
+    """
+
+    trusted: bool = False
+    tools: Mapping[str, ToolPolicy] = field(default_factory=dict)
+    validators: Mapping[str, ValidatorSpec] = field(default_factory=dict)
+    observable_reads: bool = False
+
+
+ANY_SERVER = "*"
 _DEFAULT_TOOL_POLICY = ToolPolicy()
+_DEFAULT_SERVER_POLICY = ServerPolicy()
+
+
+class _Unknown(enum.Enum):
+    SERVER = "unknown server"
+
+
+UNKNOWN_SERVER = _Unknown.SERVER
+"""The server a tool belongs to when the edge could not learn its name (policy tables cannot be matched)."""
+Server = str | _Unknown | None
+"""What an edge knows of a tool's server: its name, :data:`UNKNOWN_SERVER`, or ``None`` (no server: a tool
+the user's own code defines)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What the policy decides for one tool: its effect, whether it may run early at all, its overrides.
+
+    ``reason`` says where the effect came from; ``unmatched`` is non-empty when resolution failed closed
+    (a policy table could not be matched) and says why.
+    """
+
+    effect: Effect
+    speculate: bool
+    reason: str
+    cost_units: float | None = None
+    ttl_s: float | None = None
+    expected_s: float | None = None
+    private: bool = False
+    private_arguments: frozenset[str] = frozenset()
+    validator: ValidatorSpec | None = None
+    observable: bool = False
+    unmatched: str = ""
+
+    @property
+    def early(self) -> bool:
+        """Whether the tool may ever run before its call (a snapshot state permitting, for ISOLATED_WRITE)."""
+        return self.speculate and self.effect in (Effect.PURE, Effect.READ_ONLY, Effect.ISOLATED_WRITE)
+
+    def apply(self, t: Tool) -> Tool:
+        """``t`` with these decisions applied (privacy only ever added, never removed)."""
+        changes: dict[str, Any] = {}
+        if self.effect is not t.effect:
+            changes["effect"] = self.effect
+        if self.cost_units is not None:
+            changes["cost_units"] = self.cost_units
+        if self.ttl_s is not None:
+            changes["ttl_s"] = self.ttl_s
+        if self.expected_s is not None:
+            changes["expected_s"] = self.expected_s
+        if self.private and not t.private:
+            changes["private"] = True
+        if not self.private_arguments <= t.private_arguments:
+            changes["private_arguments"] = t.private_arguments | self.private_arguments
+        if self.speculate is not t.speculate:
+            changes["speculate"] = self.speculate
+        return replace(t, **changes) if changes else t
+
+
+def resolve(policy: Policy, name: str, *, server: Server = None, declared: Effect = Effect.DESTRUCTIVE,
+            hints: Any = None) -> Resolved:
+    """What ``policy`` decides for tool ``name`` (the one resolution every way in uses).
+
+    ``server``: the server the tool belongs to (``None`` for a tool of the user's own code, whose
+    ``declared`` effect its author chose; a server's tools declare nothing, their ``hints`` — MCP
+    annotations — count only where the server is trusted). The tool's table is its server's
+    ``[servers.S.tools.NAME]``, else the top-level ``[tools.NAME]``.
+    """
+    if server is UNKNOWN_SERVER and policy.named_servers():
+        named = ", ".join(policy.named_servers())
+        return Resolved(Effect.DESTRUCTIVE, False, "policy unmatched", private=True,
+                        unmatched=f"the policy has tables for servers {named}, but this tool's server did not "
+                                  "say its name: nothing of it runs early and it stays private")
+    if server is None:
+        override = policy.tools.get(name)
+        base, reason = declared, "declared by the tool"
+        table: ServerPolicy | None = None
+    else:
+        table = policy.server(server if isinstance(server, str) else ANY_SERVER)
+        override = table.tools.get(name) or policy.tools.get(name)
+        read_only = isinstance(hints, Mapping) and hints.get("readOnlyHint") is True
+        if read_only and table.trusted:
+            base, reason = Effect.READ_ONLY, "readOnlyHint on a trusted server"
+        elif read_only:
+            base, reason = Effect.DESTRUCTIVE, "readOnlyHint on an untrusted server"
+        else:
+            base, reason = Effect.DESTRUCTIVE, "no read-only hint"
+    if override is None:
+        override = _DEFAULT_TOOL_POLICY
+    effect = base
+    if override.effect is not None:
+        effect, reason = override.effect, "policy"
+    speculate = override.speculate
+    observable = override.observable if override.observable is not None else (
+        table.observable_reads if table is not None else False)
+    if observable and not policy.accept_observable_reads and speculate:
+        speculate, reason = False, reason + "; reads are observable and the policy does not accept that"
+    validator = override.validator or (table.validators.get(name) if table is not None else None)
+    return Resolved(effect, speculate, reason, override.cost_units, override.ttl_s, override.expected_s,
+                    override.private, override.private_arguments, validator, observable)
 BACKOFF_ENV = "FORETHOUGHT_BACKOFF"
 
 
 def _backoff_default() -> bool:
     return os.environ.get(BACKOFF_ENV, "").strip().lower() not in ("0", "off", "false", "no")
-
-_GLOBAL_KEYS = {f.name: f for f in fields(Policy) if f.name not in ("breaker", "tools")}
-_BREAKER_KEYS = {f.name for f in fields(BreakerPolicy)}
-_TOOL_KEYS = {"effect", "speculate", "cost_units", "ttl_s", "private", "private_arguments", "expected_s"}
-
-
-def _number(where: str, value: Any, integer: bool = False) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
-        raise PolicyError(f"{where}: expected {'an integer' if integer else 'a number'}, got {value!r}")
-    return value
-
-
-def policy_from_mapping(data: Mapping[str, Any], origin: str = "policy") -> Policy:
-    """Build a :class:`Policy` from parsed TOML (or any mapping), naming bad keys in errors."""
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        where = f"{origin}: key '{key}'"
-        if key == "breaker":
-            if not isinstance(value, Mapping):
-                raise PolicyError(f"{where}: expected a table")
-            unknown = set(value) - _BREAKER_KEYS
-            if unknown:
-                raise PolicyError(f"{origin}: unknown key 'breaker.{sorted(unknown)[0]}'")
-            kwargs["breaker"] = BreakerPolicy(**{
-                k: _number(f"{origin}: key 'breaker.{k}'", v, integer=k in ("window", "min_samples"))
-                for k, v in value.items()})
-        elif key == "tools":
-            if not isinstance(value, Mapping):
-                raise PolicyError(f"{where}: expected a table of tools")
-            kwargs["tools"] = {name: _tool_policy(name, spec, origin) for name, spec in value.items()}
-        elif key in ("backoff", "combine_evidence"):
-            if not isinstance(value, bool):
-                raise PolicyError(f"{where}: expected true or false, got {value!r}")
-            kwargs[key] = value
-        elif key in ("backoff_lag_ms", "backoff_load_per_core"):
-            if not isinstance(value, list) or len(value) != 2:
-                raise PolicyError(f"{where}: expected [low, high]")
-            kwargs[key] = (float(_number(where, value[0])), float(_number(where, value[1])))
-        elif key in _GLOBAL_KEYS:
-            integer = key.startswith("max_concurrent") or key == "max_calls_per_turn"
-            kwargs[key] = _number(where, value, integer=integer)
-        else:
-            raise PolicyError(f"{origin}: unknown key '{key}'")
-    return Policy(**kwargs)
-
-
-def _tool_policy(name: str, spec: Any, origin: str) -> ToolPolicy:
-    prefix = f"{origin}: key 'tools.{name}"
-    if not isinstance(spec, Mapping):
-        raise PolicyError(f"{prefix}': expected a table")
-    unknown = set(spec) - _TOOL_KEYS
-    if unknown:
-        raise PolicyError(f"{prefix}.{sorted(unknown)[0]}': unknown key")
-    kwargs: dict[str, Any] = {}
-    for key, value in spec.items():
-        where = f"{prefix}.{key}'"
-        if key == "effect":
-            try:
-                kwargs["effect"] = Effect(str(value).lower())
-            except ValueError:
-                allowed = ", ".join(e.value for e in Effect)
-                raise PolicyError(f"{where}: {value!r} is not one of {allowed}") from None
-        elif key in ("speculate", "private"):
-            if not isinstance(value, bool):
-                raise PolicyError(f"{where}: expected true or false, got {value!r}")
-            kwargs[key] = value
-        elif key == "private_arguments":
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise PolicyError(f"{where}: expected a list of argument names")
-            kwargs[key] = frozenset(value)
-        else:
-            number = _number(where, value)
-            if number < 0 or (key == "ttl_s" and number == 0):
-                raise PolicyError(f"{where}: must be positive")
-            kwargs[key] = number
-    return ToolPolicy(**kwargs)
-
-
-def load_policy(path: str | Path) -> Policy:
-    """Read a TOML policy file; any problem raises :class:`PolicyError` naming the line or key."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyError(f"cannot read policy file {p}: {exc.strerror}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"{p}: {exc}") from None
-    return policy_from_mapping(data, origin=str(p))

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from forethought._core.breaker import CircuitBreaker
 from forethought._core.clock import SYSTEM_CLOCK, Clock
 from forethought._core.entry import CallOutcome, SettledSpeculation, SpeculationTicket
-from forethought._core.policy import Policy
+from forethought._core.policy import Policy, Server, resolve
 from forethought._core.pressure import NO_PRESSURE, LoopPressure, Pressure, PressureSignal
 from forethought._core.pricing import Calibration, Worth, worth
 from forethought._core.scheduler import Scheduler
@@ -55,8 +55,9 @@ class Runtime:
                  shared: SharedRuns | None = None) -> None:
         self.policy = policy or Policy()
         self.clock = clock or SYSTEM_CLOCK
-        self.tools = ToolRegistry(self._with_policy(tools))
         self.telemetry = telemetry or Telemetry(self.clock)
+        self._unmatched_reported: set[str] = set()
+        self.tools = ToolRegistry(self._with_policy(tools))
         self.scheduler = Scheduler(self.policy)
         self.breaker = breaker or CircuitBreaker(self.policy.breaker, self.clock)
         self.tool_runtime_ewma: dict[str, float] = {}
@@ -72,14 +73,30 @@ class Runtime:
         """The one write clock of every session of this runtime (:mod:`forethought._core.versions`)."""
         self._ids = itertools.count(1)
 
-    def _with_policy(self, tools: Iterable[Tool]) -> list[Tool]:
-        return [self.policy.for_tool(t.name).apply(t) for t in tools]
+    def _with_policy(self, tools: Iterable[Tool], server: Server = None) -> list[Tool]:
+        """``tools`` as the policy resolves them (:func:`~forethought._core.policy.resolve`); a resolution that
+        failed closed is reported once per reason, in the log and as a POLICY event."""
+        out = []
+        for t in tools:
+            resolved = resolve(self.policy, t.name, server=server, declared=t.effect, hints=t.annotations)
+            if resolved.unmatched:
+                self._report_unmatched(t, resolved.unmatched)
+            out.append(resolved.apply(t))
+        return out
+
+    def _report_unmatched(self, t: Tool, why: str) -> None:
+        self.telemetry.emit(Event(EventKind.POLICY, "", t.label, "", detail=why))
+        if why not in self._unmatched_reported:
+            self._unmatched_reported.add(why)
+            _log.warning("forethought: %s", why)
 
     def session(self, session_id: str | None = None, tools: Iterable[Tool] = (),
-                shared: SharedRuns | None = None) -> Session:
+                shared: SharedRuns | None = None, server: Server = None) -> Session:
         """Open a session; ``tools`` adds or replaces tools for this session only (e.g. bound to its state);
-        ``shared`` replaces the runtime's shared results for it (one tenant's, say)."""
-        extra = self._with_policy(tools)
+        ``shared`` replaces the runtime's shared results for it (one tenant's, say); ``server``: the server
+        ``tools`` belong to (its name, :data:`~forethought._core.policy.UNKNOWN_SERVER`, or ``None`` for tools
+        of the user's own code), which decides the policy tables they resolve against."""
+        extra = self._with_policy(tools, server)
         registry = self.tools.merged(extra) if extra else self.tools
         return Session(self, session_id or f"s{next(self._ids)}", registry,
                        shared if shared is not None else self.shared)

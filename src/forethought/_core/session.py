@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from forethought._core.breaker import CircuitBreaker
@@ -292,7 +292,7 @@ class Session:
     def _static_rejection(self, t: Tool) -> str | None:
         """Why ``t`` may never be speculated under this runtime's policy (constant per tool)."""
         policy = self.runtime.policy
-        if not policy.for_tool(t.name).speculate:
+        if not t.speculate or not policy.for_tool(t.name).speculate:
             return "policy denies speculation of this tool"
         if not t.speculable:
             return f"effect {t.effect.value} may not run early" + (
@@ -428,12 +428,13 @@ class Session:
         """Run tool ``name``'s ``prepare`` hook for a hint (see :meth:`Live.prepare`)."""
         return self._live.prepare(name, known, source)
 
-    def begin_untracked_write(self) -> Write:
+    def begin_untracked_write(self, states: Iterable[object] = ()) -> Write:
         """An effect outside any tool begins (a call relayed blind, a code statement the shadow could not model):
         every READ_ONLY speculation of this session, and of any session whose read tool declares no state,
-        started before the returned write ends is stale at its claim. Call ``end()`` on it when the effect has
-        really ended (an upstream answered), not when its caller stopped waiting."""
-        return self._live.begin_untracked_write()
+        started before the returned write ends is stale at its claim, as is every speculation that reads one
+        of ``states`` (declared as a tool's ``reads``). Call ``end()`` on it when the effect has really ended
+        (an upstream answered), not when its caller stopped waiting."""
+        return self._live.begin_untracked_write(states)
 
     @contextlib.contextmanager
     def untracked_write(self) -> Iterator[None]:

@@ -130,6 +130,11 @@ class Tool:
     receives: Receives = Receives.PYTHON
     """What ``fn`` receives of a call: the caller's own Python values (the default) or JSON that a server
     parses (an MCP server's tool); it decides which differences between two calls key apart."""
+    annotations: Mapping[str, Any] | None = None
+    """What the tool says of itself where a server describes it (MCP annotations such as ``readOnlyHint``):
+    untrusted, believed only where the policy trusts its server (:func:`~forethought._core.policy.resolve`)."""
+    speculate: bool = True
+    """Whether the policy lets it run early at all (set by policy resolution; its effect must allow it too)."""
     arguments: ArgumentSpec = field(init=False, repr=False, compare=False)
     label: str = field(init=False, repr=False, compare=False)
     """The name telemetry and logs may show: ``"<private>"`` for a private tool."""
@@ -185,7 +190,8 @@ class Tool:
 
     @property
     def speculable(self) -> bool:
-        """Whether the effect allows any early run at all (ISOLATED_WRITE needs a state cell)."""
+        """Whether the effect allows any early run at all (ISOLATED_WRITE needs a state cell); the policy's
+        own switch is :attr:`speculate`."""
         if self.effect in (Effect.PURE, Effect.READ_ONLY):
             return True
         return self.effect is Effect.ISOLATED_WRITE and self.state is not None

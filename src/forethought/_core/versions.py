@@ -201,7 +201,7 @@ class WriteClock:
         """A new session's own version (every write of that session)."""
         return StateVersion()
 
-    def untracked(self, session: Version) -> Write:
-        """Begin an effect outside any tool in ``session`` (it writes the session and the world); the caller
-        ends the returned :class:`Write` when the effect has really ended."""
-        return Write((), (session, self.world))
+    def untracked(self, session: Version, others: tuple[Version, ...] = ()) -> Write:
+        """Begin an effect outside any tool in ``session`` (it writes the session, the world and ``others``);
+        the caller ends the returned :class:`Write` when the effect has really ended."""
+        return Write((), (session, self.world, *others))

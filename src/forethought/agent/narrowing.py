@@ -143,7 +143,7 @@ class StreamNarrowing:
             return
         session = self.session
         t = session.tools.get(prediction.call.name)
-        if t is None or not t.speculable or not session.runtime.policy.for_tool(t.name).speculate:
+        if t is None or not t.speculable or not t.speculate or not session.runtime.policy.for_tool(t.name).speculate:
             return
         try:
             canonical, key = session.resolve(prediction.call)[1:]

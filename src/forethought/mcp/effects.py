@@ -35,7 +35,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from forethought._core.policy import Policy, ToolPolicy, policy_from_mapping
+from forethought._core.policy import Policy, ToolPolicy
+from forethought._core.policy_file import policy_from_mapping
 from forethought._core.tools import Effect
 from forethought.errors import PolicyError
 from forethought.mcp.errors import McpPolicyError
