@@ -79,9 +79,10 @@ class Runtime:
         out = []
         for t in tools:
             resolved = resolve(self.policy, t.name, server=server, declared=t.effect, hints=t.annotations)
+            applied = resolved.apply(t)
             if resolved.unmatched:
-                self._report_unmatched(t, resolved.unmatched)
-            out.append(resolved.apply(t))
+                self._report_unmatched(applied, resolved.unmatched)  # by its private label
+            out.append(applied)
         return out
 
     def _report_unmatched(self, t: Tool, why: str) -> None:
