@@ -7,10 +7,16 @@ with ``time.perf_counter_ns`` and divides by the batch size. The tool is a trivi
 with three parameters (two strings and a number), called with all three, so the figures are the
 runtime's overhead, not tool time.
 
-* ``key_us``: ``ArgumentSpec.key(call)``: validate, normalise and encode one call's canonical key.
-* ``hit_claim_us``: ``session.speculate(call)`` plus ``await session.execute_detailed(call)`` for the
-  same call after the speculative run has finished (the event-loop turns that run the speculative task
-  between the two are not timed); every claim is checked to be a hit.
+Every round uses calls it has never keyed before (argument values carry the round), so no figure is served
+by the key's memory of recent calls (:class:`~forethought._core.calls.ArgumentSpec`) except where the real
+path is: the model's own call of a hit repeats what its guess keyed a moment earlier.
+
+* ``key_us``: ``ArgumentSpec.key(call)``: validate, normalise and encode one call's canonical key (a call
+  never keyed before).
+* ``hit_claim_us``: ``session.speculate(guess)`` plus ``await session.execute_detailed(call)``, where
+  ``call`` is a separate ``ToolCall`` equal to ``guess`` (as the model's own call is), after the speculative
+  run has finished (the event-loop turns that run the speculative task between the two are not timed);
+  every claim is checked to be a hit.
 * ``miss_claim_us``: what the authoritative path adds on a miss: ``await session.execute_detailed(call)``
   with nothing speculated (every outcome checked to be a miss), minus ``tool_direct_us``, the same
   trivial tool function awaited directly with the same arguments.
@@ -71,21 +77,26 @@ def _make_dict_tool() -> Tool:
     return search_flights
 
 
-def _calls(batch: int) -> list[ToolCall]:
-    return [ToolCall("search_flights", {"origin": f"SFO-{i}", "destination": "Paris, France", "max_price": 450.5})
-            for i in range(batch)]
+def _calls(batch: int, round_: int = 0) -> list[ToolCall]:
+    """``batch`` distinct calls, new for each ``round_`` (fresh objects on every call of this function)."""
+    return [ToolCall("search_flights", {"origin": f"SFO-{round_}-{i}", "destination": "Paris, France",
+                                        "max_price": 450.5}) for i in range(batch)]
+
+
+def _rounds_of_calls(batch: int, rounds: int, first: int) -> list[list[ToolCall]]:
+    return [_calls(batch, first + r) for r in range(rounds)]
 
 
 def _median_us(samples_ns: list[float]) -> float:
     return statistics.median(samples_ns) / _NS_PER_US
 
 
-def measure_key(t: Tool, calls: list[ToolCall], rounds: int) -> float:
-    """Median microseconds of one canonical key."""
+def measure_key(t: Tool, batches: list[list[ToolCall]]) -> float:
+    """Median microseconds of one canonical key (of a call not keyed before)."""
     key = t.arguments.key
     clock = time.perf_counter_ns
     per_call: list[float] = []
-    for _ in range(rounds):
+    for calls in batches:
         start = clock()
         for call in calls:
             key(call)
@@ -101,17 +112,19 @@ async def _until_done(session: Session) -> None:
     await session.wait_speculations(timeout=UNTIL_DONE_S)
 
 
-async def measure_hit(session: Session, calls: list[ToolCall], rounds: int) -> tuple[float, float, float]:
-    """Median microseconds of (speculate, claim, speculate + claim) on the hit path."""
+async def measure_hit(session: Session, batches: list[tuple[list[ToolCall], list[ToolCall]]]
+                      ) -> tuple[float, float, float]:
+    """Median microseconds of (speculate, claim, speculate + claim) on the hit path; each batch is the
+    guesses and, as separate equal objects, the model's own calls."""
     clock = time.perf_counter_ns
     spec_ns: list[float] = []
     claim_ns: list[float] = []
     both_ns: list[float] = []
-    n = len(calls)
-    for _ in range(rounds):
+    for guesses, calls in batches:
+        n = len(calls)
         start = clock()
-        for call in calls:
-            session.speculate(call, source="micro")
+        for guess in guesses:
+            session.speculate(guess, source="micro")
         spec = (clock() - start) / n
         await _until_done(session)
         outcomes = []
@@ -128,13 +141,13 @@ async def measure_hit(session: Session, calls: list[ToolCall], rounds: int) -> t
     return _median_us(spec_ns), _median_us(claim_ns), _median_us(both_ns)
 
 
-async def measure_hit_cold(session: Session, call: ToolCall, rounds: int) -> float:
+async def measure_hit_cold(session: Session, pairs: list[tuple[ToolCall, ToolCall]]) -> float:
     """Median microseconds of one speculate plus one claim with event-loop work in between."""
     clock = time.perf_counter_ns
     samples: list[float] = []
-    for _ in range(rounds):
+    for guess, call in pairs:
         start = clock()
-        session.speculate(call, source="micro")
+        session.speculate(guess, source="micro")
         spec = clock() - start
         await _until_done(session)
         start = clock()
@@ -147,15 +160,15 @@ async def measure_hit_cold(session: Session, call: ToolCall, rounds: int) -> flo
     return _median_us(samples)
 
 
-async def measure_miss(session: Session, t: Tool, calls: list[ToolCall], rounds: int) -> tuple[float, float]:
+async def measure_miss(session: Session, t: Tool, batches: list[list[ToolCall]]) -> tuple[float, float]:
     """Median microseconds of (execute_detailed on a miss, the tool function awaited directly)."""
     clock = time.perf_counter_ns
-    n = len(calls)
-    arguments = [t.arguments.canonical_arguments(c) for c in calls]
     fn = t.fn
     miss_ns: list[float] = []
     direct_ns: list[float] = []
-    for _ in range(rounds):
+    for calls in batches:
+        n = len(calls)
+        arguments = [t.arguments.canonical_arguments(c) for c in calls]
         outcomes = []
         start = clock()
         for call in calls:
@@ -175,26 +188,34 @@ async def run_micro(rounds: int = DEFAULT_ROUNDS, batch: int = DEFAULT_BATCH) ->
     if rounds < 1 or batch < 1:
         raise ValueError("rounds and batch must be at least 1")
     t = _make_tool()
-    calls = _calls(batch)
     runtime = Runtime([t])
+    next_round = iter(range(1 << 30))
+
+    def fresh(n: int) -> list[list[ToolCall]]:
+        return _rounds_of_calls(batch, n, next(next_round) * (rounds + 1))
+
+    def hits(n: int) -> list[tuple[list[ToolCall], list[ToolCall]]]:
+        first = next(next_round) * (rounds + 1)
+        return [(_calls(batch, first + r), _calls(batch, first + r)) for r in range(n)]
+
     try:
         session = runtime.session("micro")
         warmup = max(1, rounds // 10)
-        measure_key(t, calls, warmup)
-        await measure_hit(session, calls, warmup)
-        await measure_miss(session, t, calls, warmup)
-        key_us = measure_key(t, calls, rounds)
-        speculate_us, claim_us, hit_us = await measure_hit(session, calls, rounds)
-        miss_execute_us, direct_us = await measure_miss(session, t, calls, rounds)
-        cold_us = await measure_hit_cold(session, calls[0], rounds)
+        measure_key(t, fresh(warmup))
+        await measure_hit(session, hits(warmup))
+        await measure_miss(session, t, fresh(warmup))
+        key_us = measure_key(t, fresh(rounds))
+        speculate_us, claim_us, hit_us = await measure_hit(session, hits(rounds))
+        miss_execute_us, direct_us = await measure_miss(session, t, fresh(rounds))
+        cold_us = await measure_hit_cold(session, [(g[0], c[0]) for g, c in hits(rounds)])
         await session.close()
     finally:
         runtime.close()
     dict_runtime = Runtime([_make_dict_tool()])
     try:
         dict_session = dict_runtime.session("micro-dict")
-        await measure_hit(dict_session, calls, warmup)
-        _, _, dict_us = await measure_hit(dict_session, calls, rounds)
+        await measure_hit(dict_session, hits(warmup))
+        _, _, dict_us = await measure_hit(dict_session, hits(rounds))
         await dict_session.close()
     finally:
         dict_runtime.close()
