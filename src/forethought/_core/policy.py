@@ -112,6 +112,11 @@ class BreakerPolicy:
 class Policy:
     """Global speculation limits plus per-tool overrides.
 
+    Caps (``max_concurrent`` slots in all, ``max_concurrent_per_session`` per session, ``max_calls_per_turn``
+    and ``max_cost_per_turn`` per turn) bound speculative work; their defaults are sized so the independent
+    calls of one code action (or one message's parallel calls) are never serialised behind a cap. What a
+    guess may cost is decided by its price, not by the caps.
+
     Worth (see :mod:`forethought._core.pricing`): a guess is admitted only when its expected seconds saved minus
     its expected cost reach ``min_value_s``; ``waste_weight`` is what one wasted tool second (times the
     tool's cost units) costs against one saved second. Back-off: with ``backoff`` on, event-loop lag and
@@ -131,10 +136,10 @@ class Policy:
     (:mod:`forethought.agent.narrowing`).
     """
 
-    max_concurrent: int = 16
-    max_concurrent_per_session: int = 8
-    max_calls_per_turn: int = 16
-    max_cost_per_turn: float = 64.0
+    max_concurrent: int = 64
+    max_concurrent_per_session: int = 32
+    max_calls_per_turn: int = 64
+    max_cost_per_turn: float = 256.0
     min_confidence: float = 0.0
     speculation_timeout_s: float = 30.0
     claim_wait_floor_s: float = 0.5

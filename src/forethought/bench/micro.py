@@ -2,7 +2,7 @@
 
 ``python -m forethought.bench.micro --json PATH`` prints a table and writes
 ``{"command": "micro", "version", "params", "results"}``. Every figure is a median over ``rounds``; each
-round times a batch of ``batch`` distinct calls (16, the default per-turn speculation budget) back to back
+round times a batch of ``batch`` distinct calls (16: a busy turn of guesses) back to back
 with ``time.perf_counter_ns`` and divides by the batch size. The tool is a trivial async READ_ONLY tool
 with three parameters (two strings and a number), called with all three, so the figures are the
 runtime's overhead, not tool time.
