@@ -310,3 +310,18 @@ async def test_chained_predictions_come_from_the_worker(pair: tuple[PatternPredi
     assert isinstance(remote, AsyncChainingPredictor)
     context, observed = _steps(100, "tides")[0]
     assert _calls(await remote.predict_after_async(context, observed)) == _calls(local.predict_after(context, observed))
+
+
+async def test_the_worker_runs_at_a_lower_cpu_priority_than_its_parent() -> None:
+    """Speculative work never takes CPU from the agent: the predictor's worker process is niced."""
+    from forethought.predictors.offload import WORKER_NICENESS
+
+    remote = OffloadedPredictor(_trained())
+    await remote.start()
+    try:
+        pid = remote.worker_pid()
+        assert pid is not None
+        parent = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, parent + WORKER_NICENESS)
+    finally:
+        await remote.close()

@@ -66,8 +66,14 @@ def _exit_with_parent() -> None:
         os._exit(0)
 
 
+WORKER_NICENESS = 5
+"""How much lower the worker's CPU priority is than its parent's: a guess never takes CPU from the agent."""
+
+
 def _load(path: str) -> None:
     global _worker_predictor
+    with contextlib.suppress(OSError, AttributeError):  # no nice() on this platform: same priority
+        os.nice(WORKER_NICENESS)
     with open(path, "rb") as handle:
         _worker_predictor = pickle.load(handle)
     gc.collect()
