@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from forethought._core.calls import ToolCall
@@ -190,6 +191,44 @@ async def test_line_separators_inside_a_json_string_do_not_split_the_chunk() -> 
     async with serve_in_process(sse_app(body)) as url, OpenAIChatClient(url + "/v1", max_retries=0) as llm:
         events = [e async for e in llm.stream("m", USER, None)]
     assert events == [TextDelta(text), MessageDone("stop", None, "x")]
+
+
+@pytest.mark.parametrize("tail", ["", ": trailing comment\n\n"])
+async def test_consecutive_streams_reuse_one_connection(tail: str) -> None:
+    """What follows ``[DONE]`` is read, so the connection goes back to the pool: a speculator's samples do not
+    each pay a new connection."""
+    clients: list[tuple[str, int]] = []
+    body = chunk({"content": "hi"}) + chunk({}, "stop") + "data: [DONE]\n\n" + tail
+    inner = sse_app(body)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            clients.append(tuple(scope["client"]))
+        await inner(scope, receive, send)
+
+    async with serve_in_process(app) as url, OpenAIChatClient(url + "/v1", max_retries=0) as llm:
+        for _ in range(4):
+            events = [e async for e in llm.stream("m", USER, None)]
+            assert events[-1] == MessageDone("stop", None, "x")
+    assert len(clients) == 4 and len(set(clients)) == 1
+
+
+async def test_a_server_that_keeps_the_body_open_after_done_is_left_at_once() -> None:
+    """``[DONE]`` ends the message even when the server never ends its body (reading the rest is bounded)."""
+    async def completions(request: Request) -> Any:
+        async def forever() -> AsyncIterator[bytes]:
+            yield (chunk({"content": "hi"}) + chunk({}, "stop") + "data: [DONE]\n\n").encode()
+            while True:
+                await asyncio.sleep(0.05)
+                yield b": still here\n\n"
+
+        return StreamingResponse(forever(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    async with serve_in_process(app) as url, OpenAIChatClient(url + "/v1", max_retries=0) as llm:
+        async with asyncio.timeout(10):
+            events = [e async for e in llm.stream("m", USER, None)]
+    assert events[-1] == MessageDone("stop", None, "x")
 
 
 # --- the assembler alone (no I/O) ----------------------------------------------------------------

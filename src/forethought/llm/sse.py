@@ -23,6 +23,7 @@ Three layers, each usable alone:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -182,6 +183,27 @@ def parse_json_data(data: str) -> dict[str, Any]:
     return chunk
 
 
+DRAIN_TIMEOUT_S = 0.25
+MAX_DRAIN_BYTES = 64 << 10
+"""What is read of a body after its ``[DONE]`` at most: the rest of a well-formed body is a few bytes, and
+reading it to its end lets the HTTP connection go back to the pool (else it is closed and the next request
+pays a new connection)."""
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what is left of a body after its ``[DONE]`` (bounded in bytes and time), so the connection can be
+    reused; a server that keeps the body open past it is left (the connection is then closed, as before)."""
+    drained = 0
+    try:
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            async for chunk in chunks:
+                drained += len(chunk)
+                if drained > MAX_DRAIN_BYTES:
+                    return
+    except TimeoutError:
+        return
+
+
 async def aiter_json(response: httpx2.Response, *,
                      max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> AsyncIterator[tuple[dict[str, Any], str]]:
     """The JSON objects of an OpenAI-style stream up to ``[DONE]``, each with its data text."""
@@ -189,9 +211,11 @@ async def aiter_json(response: httpx2.Response, *,
     # client's per-request cost is mostly this loop)
     decoder = SSEDecoder(max_line_bytes=max_line_bytes)
     with _read_errors():
-        async for chunk in response.aiter_bytes():
+        chunks = response.aiter_bytes()
+        async for chunk in chunks:
             for event in decoder.feed(chunk):
                 if event.data == DONE:
+                    await _drain(chunks)
                     return
                 yield parse_json_data(event.data), event.data
 
