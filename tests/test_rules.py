@@ -145,7 +145,8 @@ async def test_key_through_the_agent_loop(pair: tuple[Any, Any]) -> None:
     guess, real = pair
     runtime = Runtime([show_tool()])
     client = FakeLLMClient([scripted_message(calls=[ToolCall("show", {"x": real})]), scripted_message("done")])
-    agent = Agent(client, "m", list(runtime.tools.values()), runtime, predictors=[_Guess(ToolCall("show", {"x": guess}))])
+    agent = Agent(client, "m", list(runtime.tools.values()), runtime,
+                  predictors=[_Guess(ToolCall("show", {"x": guess}))])
     try:
         result = await agent.run([{"role": "user", "content": "show it"}])
     finally:
