@@ -7,7 +7,16 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from forethought import Effect, Runtime, Session, tool
+
+
+@pytest.fixture(autouse=True)
+def patterns_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """The adapters predict by default, learning into the user's cache directory: a test's goes to its own
+    temporary directory instead (import this fixture into a test module to use it there)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 def lookup_and_note_session() -> tuple[Session, list[str]]:

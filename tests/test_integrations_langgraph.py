@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, convert_to_openai_messages
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 
-from adapter_tools import lookup_and_note_session
+from adapter_tools import lookup_and_note_session, patterns_in_tmp  # noqa: F401 - patterns_in_tmp: a fixture
 from forethought import Session, ToolCall
 from forethought.integrations import ForethoughtToolNode, tap
 from forethought.serve.http import serve_in_process

@@ -17,7 +17,7 @@ import openai  # noqa: E402
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel  # noqa: E402
 from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
 
-from adapter_tools import lookup_and_note_session  # noqa: E402
+from adapter_tools import lookup_and_note_session, patterns_in_tmp  # noqa: E402, F401 - patterns_in_tmp: a fixture
 from forethought import Session  # noqa: E402
 from forethought.integrations import ForethoughtModel, agents_tools  # noqa: E402
 from forethought.serve.http import serve_in_process  # noqa: E402
@@ -63,7 +63,7 @@ async def test_runner_serial_equals_speculative(server: str, api: str) -> None:
     assert text == serial_text == "Oslo and Lima are both 24."
     assert outputs == serial_outputs
     assert len(outputs) == 3
-    assert sorted(ran) == sorted(serial_ran) and ran.count("note:both 24") == 1
+    assert set(ran) == set(serial_ran) and ran.count("note:both 24") == 1  # the write once; reads may be guessed
     assert serial_stats.hits == 0 and stats.hits == 2
 
 

@@ -18,7 +18,7 @@ from pydantic_ai.messages import ToolReturnPart  # noqa: E402
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
-from adapter_tools import lookup_and_note_session  # noqa: E402
+from adapter_tools import lookup_and_note_session, patterns_in_tmp  # noqa: E402, F401 - patterns_in_tmp: a fixture
 from forethought import Session  # noqa: E402
 from forethought.integrations import ForethoughtToolset, TappedModel  # noqa: E402
 from forethought.serve.http import serve_in_process  # noqa: E402
@@ -61,7 +61,7 @@ async def test_agent_serial_equals_speculative(server: str) -> None:
     assert text == serial_text == "Oslo and Lima are both 24."
     assert returns == serial_returns
     assert returns == [{"city": "Oslo", "temp": 24}, {"city": "Lima", "temp": 24}, "ok"]
-    assert sorted(ran) == sorted(serial_ran) and ran.count("note:both 24") == 1
+    assert set(ran) == set(serial_ran) and ran.count("note:both 24") == 1  # the write once; reads may be guessed
     assert serial_stats.hits == 0 and stats.hits == 2
 
 

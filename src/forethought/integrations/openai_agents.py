@@ -22,7 +22,11 @@ Two extension points of the SDK, used as it documents them:
   arguments close, while the model is still generating. ``get_response`` (used by ``Runner.run``) streams
   the inner model and returns the ``response.completed`` response; ``stream_response`` (``run_streamed``)
   yields the inner model's events unchanged. ``speculate=False`` is the serial arm: the same code, nothing
-  started early.
+  started early. ``predict`` (on by default) also guesses each step's calls when the step starts, from the
+  conversation the SDK sends (:mod:`forethought.integrations.foresight`: the pattern predictor learning
+  online and saved, a speculator model if configured); the model's own calls claim the right guesses.
+  With ``previous_response_id`` or a server-side conversation the SDK sends only the new items, so the
+  guesses see only those.
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
 from forethought._core.tools import Tool
 from forethought.errors import UpstreamError
+from forethought.integrations.foresight import Foresight
 from forethought.integrations.native import declared_description, execute_natively, native_function
 from forethought.integrations.tap import tap
+from forethought.integrations.transcripts import from_responses
 
 _DEFAULT: Any = object()
 
@@ -112,10 +118,12 @@ def _usage(response: Any) -> Usage:
 class ForethoughtModel(Model):
     """An ``agents.Model`` that streams ``inner`` through forethought's tap (see the module docstring)."""
 
-    def __init__(self, inner: Model, session: Session, *, speculate: bool = True) -> None:
+    def __init__(self, inner: Model, session: Session, *, speculate: bool = True,
+                 predict: bool | Foresight = True) -> None:
         self.inner = inner
         self.session = session
         self.speculate = speculate
+        self.predict = predict
 
     async def close(self) -> None:
         await self.inner.close()
@@ -141,5 +149,8 @@ class ForethoughtModel(Model):
         stream = self.inner.stream_response(system_instructions, input, model_settings, tools, output_schema,
                                             handoffs, tracing, previous_response_id=previous_response_id,
                                             conversation_id=conversation_id, prompt=prompt)
-        async for event in tap(stream, self.session, speculate=self.speculate):
+        messages = [{"role": "system", "content": system_instructions}] if system_instructions else []
+        messages += from_responses(input)
+        async for event in tap(stream, self.session, speculate=self.speculate, messages=messages,
+                               predict=self.predict):
             yield event

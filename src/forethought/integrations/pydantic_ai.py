@@ -22,7 +22,10 @@ pydantic-ai's own extension points are used:
   decoded like any other stream, so each call starts as a speculation the moment its arguments close
   (the agent's dispatch rules, :class:`~forethought.llm.dispatch.EarlyDispatch` in speculating mode).
   ``speculate=False`` is the serial arm: the same code, nothing started early. The response returned is
-  the stream's own; ``request_stream`` (``run_stream``) is the wrapped model's, unchanged.
+  the stream's own; ``request_stream`` (``run_stream``) is the wrapped model's, unchanged. ``predict`` (on
+  by default) also guesses each step's calls when the request starts, from the message history
+  (:mod:`forethought.integrations.foresight`: the pattern predictor learning online and saved, a
+  speculator model if configured); the model's own calls claim the right guesses.
 """
 
 from __future__ import annotations
@@ -33,7 +36,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import RunContext
-from pydantic_ai.messages import ModelMessage, ModelResponse, PartDeltaEvent, PartStartEvent, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    PartDeltaEvent,
+    PartStartEvent,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.messages import ToolCallPartDelta as _ToolCallPartDelta
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.wrapper import WrapperModel
@@ -44,7 +58,9 @@ from pydantic_ai.toolsets import FunctionToolset, ToolsetTool, WrapperToolset
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
 from forethought._core.tools import Tool
+from forethought.integrations.foresight import Foresight, foresight_for
 from forethought.integrations.native import declared_description, execute_natively, native_function
+from forethought.integrations.transcripts import text_of
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.dispatch import EarlyDispatch
 from forethought.llm.events import LLMEvent, ToolCallClosed, ToolCallStarted
@@ -119,16 +135,21 @@ def _argument_text(args: Any) -> str | None:
 class TappedModel(WrapperModel):
     """A pydantic-ai ``WrapperModel`` that starts the streamed tool calls early (see the module docstring)."""
 
-    def __init__(self, wrapped: Any, session: Session, *, speculate: bool = True) -> None:
+    def __init__(self, wrapped: Any, session: Session, *, speculate: bool = True,
+                 predict: bool | Foresight = True) -> None:
         super().__init__(wrapped)
         self.session = session
         self.speculate = speculate
+        self.foresight = foresight_for(predict, speculate)
+        """Who guesses each step's calls at its start (``None``: only the stream's own calls start early)."""
 
     async def request(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
                       model_request_parameters: ModelRequestParameters) -> ModelResponse:
         dispatch = EarlyDispatch(self.session, enabled=self.speculate, authoritative=False)
         decoder = _PartsDecoder()
         completed = False
+        if self.foresight is not None:
+            self.foresight.begin(self.session, chat_messages(messages))
         try:
             async with self.wrapped.request_stream(messages, model_settings, model_request_parameters) as streamed:
                 async for event in streamed:
@@ -137,9 +158,38 @@ class TappedModel(WrapperModel):
             _feed(dispatch, decoder.finish())
             completed = True
         finally:
+            if self.foresight is not None:
+                self.foresight.end(self.session)
             if not completed:
                 await dispatch.abandon()
         return streamed.get()
+
+
+def chat_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
+    """pydantic-ai's message history as Chat Completions messages, tool results as pydantic-ai shows them
+    to the model (``model_response_str`` / a retry prompt's ``model_response``)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
+            calls = [{"id": p.tool_call_id, "type": "function",
+                      "function": {"name": p.tool_name, "arguments": p.args_as_json_str()}}
+                     for p in message.parts if isinstance(p, ToolCallPart)]
+            out.append({"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})})
+            continue
+        for part in message.parts:
+            if isinstance(part, SystemPromptPart):
+                out.append({"role": "system", "content": part.content})
+            elif isinstance(part, UserPromptPart):
+                out.append({"role": "user", "content": text_of(part.content)})
+            elif isinstance(part, ToolReturnPart):
+                out.append({"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response_str()})
+            elif isinstance(part, RetryPromptPart):
+                if part.tool_name is None:
+                    out.append({"role": "user", "content": part.model_response()})
+                else:
+                    out.append({"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response()})
+    return out
 
 
 def _feed(dispatch: EarlyDispatch, events: list[LLMEvent]) -> bool:

@@ -22,6 +22,11 @@ effects, snapshots and write epochs keep it equivalent to serial. Your ``session
 it. A stream that raises, ends without finishing, or that you stop reading drops every speculation of the
 turn (``session.end_turn``), as a serial run that never saw the message end would.
 
+Given the conversation (``tap(stream, session, messages=messages)``), the tap also guesses the step's calls
+before the model streams them (:mod:`forethought.integrations.foresight`: the pattern predictor, learning
+online from the conversations it sees, and a speculator model if you configure one), so likely calls start
+at step start; the model's own calls then claim them as before.
+
 The tap raises nothing that plain iteration of the stream would not: an ``error`` or ``response.failed``
 event is yielded to you as the SDK yields it and recorded in :attr:`StreamTap.error` (the message did not
 finish: its speculations are dropped); Chat Completions chunks are read as tolerantly as the SDK passes
@@ -41,10 +46,18 @@ from typing import Any
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
+from forethought.integrations.foresight import Foresight, foresight_for
 from forethought.llm.anthropic import AnthropicDecoder
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.dispatch import EarlyDispatch
-from forethought.llm.events import LLMEvent, MessageDone, TextDelta, ToolCallClosed, ToolCallStarted
+from forethought.llm.events import (
+    LLMEvent,
+    MessageDone,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallClosed,
+    ToolCallStarted,
+)
 from forethought.llm.responses import ResponsesDecoder
 
 log = logging.getLogger(__name__)
@@ -215,11 +228,16 @@ def _error_message(event: Any, kind: str) -> str:
 class StreamTap:
     """The tapped stream: iterate it for the SDK's events; then read ``calls`` (see :func:`tap`)."""
 
-    def __init__(self, stream: AsyncIterable[Any], session: Session, *, speculate: bool = True) -> None:
+    def __init__(self, stream: AsyncIterable[Any], session: Session, *, speculate: bool = True,
+                 messages: Any = None, predict: bool | Foresight = True) -> None:
         self._stream = stream
         self.session = session
         self.speculate = speculate
         self._dispatch = EarlyDispatch(session, enabled=speculate, authoritative=False)
+        self.foresight = foresight_for(predict, speculate) if messages is not None else None
+        """Who guesses this step's calls from ``messages`` (``None``: only the stream's own calls start early)."""
+        if self.foresight is not None:
+            self.foresight.begin(session, messages)
         self._decoder: _Decoder | None = None
         self._text: list[str] = []
         self._iterated = False
@@ -252,7 +270,11 @@ class StreamTap:
             if isinstance(event, TextDelta):
                 self._text.append(event.text)
             elif isinstance(event, ToolCallStarted | ToolCallClosed):
+                if isinstance(event, ToolCallStarted) and self.foresight is not None:
+                    self.foresight.streamed(self.session, event)
                 self._dispatch.feed(event)
+            elif isinstance(event, ToolCallArgumentsDelta) and self.foresight is not None:
+                self.foresight.streamed(self.session, event)
             elif isinstance(event, MessageDone):
                 self.finished = True
                 self.finish_reason = event.finish_reason
@@ -280,6 +302,8 @@ class StreamTap:
                 self._decode(decoder.end)
             completed = self.finished and self.error is None
         finally:
+            if self.foresight is not None:
+                self.foresight.end(self.session)
             if not completed:
                 await self._dispatch.abandon()
 
@@ -310,6 +334,12 @@ class StreamTap:
         return [await self.session.execute(call) for call in self.calls]
 
 
-def tap(stream: AsyncIterable[Any], session: Session, *, speculate: bool = True) -> StreamTap:
-    """Wrap ``stream`` (see the module docstring); ``speculate=False`` passes it through and starts nothing."""
-    return StreamTap(stream, session, speculate=speculate)
+def tap(stream: AsyncIterable[Any], session: Session, *, speculate: bool = True, messages: Any = None,
+        predict: bool | Foresight = True) -> StreamTap:
+    """Wrap ``stream`` (see the module docstring); ``speculate=False`` passes it through and starts nothing.
+
+    ``messages``: the conversation this step was asked with (Chat Completions messages, Responses input items
+    or Anthropic turns). Given, the step's likely calls are guessed at once, from what was learned of earlier
+    conversations (``predict``: ``True`` the default :class:`~forethought.integrations.foresight.Foresight`,
+    one you configured, or ``False``: only the stream's own calls start early)."""
+    return StreamTap(stream, session, speculate=speculate, messages=messages, predict=predict)
