@@ -224,8 +224,10 @@ class _Hits:
             self.by_source[event.source] += 1
 
 
-async def _timed(adapter: Adapter, run: Run, runtime: Runtime, all_variants: list[Variant],
-                 params: TaskParams) -> tuple[float, Outcome]:
+async def timed(adapter: Adapter, run: Run, runtime: Runtime, all_variants: list[Variant],
+                params: TaskParams) -> tuple[float, Outcome]:
+    """One run of ``adapter`` in a new session of ``runtime`` (tools over ``all_variants``): its wall time
+    and what it produced."""
     session = runtime.session(tools=task_tools(all_variants, params.tool_s))
     started = time.perf_counter()
     try:
@@ -254,10 +256,10 @@ async def run_adapter(name: str, params: TaskParams, store: Path) -> dict[str, A
     equal = True
     async with serve_variants(all_variants) as urls:
         first = all_variants[0]
-        await _timed(adapter, Run(urls[0], first.question, False, None), Runtime(), all_variants, params)  # imports
+        await timed(adapter, Run(urls[0], first.question, False, None), Runtime(), all_variants, params)  # imports
         for n in range(params.warmup):
             variant = all_variants[1 + n]
-            await _timed(adapter, Run(urls[1 + n], variant.question, True, foresight), runtimes["forethought"],
+            await timed(adapter, Run(urls[1 + n], variant.question, True, foresight), runtimes["forethought"],
                          all_variants, params)
         for mode in MODES:
             hits[mode].by_source.clear()
@@ -270,7 +272,7 @@ async def run_adapter(name: str, params: TaskParams, store: Path) -> dict[str, A
                 chosen = {"direct": None, "forethought": foresight,
                           "oracle": Foresight(with_patterns=False, speculators=[OraclePredictor(variant)])}[mode]
                 run = Run(urls[index], variant.question, mode != "direct", chosen)
-                wall, outcomes[mode] = await _timed(adapter, run, runtimes[mode], all_variants, params)
+                wall, outcomes[mode] = await timed(adapter, run, runtimes[mode], all_variants, params)
                 walls[mode].append(wall)
             equal = equal and outcomes["forethought"] == outcomes["direct"] == outcomes["oracle"]
     foresight.close()

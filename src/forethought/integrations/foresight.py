@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
@@ -132,7 +132,10 @@ class Foresight:
         state = self._sessions.get(session)
         if state is None:
             schemas: dict[str, Mapping[str, Any]] = {name: dict(t.parameters) for name, t in session.tools.items()}
-            state = _SessionFeed(GuessFeed(session, self.predictors_for(session), chain_depth=self.chain_depth),
+            # The feed holds the session through a weak proxy: this table must not keep a session alive (its
+            # entry goes when the session does).
+            held = cast(Session, weakref.proxy(session))
+            state = _SessionFeed(GuessFeed(held, self.predictors_for(session), chain_depth=self.chain_depth),
                                  schemas, [t.openai_schema() for t in session.tools.values()])
             self._sessions[session] = state
         return state

@@ -41,6 +41,10 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
+def _sequence(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else ()
+
+
 def text_of(content: Any) -> str:
     """The text of a message's content: a string, or the text parts of a list of parts, joined."""
     if isinstance(content, str):
@@ -67,7 +71,7 @@ def _arguments(value: Any) -> str:
 def from_chat(messages: Sequence[Any]) -> list[Message]:
     """Chat Completions messages as plain dicts (SDK objects dumped)."""
     out: list[Message] = []
-    for message in messages:
+    for message in _sequence(messages):
         plain = _plain(message)
         if isinstance(plain, Mapping) and isinstance(plain.get("role"), str):
             out.append(dict(plain))
@@ -79,7 +83,7 @@ def from_responses(items: str | Sequence[Any]) -> list[Message]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     out: list[Message] = []
-    for raw in items:
+    for raw in _sequence(items):
         item = _plain(raw)
         kind = _get(item, "type")
         if kind == "function_call":
@@ -103,7 +107,7 @@ def from_responses(items: str | Sequence[Any]) -> list[Message]:
 def from_anthropic(turns: Sequence[Any], system: str | None = None) -> list[Message]:
     """Anthropic Messages turns (and ``system``) as Chat Completions messages."""
     out: list[Message] = [{"role": "system", "content": system}] if system else []
-    for raw in turns:
+    for raw in _sequence(turns):
         turn = _plain(raw)
         role, content = _get(turn, "role"), _get(turn, "content")
         if not isinstance(role, str):
@@ -113,7 +117,7 @@ def from_anthropic(turns: Sequence[Any], system: str | None = None) -> list[Mess
             continue
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
-        for block in content or ():
+        for block in content if isinstance(content, list | tuple) else ():
             kind = _get(block, "type")
             if kind == "text" and isinstance(_get(block, "text"), str):
                 texts.append(_get(block, "text"))
