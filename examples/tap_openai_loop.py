@@ -1,47 +1,94 @@
-"""Keep your own openai SDK loop; wrap its stream with ``tap`` and the calls start while the model streams.
+"""Keep your own openai SDK loop; wrap its stream with ``tap`` and likely calls start at step start.
 
-A scripted model on loopback (``serve_scripted``, the same server ``forethought serve-model --script``
-runs) streams one message with three slow lookups, then a final answer. The loop below is an ordinary
-Chat Completions tool loop on ``openai.AsyncOpenAI``; the only change is ``tap(stream, session)`` around the
-stream and ``session.execute(call)`` for each call. Run serially (``speculate=False``: the tap passes the
-stream through) and with speculation, it prints both times and checks that the answers are identical.
+A research agent on a scripted loopback model (``serve_scripted``): asked about a topic, the model searches
+an archive, then reads three documents one after another (each names the next), then answers: two slow
+tools (``search`` and ``fetch``, 0.5 s each) over four steps, the model thinking for half a second before
+each call. The loop below is an ordinary Chat Completions tool loop on ``openai.AsyncOpenAI``; the only
+change is ``tap(stream, session, messages=messages)`` around each stream and ``session.execute(call)`` for
+each call. Given the conversation, the tap guesses the step's calls before the model has streamed them
+(``Foresight``: the pattern predictor, learning from the conversations it has seen), so a right guess has
+been running for the whole step by the time the model's own call claims it.
 
-Run: ``.venv/bin/python examples/tap_openai_loop.py`` (about 3 s, no network beyond 127.0.0.1).
+Three conversations warm the predictor up (each on a new topic with new document ids); then every round
+runs a new topic three ways: direct (``speculate=False``), forethought, and with perfect prediction at step
+start (the oracle), in one order and then the reverse. It prints the medians and checks that every run's
+answers are identical.
+
+Run: ``.venv/bin/python examples/tap_openai_loop.py`` (about a minute, no network beyond 127.0.0.1).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import statistics
 import time
 from typing import Any
 
 import openai
 
-from forethought import Effect, Runtime, serve_scripted, tool
-from forethought.integrations import tap
+from forethought import Effect, Prediction, PredictionContext, Runtime, ToolCall, serve_scripted, tool
+from forethought.integrations import Foresight, tap
 
-TOOL_S = 0.4
-SCRIPT = {"ttft_s": 0.1, "chunk_s": 0.02, "fragment_chars": 5, "responses": [
-    {"text": "Looking up three cities.", "calls": [{"name": "lookup", "arguments": {"city": c}}
-                                                   for c in ("Oslo", "Lima", "Cairo")]},
-    {"text": "Oslo 24, Lima 24, Cairo 25."}]}
+TOOL_S = 0.5
+TOPICS = ["glaciers", "volcanoes", "tides", "comets", "monsoons", "auroras", "geysers", "fjords", "lagoons"]
+ARCHIVE: dict[str, list[str]] = {t: [f"doc-{11 + 7 * n + k}{t[:2]}" for k in range(3)] for n, t in enumerate(TOPICS)}
+NEXT = {doc: (docs[i + 1] if i + 1 < len(docs) else None) for docs in ARCHIVE.values() for i, doc in enumerate(docs)}
+WARMUP, ROUNDS = 3, 2
 
 
 @tool(effect=Effect.READ_ONLY)
-async def lookup(city: str) -> dict[str, Any]:
-    """Temperature of a city (a slow backend)."""
+async def search(query: str) -> dict[str, Any]:
+    """Search the archive; the best hits first."""
     await asyncio.sleep(TOOL_S)
-    return {"city": city, "celsius": 20 + len(city)}
+    return {"query": query, "hits": [{"id": d} for d in ARCHIVE.get(query, [])[:1]]}
 
 
-async def chat_loop(client: openai.AsyncOpenAI, speculate: bool) -> list[dict[str, Any]]:
-    session = Runtime().session(tools=[lookup])
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Oslo, Lima and Cairo?"}]
+@tool(effect=Effect.READ_ONLY)
+async def fetch(id: str) -> dict[str, Any]:
+    """Read one document of the archive."""
+    await asyncio.sleep(TOOL_S)
+    return {"id": id, "text": f"Document {id} reports what it saw.", "next": NEXT.get(id)}
+
+
+def script(topic: str) -> dict[str, Any]:
+    """What the scripted model says about ``topic``: four steps of thinking and one call each, then the answer."""
+    calls = [("search", {"query": topic}), *(("fetch", {"id": d}) for d in ARCHIVE[topic])]
+    steps = [{"text": "Thinking about where to look next. " * 2, "calls": [{"name": n, "arguments": a}]}
+             for n, a in calls]
+    return {"ttft_s": 0.1, "chunk_s": 0.02, "fragment_chars": 3,
+            "responses": [*steps, {"text": f"The archive agrees on {topic}."}]}
+
+
+class Oracle:
+    """Perfect prediction at step start: the call the script makes next."""
+
+    name = "oracle"
+
+    def __init__(self, topic: str) -> None:
+        responses = script(topic)["responses"]
+        self.turns = [[ToolCall(c["name"], c["arguments"]) for c in r.get("calls", ())] for r in responses]
+
+    async def predict(self, context: PredictionContext) -> list[Prediction]:
+        turn = sum(1 for m in context.messages if m.get("role") == "assistant")
+        return [Prediction(c, 1.0, self.name) for c in self.turns[turn]] if turn < len(self.turns) else []
+
+    def observe(self, context: Any, observed: Any) -> None:
+        """Perfect already."""
+
+
+async def conversation(url: str, topic: str, speculate: bool,
+                       foresight: Foresight | None) -> tuple[float, list[Any]]:
+    """Your loop, tapped: one conversation, its wall time and its transcript."""
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="not-needed")
+    session = Runtime().session(tools=[search, fetch])
+    messages: list[Any] = [{"role": "user", "content": f'What does the archive say about "{topic}"?'}]
+    start = time.perf_counter()
     while True:
         stream = await client.chat.completions.create(model="m", messages=messages, stream=True,
-                                                      tools=[lookup.openai_schema()])
-        tapped = tap(stream, session, speculate=speculate)
+                                                      tools=[search.openai_schema(), fetch.openai_schema()])
+        tapped = tap(stream, session, speculate=speculate, messages=messages, predict=foresight or False)
         async for _chunk in tapped:  # your own handling of each chunk goes here, unchanged
             pass
         calls = tapped.tool_calls
@@ -49,26 +96,37 @@ async def chat_loop(client: openai.AsyncOpenAI, speculate: bool) -> list[dict[st
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw}} for c in calls]}
             if calls else {})})
         if not calls:
-            await session.close()
-            return messages
-        for c in calls:  # serially, in the model's order: early runs are claimed, not repeated
+            break
+        for c in calls:  # in the model's order: guessed and early runs are claimed, not repeated
             result = await session.execute(c.call) if c.call else {"error": c.error}
             messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(result)})
+    elapsed = time.perf_counter() - start
+    await session.close()
+    await client.close()
+    return elapsed, messages
 
 
 async def main() -> None:
-    async with serve_scripted(SCRIPT) as url:
-        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="not-needed")
-        timings, transcripts = {}, {}
-        for speculate in (False, True):
-            start = time.perf_counter()
-            transcripts[speculate] = await chat_loop(client, speculate)
-            timings[speculate] = time.perf_counter() - start
-    strip = [{k: v for k, v in m.items() if k not in ("tool_calls", "tool_call_id")} for m in transcripts[True]]
-    assert strip == [{k: v for k, v in m.items() if k not in ("tool_calls", "tool_call_id")}
-                     for m in transcripts[False]], "speculation changed the conversation"
-    print(f"answer: {transcripts[True][-1]['content']} (the same with and without the tap)")
-    print(f"serial {timings[False]:.2f}s, tapped {timings[True]:.2f}s, saved {1 - timings[True] / timings[False]:.0%}")
+    foresight = Foresight()  # learns in memory here; Foresight.default() keeps it in your cache directory
+    times: dict[str, list[float]] = {"direct": [], "forethought": [], "oracle": []}
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [await stack.enter_async_context(serve_scripted(script(t))) for t in TOPICS[: WARMUP + ROUNDS]]
+        for n in range(WARMUP):  # the predictor learns (not timed)
+            await conversation(urls[n], TOPICS[n], True, foresight)
+        for r in range(ROUNDS):
+            topic, url = TOPICS[WARMUP + r], urls[WARMUP + r]
+            modes = {"direct": (False, None), "forethought": (True, foresight),
+                     "oracle": (True, Foresight(with_patterns=False, speculators=[Oracle(topic)]))}
+            transcripts = []
+            for mode in (list(modes) if r % 2 == 0 else list(reversed(modes))):  # both orders
+                seconds, transcript = await conversation(url, topic, *modes[mode])
+                times[mode].append(seconds)
+                transcripts.append([(m["role"], m.get("content")) for m in transcript])  # ids aside
+            assert all(t == transcripts[0] for t in transcripts), "speculation changed the conversation"
+    direct, ours, oracle = (statistics.median(times[m]) for m in ("direct", "forethought", "oracle"))
+    print(f"medians over {ROUNDS} rounds, both orders, after {WARMUP} warm-up conversations (answers identical):")
+    print(f"direct {direct:.2f}s, forethought {ours:.2f}s, oracle {oracle:.2f}s: forethought saved "
+          f"{direct - ours:.2f}s, {(direct - ours) / (direct - oracle):.0%} of the oracle's {direct - oracle:.2f}s")
 
 
 if __name__ == "__main__":
