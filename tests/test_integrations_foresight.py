@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from adapter_tools import patterns_in_tmp  # noqa: F401 - a fixture
 from forethought import Effect, Runtime, ToolCall, tool
 from forethought.bench.adapter_task import OraclePredictor, Variant, serve_variants, task_tools, variants
-from forethought.bench.adapters import ADAPTERS, Run, TaskParams, _installed, run_adapters, timed
+from forethought.bench.adapters import ADAPTERS, Run, TaskParams, run_adapters, skipped_reason, timed
 from forethought.integrations import tap
 from forethought.integrations.foresight import Foresight, default_store_path, foresight_for
 from forethought.integrations.transcripts import from_anthropic, from_responses, to_chat
@@ -31,7 +31,7 @@ from forethought.predictors.base import ObservedCall, Prediction, PredictionCont
 from forethought.telemetry import Event, EventKind
 
 FAST = TaskParams(repeats=1, warmup=3, tool_s=0.05, think_s=0.05, ttft_s=0.0, chunk_s=0.005)
-NAMES = [name for name in ("tap", "openai-agents", "langgraph", "pydantic-ai") if _installed(name) is None]
+NAMES = [name for name in ("tap", "openai-agents", "langgraph", "pydantic-ai") if skipped_reason(name) is None]
 GUESSED = {"pattern", "chain"}
 
 

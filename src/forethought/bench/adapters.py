@@ -190,7 +190,8 @@ ADAPTERS: dict[str, Adapter] = {"tap": _tap, "agent": _agent, "openai-agents": _
 _NEEDS = {"openai-agents": "agents", "langgraph": "langgraph", "pydantic-ai": "pydantic_ai"}
 
 
-def _installed(adapter: str) -> str | None:
+def skipped_reason(adapter: str) -> str | None:
+    """Why ``adapter`` cannot run here (its framework is not installed), or ``None``."""
     module = _NEEDS.get(adapter)
     if module is None:
         return None
@@ -292,7 +293,7 @@ async def run_adapters(names: list[str], params: TaskParams) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="forethought-adapters-") as tmp:
         for name in names:
-            skipped = _installed(name)
+            skipped = skipped_reason(name)
             if skipped is not None:
                 results[name] = {"skipped": skipped}
                 continue

@@ -47,6 +47,7 @@ from typing import Any
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
 from forethought.integrations.foresight import Foresight, foresight_for
+from forethought.integrations.transcripts import field_of as _get
 from forethought.llm.anthropic import AnthropicDecoder
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.dispatch import EarlyDispatch
@@ -79,20 +80,6 @@ class TappedCall:
     call: ToolCall | None
     raw: str
     error: str | None = None
-
-
-_PLAIN = (str, bytes, int, float, bool, list, tuple)
-
-
-def _get(obj: Any, name: str) -> Any:
-    """``obj[name]`` for a mapping, the field ``name`` of an SDK object; ``None`` for anything else (a
-    string, a number, a list: no field of theirs, nor a method, is ever taken for a stream's field)."""
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    if obj is None or isinstance(obj, _PLAIN):
-        return None
-    value = getattr(obj, name, None)
-    return None if callable(value) else value
 
 
 def _items(value: Any) -> list[Any]:
@@ -186,7 +173,7 @@ class _ChatDecoder:
             if isinstance(content, str) and content:
                 events += self._assembler.add_text(content)
             for tool in _items(_get(delta, "tool_calls")):
-                if not isinstance(tool, Mapping) and isinstance(tool, _PLAIN):
+                if not isinstance(tool, Mapping) and isinstance(tool, str | bytes | int | float | bool):
                     continue
                 function = _get(tool, "function")
                 call_id = _text(_get(tool, "id"))

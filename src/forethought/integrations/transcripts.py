@@ -22,12 +22,21 @@ from typing import Any
 Message = dict[str, Any]
 
 
-def _get(obj: Any, name: str) -> Any:
+_PLAIN = (str, bytes, int, float, bool, list, tuple)
+
+
+def field_of(obj: Any, name: str) -> Any:
+    """``obj[name]`` for a mapping, the field ``name`` of an SDK object; ``None`` for anything else (a
+    string, a number, a list: no field of theirs, nor a method, is ever taken for a message's field)."""
     if isinstance(obj, Mapping):
         return obj.get(name)
-    if obj is None or isinstance(obj, str | bytes | int | float | list | tuple):
+    if obj is None or isinstance(obj, _PLAIN):
         return None
-    return getattr(obj, name, None)
+    value = getattr(obj, name, None)
+    return None if callable(value) else value
+
+
+_get = field_of
 
 
 def _plain(obj: Any) -> Any:
