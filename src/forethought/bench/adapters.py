@@ -104,7 +104,7 @@ async def _agent(run: Run, session: Session) -> Outcome:
     if run.foresight is not None:
         predictors = list(run.foresight.predictors_for(session))
     agent = Agent(client, "m", list(session.tools.values()), session.runtime, speculate=run.speculate,
-                  predictors=predictors, session_id=session.id)
+                  predictors=predictors)
     try:
         result = await agent.run([{"role": "user", "content": run.question}])
     finally:

@@ -36,8 +36,6 @@ def field_of(obj: Any, name: str) -> Any:
     return None if callable(value) else value
 
 
-_get = field_of
-
 
 def _plain(obj: Any) -> Any:
     """An SDK object (pydantic) as its plain dict; anything else as it is."""
@@ -61,7 +59,7 @@ def text_of(content: Any) -> str:
     if isinstance(content, Sequence) and not isinstance(content, bytes):
         parts = []
         for part in content:
-            text = part if isinstance(part, str) else _get(part, "text")
+            text = part if isinstance(part, str) else field_of(part, "text")
             if isinstance(text, str):
                 parts.append(text)
         return "".join(parts)
@@ -94,10 +92,10 @@ def from_responses(items: str | Sequence[Any]) -> list[Message]:
     out: list[Message] = []
     for raw in _sequence(items):
         item = _plain(raw)
-        kind = _get(item, "type")
+        kind = field_of(item, "type")
         if kind == "function_call":
-            function = {"name": str(_get(item, "name") or ""), "arguments": _arguments(_get(item, "arguments"))}
-            call_id = str(_get(item, "call_id") or _get(item, "id") or "")
+            function = {"name": str(field_of(item, "name") or ""), "arguments": _arguments(field_of(item, "arguments"))}
+            call_id = str(field_of(item, "call_id") or field_of(item, "id") or "")
             call = {"id": call_id, "type": "function", "function": function}
             last = out[-1] if out else None
             if last is not None and last.get("role") == "assistant":  # one turn: its text, then its calls
@@ -105,11 +103,11 @@ def from_responses(items: str | Sequence[Any]) -> list[Message]:
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            output = _get(item, "output")
-            out.append({"role": "tool", "tool_call_id": str(_get(item, "call_id") or ""),
+            output = field_of(item, "output")
+            out.append({"role": "tool", "tool_call_id": str(field_of(item, "call_id") or ""),
                         "content": output if isinstance(output, str) else text_of(output)})
-        elif kind in (None, "message") and isinstance(_get(item, "role"), str):
-            out.append({"role": _get(item, "role"), "content": text_of(_get(item, "content"))})
+        elif kind in (None, "message") and isinstance(field_of(item, "role"), str):
+            out.append({"role": field_of(item, "role"), "content": text_of(field_of(item, "content"))})
     return out
 
 
@@ -118,7 +116,7 @@ def from_anthropic(turns: Sequence[Any], system: str | None = None) -> list[Mess
     out: list[Message] = [{"role": "system", "content": system}] if system else []
     for raw in _sequence(turns):
         turn = _plain(raw)
-        role, content = _get(turn, "role"), _get(turn, "content")
+        role, content = field_of(turn, "role"), field_of(turn, "content")
         if not isinstance(role, str):
             continue
         if isinstance(content, str):
@@ -127,16 +125,16 @@ def from_anthropic(turns: Sequence[Any], system: str | None = None) -> list[Mess
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
         for block in content if isinstance(content, list | tuple) else ():
-            kind = _get(block, "type")
-            if kind == "text" and isinstance(_get(block, "text"), str):
-                texts.append(_get(block, "text"))
+            kind = field_of(block, "type")
+            if kind == "text" and isinstance(field_of(block, "text"), str):
+                texts.append(field_of(block, "text"))
             elif kind == "tool_use":
-                calls.append({"id": str(_get(block, "id") or ""), "type": "function",
-                              "function": {"name": str(_get(block, "name") or ""),
-                                           "arguments": _arguments(_get(block, "input") or {})}})
+                calls.append({"id": str(field_of(block, "id") or ""), "type": "function",
+                              "function": {"name": str(field_of(block, "name") or ""),
+                                           "arguments": _arguments(field_of(block, "input") or {})}})
             elif kind == "tool_result":
-                result = _get(block, "content")
-                out.append({"role": "tool", "tool_call_id": str(_get(block, "tool_use_id") or ""),
+                result = field_of(block, "content")
+                out.append({"role": "tool", "tool_call_id": str(field_of(block, "tool_use_id") or ""),
                             "content": result if isinstance(result, str) else text_of(result)})
         if role == "assistant":
             message: Message = {"role": "assistant", "content": "".join(texts) or None}
@@ -155,10 +153,10 @@ def to_chat(messages: Any) -> list[Message]:
     if not isinstance(messages, Sequence):
         return []
     items = [_plain(m) for m in messages]
-    if any(_get(m, "type") in ("function_call", "function_call_output", "message") for m in items):
+    if any(field_of(m, "type") in ("function_call", "function_call_output", "message") for m in items):
         return from_responses(items)
     for m in items:
-        content = _get(m, "content")
-        if isinstance(content, list) and any(_get(b, "type") in ("tool_use", "tool_result") for b in content):
+        content = field_of(m, "content")
+        if isinstance(content, list) and any(field_of(b, "type") in ("tool_use", "tool_result") for b in content):
             return from_anthropic(items)
     return from_chat(items)
