@@ -1,11 +1,22 @@
-"""The OpenAI Agents SDK's own Runner, with forethought tools and a model whose stream starts calls early.
+"""The OpenAI Agents SDK's own Runner with forethought: likely calls start at step start, the model's own
+calls claim them.
 
-``agents_tools(session)`` gives the session's tools as ``FunctionTool``s (each runs ``session.execute``);
-``ForethoughtModel`` wraps the SDK's ``OpenAIResponsesModel`` and taps its stream. A scripted model on
-loopback (Responses API) answers with three slow lookups and a long note (a write, run only at its turn),
-then the answer. The serial arm is the same code with ``speculate=False``; both arms' outputs are checked to be equal.
+``agents_tools(session)`` builds the session's tools with the SDK's own ``function_tool`` (strict schemas,
+its validation, its rendering of results and errors) and runs each call through ``session.execute``;
+``ForethoughtModel`` wraps the SDK's ``OpenAIResponsesModel``: at each step start it guesses the step's
+calls from the conversation the SDK sends (``Foresight``: the pattern predictor, learning from the
+conversations it has seen) and taps the stream, so a right guess has been running for the whole step by
+the time the model's call reaches the tool.
 
-Run: ``.venv/bin/python examples/openai_agents_adapter.py`` (a few seconds, no network beyond 127.0.0.1).
+The task, on a scripted loopback model: asked about a topic, the agent searches an archive, then reads
+three documents one after another (each names the next), then answers: two slow tools (``search`` and
+``fetch``, 0.5 s each) over four steps, the model thinking for half a second before each call. Three
+conversations warm the predictor up (each on a new topic with new document ids); then every round runs a
+new topic three ways: direct (``speculate=False``), forethought, and with perfect prediction at step start
+(the oracle), in one order and then the reverse. It prints the medians and checks the runs are identical (the task and
+the timing: ``research_task.py``, beside this file).
+
+Run: ``.venv/bin/python examples/openai_agents_adapter.py`` (about a minute, no network beyond 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -17,52 +28,30 @@ from typing import Any
 import agents
 import openai
 from agents.models.openai_responses import OpenAIResponsesModel
+from research_task import compare, fetch, question, search
 
-from forethought import Effect, Runtime, serve_scripted, tool
-from forethought.integrations import ForethoughtModel, agents_tools
+from forethought import Runtime
+from forethought.integrations import Foresight, ForethoughtModel, agents_tools
 
 agents.set_tracing_disabled(True)  # nothing leaves 127.0.0.1
-REPORT = "Oslo 24 C, Lima 24 C, Cairo 25 C: Cairo is the warmest of the three cities today, Oslo and Lima tie."
-SCRIPT = {"ttft_s": 0.1, "chunk_s": 0.02, "fragment_chars": 5, "responses": [
-    {"calls": [*({"name": "lookup", "arguments": {"city": c}} for c in ("Oslo", "Lima", "Cairo")),
-                           {"name": "note", "arguments": {"text": REPORT}}]},
-    {"text": "Cairo is the warmest."}]}
 
 
-@tool(effect=Effect.READ_ONLY)
-async def lookup(city: str) -> dict[str, Any]:
-    """Temperature of a city (a slow backend)."""
-    await asyncio.sleep(0.4)
-    return {"city": city, "celsius": 20 + len(city)}
-
-
-@tool  # no effect declared: DESTRUCTIVE, never run early
-def note(text: str) -> str:
-    """Keep a note."""
-    return f"noted {len(text)} characters"
-
-
-async def run(url: str, speculate: bool) -> tuple[float, Any]:
-    session = Runtime().session(tools=[lookup, note])
-    model = OpenAIResponsesModel("m", openai.AsyncOpenAI(base_url=url + "/v1", api_key="not-needed"))
-    agent = agents.Agent(name="weather", tools=agents_tools(session),
-                         model=ForethoughtModel(model, session, speculate=speculate))
+async def conversation(url: str, topic: str, speculate: bool,
+                       foresight: Foresight | None) -> tuple[float, list[Any]]:
+    """One run of the SDK's Runner: its wall time and what the tools returned, then the final output."""
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="not-needed")
+    session = Runtime().session(tools=[search, fetch])
+    model = ForethoughtModel(OpenAIResponsesModel("m", client), session, speculate=speculate,
+                             predict=foresight or False)
+    agent = agents.Agent(name="research", tools=agents_tools(session), model=model)
     start = time.perf_counter()
-    result = await agents.Runner.run(agent, "Which city is warmest?")
+    result = await agents.Runner.run(agent, question(topic))
     elapsed = time.perf_counter() - start
-    outputs = [i.output for i in result.new_items if isinstance(i, agents.ToolCallOutputItem)]
     await session.close()
-    return elapsed, (result.final_output, outputs)
-
-
-async def main() -> None:
-    async with serve_scripted(SCRIPT) as url:
-        serial_s, serial = await run(url, speculate=False)
-        spec_s, spec = await run(url, speculate=True)
-    assert spec == serial, "speculation changed the run"
-    print(f"final output: {spec[0]} (the same in both runs)")
-    print(f"serial {serial_s:.2f}s, speculative {spec_s:.2f}s, saved {1 - spec_s / serial_s:.0%}")
+    await client.close()
+    outputs = [i.output for i in result.new_items if isinstance(i, agents.ToolCallOutputItem)]
+    return elapsed, [("tool", o) for o in outputs] + [("assistant", result.final_output)]
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(compare(conversation))

@@ -1,11 +1,20 @@
-"""A pydantic-ai Agent with forethought's toolset wrapper and a model wrapper that starts streamed calls early.
+"""A pydantic-ai Agent with forethought: ``TappedModel`` starts likely calls at step start, the model's own
+calls claim them through ``ForethoughtToolset``.
 
-``ForethoughtToolset.of(session)`` offers the session's tools and runs them through ``session.execute``;
-``TappedModel`` wraps pydantic-ai's ``OpenAIChatModel`` and watches its stream. A scripted model on loopback
-answers with three slow lookups and a long note (a write, run only at its turn), then the answer. Serial
-(``speculate=False``) and speculative runs print their times; their tool returns and outputs are checked to be equal.
+``ForethoughtToolset.of(session)`` offers the session's tools, built as pydantic-ai's ``Tool`` builds them,
+and runs them through ``session.execute``; ``TappedModel`` wraps pydantic-ai's ``OpenAIChatModel``: at each
+request it guesses the step's calls from the message history (``Foresight``: the pattern predictor,
+learning from the conversations it has seen) and watches the stream.
 
-Run: ``.venv/bin/python examples/pydantic_ai_adapter.py`` (a few seconds, no network beyond 127.0.0.1).
+The task, on a scripted loopback model: asked about a topic, the agent searches an archive, then reads
+three documents one after another (each names the next), then answers: two slow tools (``search`` and
+``fetch``, 0.5 s each) over four steps, the model thinking for half a second before each call. Three
+conversations warm the predictor up (each on a new topic with new document ids); then every round runs a
+new topic three ways: direct (``speculate=False``), forethought, and with perfect prediction at step start
+(the oracle), in one order and then the reverse. It prints the medians and checks the runs are identical (the task and
+the timing: ``research_task.py``, beside this file).
+
+Run: ``.venv/bin/python examples/pydantic_ai_adapter.py`` (about a minute, no network beyond 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -19,52 +28,28 @@ import pydantic_ai
 from pydantic_ai.messages import ToolReturnPart
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from research_task import compare, fetch, question, search
 
-from forethought import Effect, Runtime, serve_scripted, tool
-from forethought.integrations import ForethoughtToolset, TappedModel
-
-REPORT = "Oslo 24 C, Lima 24 C, Cairo 25 C: Cairo is the warmest of the three cities today, Oslo and Lima tie."
-SCRIPT = {"ttft_s": 0.1, "chunk_s": 0.02, "fragment_chars": 5, "responses": [
-    {"calls": [*({"name": "lookup", "arguments": {"city": c}} for c in ("Oslo", "Lima", "Cairo")),
-                           {"name": "note", "arguments": {"text": REPORT}}]},
-    {"text": "Cairo is the warmest."}]}
+from forethought import Runtime
+from forethought.integrations import Foresight, ForethoughtToolset, TappedModel
 
 
-@tool(effect=Effect.READ_ONLY)
-async def lookup(city: str) -> dict[str, Any]:
-    """Temperature of a city (a slow backend)."""
-    await asyncio.sleep(0.4)
-    return {"city": city, "celsius": 20 + len(city)}
-
-
-@tool  # no effect declared: DESTRUCTIVE, never run early
-def note(text: str) -> str:
-    """Keep a note."""
-    return f"noted {len(text)} characters"
-
-
-async def run(url: str, speculate: bool) -> tuple[float, Any]:
-    session = Runtime().session(tools=[lookup, note])
+async def conversation(url: str, topic: str, speculate: bool,
+                       foresight: Foresight | None) -> tuple[float, list[Any]]:
+    """One run of the pydantic-ai Agent: its wall time, what the tools returned and the output."""
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="not-needed")
+    session = Runtime().session(tools=[search, fetch])
     model = TappedModel(OpenAIChatModel("m", provider=OpenAIProvider(openai_client=client)), session,
-                        speculate=speculate)
+                        speculate=speculate, predict=foresight or False)
     agent = pydantic_ai.Agent(model, toolsets=[ForethoughtToolset.of(session)])
     start = time.perf_counter()
-    result = await agent.run("Which city is warmest?")
+    result = await agent.run(question(topic))
     elapsed = time.perf_counter() - start
-    returns = [p.content for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
     await session.close()
-    return elapsed, (result.output, returns)
-
-
-async def main() -> None:
-    async with serve_scripted(SCRIPT) as url:
-        serial_s, serial = await run(url, speculate=False)
-        spec_s, spec = await run(url, speculate=True)
-    assert spec == serial, "speculation changed the run"
-    print(f"output: {spec[0]} (the same in both runs)")
-    print(f"serial {serial_s:.2f}s, speculative {spec_s:.2f}s, saved {1 - spec_s / serial_s:.0%}")
+    await client.close()
+    returns = [p.content for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    return elapsed, [("tool", r) for r in returns] + [("assistant", result.output)]
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(compare(conversation))

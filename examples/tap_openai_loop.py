@@ -1,12 +1,20 @@
-"""Keep your own openai SDK loop; wrap its stream with ``tap`` and the calls start while the model streams.
+"""Keep your own openai SDK loop; wrap its stream with ``tap`` and likely calls start at step start.
 
-A scripted model on loopback (``serve_scripted``, the same server ``forethought serve-model --script``
-runs) streams one message with three slow lookups, then a final answer. The loop below is an ordinary
-Chat Completions tool loop on ``openai.AsyncOpenAI``; the only change is ``tap(stream, session)`` around the
-stream and ``session.execute(call)`` for each call. Run serially (``speculate=False``: the tap passes the
-stream through) and with speculation, it prints both times and checks that the answers are identical.
+A research agent on a scripted loopback model (``serve_scripted``): asked about a topic, the model searches
+an archive, then reads three documents one after another (each names the next), then answers: two slow
+tools (``search`` and ``fetch``, 0.5 s each) over four steps, the model thinking for half a second before
+each call. The loop below is an ordinary Chat Completions tool loop on ``openai.AsyncOpenAI``; the only
+change is ``tap(stream, session, messages=messages)`` around each stream and ``session.execute(call)`` for
+each call. Given the conversation, the tap guesses the step's calls before the model has streamed them
+(``Foresight``: the pattern predictor, learning from the conversations it has seen), so a right guess has
+been running for the whole step by the time the model's own call claims it.
 
-Run: ``.venv/bin/python examples/tap_openai_loop.py`` (about 3 s, no network beyond 127.0.0.1).
+Three conversations warm the predictor up (each on a new topic with new document ids); then every round
+runs a new topic three ways: direct (``speculate=False``), forethought, and with perfect prediction at step
+start (the oracle), in one order and then the reverse. It prints the medians and checks that every run's
+answers are identical (the task and the timing: ``research_task.py``, beside this file).
+
+Run: ``.venv/bin/python examples/tap_openai_loop.py`` (about a minute, no network beyond 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -17,31 +25,23 @@ import time
 from typing import Any
 
 import openai
+from research_task import compare, fetch, question, search
 
-from forethought import Effect, Runtime, serve_scripted, tool
-from forethought.integrations import tap
-
-TOOL_S = 0.4
-SCRIPT = {"ttft_s": 0.1, "chunk_s": 0.02, "fragment_chars": 5, "responses": [
-    {"text": "Looking up three cities.", "calls": [{"name": "lookup", "arguments": {"city": c}}
-                                                   for c in ("Oslo", "Lima", "Cairo")]},
-    {"text": "Oslo 24, Lima 24, Cairo 25."}]}
+from forethought import Runtime
+from forethought.integrations import Foresight, tap
 
 
-@tool(effect=Effect.READ_ONLY)
-async def lookup(city: str) -> dict[str, Any]:
-    """Temperature of a city (a slow backend)."""
-    await asyncio.sleep(TOOL_S)
-    return {"city": city, "celsius": 20 + len(city)}
-
-
-async def chat_loop(client: openai.AsyncOpenAI, speculate: bool) -> list[dict[str, Any]]:
-    session = Runtime().session(tools=[lookup])
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Oslo, Lima and Cairo?"}]
+async def conversation(url: str, topic: str, speculate: bool,
+                       foresight: Foresight | None) -> tuple[float, list[Any]]:
+    """Your loop, tapped: one conversation, its wall time and its transcript."""
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="not-needed")
+    session = Runtime().session(tools=[search, fetch])
+    messages: list[Any] = [{"role": "user", "content": question(topic)}]
+    start = time.perf_counter()
     while True:
         stream = await client.chat.completions.create(model="m", messages=messages, stream=True,
-                                                      tools=[lookup.openai_schema()])
-        tapped = tap(stream, session, speculate=speculate)
+                                                      tools=[search.openai_schema(), fetch.openai_schema()])
+        tapped = tap(stream, session, speculate=speculate, messages=messages, predict=foresight or False)
         async for _chunk in tapped:  # your own handling of each chunk goes here, unchanged
             pass
         calls = tapped.tool_calls
@@ -49,27 +49,15 @@ async def chat_loop(client: openai.AsyncOpenAI, speculate: bool) -> list[dict[st
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw}} for c in calls]}
             if calls else {})})
         if not calls:
-            await session.close()
-            return messages
-        for c in calls:  # serially, in the model's order: early runs are claimed, not repeated
+            break
+        for c in calls:  # in the model's order: guessed and early runs are claimed, not repeated
             result = await session.execute(c.call) if c.call else {"error": c.error}
             messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(result)})
-
-
-async def main() -> None:
-    async with serve_scripted(SCRIPT) as url:
-        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="not-needed")
-        timings, transcripts = {}, {}
-        for speculate in (False, True):
-            start = time.perf_counter()
-            transcripts[speculate] = await chat_loop(client, speculate)
-            timings[speculate] = time.perf_counter() - start
-    strip = [{k: v for k, v in m.items() if k not in ("tool_calls", "tool_call_id")} for m in transcripts[True]]
-    assert strip == [{k: v for k, v in m.items() if k not in ("tool_calls", "tool_call_id")}
-                     for m in transcripts[False]], "speculation changed the conversation"
-    print(f"answer: {transcripts[True][-1]['content']} (the same with and without the tap)")
-    print(f"serial {timings[False]:.2f}s, tapped {timings[True]:.2f}s, saved {1 - timings[True] / timings[False]:.0%}")
+    elapsed = time.perf_counter() - start
+    await session.close()
+    await client.close()
+    return elapsed, [(m["role"], m.get("content")) for m in messages]  # call ids aside
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(compare(conversation))

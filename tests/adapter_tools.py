@@ -1,11 +1,22 @@
-"""The two tools every framework-adapter test gives its framework: a slow read and a write that logs."""
+"""What the framework-adapter tests share: a slow read and a write that logs, a recorder of what the model was
+sent, and a rendezvous that tells concurrent calls from serial ones."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import pytest
+
 from forethought import Effect, Runtime, Session, tool
+
+
+@pytest.fixture(autouse=True)
+def patterns_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """The adapters predict by default, learning into the user's cache directory: a test's goes to its own
+    temporary directory instead (import this fixture into a test module to use it there)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 def lookup_and_note_session() -> tuple[Session, list[str]]:
@@ -26,3 +37,60 @@ def lookup_and_note_session() -> tuple[Session, list[str]]:
         return "ok"
 
     return Runtime().session(tools=[lookup, note]), ran
+
+
+class RecordingApp:
+    """An ASGI app that passes every request to ``app`` and keeps the JSON bodies it received: what the
+    model was sent, step by step (tool outputs and errors as the framework rendered them)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.bodies: list[Any] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        if body:
+            self.bodies.append(json.loads(body))
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class Rendezvous:
+    """Calls that wait for each other: ``meet()`` returns once ``expected`` calls are inside it (True), or
+    after ``patience_s`` (False: the calls did not run at the same time). Concurrent calls never wait."""
+
+    def __init__(self, expected: int, patience_s: float = 2.0) -> None:
+        self.expected = expected
+        self.patience_s = patience_s
+        self.arrived = 0
+        self._all = asyncio.Event()
+        self.met: list[bool] = []
+
+    async def meet(self) -> bool:
+        self.arrived += 1
+        if self.arrived >= self.expected:
+            self._all.set()
+        try:
+            await asyncio.wait_for(self._all.wait(), self.patience_s)
+            met = True
+        except TimeoutError:
+            met = False
+        self.met.append(met)
+        return met

@@ -18,8 +18,8 @@ from langchain_core.messages import AIMessage, convert_to_openai_messages
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 
-from adapter_tools import lookup_and_note_session
-from forethought import Session
+from adapter_tools import lookup_and_note_session, patterns_in_tmp  # noqa: F401 - patterns_in_tmp: a fixture
+from forethought import Session, ToolCall
 from forethought.integrations import ForethoughtToolNode, tap
 from forethought.serve.http import serve_in_process
 from forethought.serve.scripted import create_scripted_server, parse_script
@@ -82,3 +82,143 @@ async def test_graph_serial_equals_speculative(server: str) -> None:
     assert "nope" in tool_messages[3]  # an unknown tool is answered by the node, as LangGraph does
     assert sorted(ran) == sorted(serial_ran) and ran.count("note:both 24") == 1
     assert serial_stats.hits == 0 and stats.hits == 2
+
+
+# --- LangGraph's own behaviour, with and without forethought -------------------------------------------------
+#
+# The native ToolNode over LangChain's ``@tool`` of plain functions, and ForethoughtToolNode over the same
+# functions as forethought tools, are given the same model messages; what they return (or raise) must be
+# the same, whatever the node's ``handle_tool_errors``.
+
+import json  # noqa: E402
+from typing import Literal  # noqa: E402
+
+from langchain_core.tools import tool as lc_tool  # noqa: E402
+from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
+from langgraph.prebuilt import ToolNode  # noqa: E402
+
+from adapter_tools import Rendezvous  # noqa: E402
+from forethought import Effect, Runtime, tool  # noqa: E402
+
+
+async def weather(city: str, units: Literal["c", "f"] = "c", days: int = 1) -> dict[str, Any]:
+    """Weather of a city.
+
+    Args:
+        city: The city's name.
+        units: Celsius or Fahrenheit.
+    """
+    return {"zone": "CET", "city": city, "temp": 24 if units == "c" else 75, "days": days}
+
+
+def tags(names: list[str], note: str | None = None) -> list[Any]:
+    """Tags, sorted (a sync tool returning a list)."""
+    return [sorted(names), note]
+
+
+def fail(reason: str) -> str:
+    """Always fails."""
+    raise ValueError(f"no such place: {reason}")
+
+
+FUNCTIONS = [weather, tags, fail]
+
+
+def _node(mode: str, functions: list[Any] = FUNCTIONS, **options: Any) -> tuple[Any, Session | None]:
+    if mode == "native":
+        return ToolNode([lc_tool(f) for f in functions], **options), None
+    session = Runtime().session(tools=[tool(f, effect=Effect.READ_ONLY) for f in functions])
+    return ForethoughtToolNode(session, **options), session
+
+
+def _calls(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    tool_calls = [{"name": name, "args": args, "id": f"call-{n}"} for n, (name, args) in enumerate(calls)]
+    return {"messages": [AIMessage(content="", tool_calls=tool_calls)]}
+
+
+def _alone(node: Any) -> Any:
+    """A graph of the node alone (a ToolNode runs inside a graph, with its runtime)."""
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", node)
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    return graph.compile()
+
+
+async def _outcome(mode: str, state: dict[str, Any], **options: Any) -> Any:
+    node, session = _node(mode, **options)
+    try:
+        result = await _alone(node).ainvoke(state)
+        return [(type(m).__name__, m.content, m.tool_call_id, m.name, m.status) for m in result["messages"][1:]]
+    except Exception as exc:  # compared across modes
+        return (type(exc), str(exc))
+    finally:
+        if session is not None:
+            await session.close()
+
+
+def test_tools_are_built_as_langchains_tool_builds_them() -> None:
+    native, _ = _node("native")
+    ours, _ = _node("forethought")
+    assert [convert_to_openai_tool(t) for t in ours.tools_by_name.values()] == \
+        [convert_to_openai_tool(t) for t in native.tools_by_name.values()]
+
+
+CASES = {
+    "dict-output": _calls(("weather", {"city": "Oslo"})),
+    "list-output": _calls(("tags", {"names": ["b", "a"]})),
+    "defaults-given": _calls(("weather", {"city": "Lima", "units": "f", "days": 3})),
+    "tool-raises": _calls(("fail", {"reason": "Atlantis"})),
+    "raises-among-others": _calls(("weather", {"city": "Oslo"}), ("fail", {"reason": "x"}), ("tags", {"names": []})),
+    "missing-argument": _calls(("weather", {})),
+    "wrong-type": _calls(("weather", {"city": "Oslo", "days": "many"})),
+    "bad-literal": _calls(("weather", {"city": "Oslo", "units": "k"})),
+    "extra-argument": _calls(("weather", {"city": "Oslo", "wind": True})),
+    "unknown-tool": _calls(("nope", {"x": 1})),
+    "several": _calls(("weather", {"city": "Oslo"}), ("weather", {"city": "Rome"}), ("tags", {"names": ["z"]})),
+}
+HANDLERS: dict[str, Any] = {"default": {}, "true": {"handle_tool_errors": True},
+                            "text": {"handle_tool_errors": "Sorry, that failed."},
+                            "callable": {"handle_tool_errors": lambda e: f"caught {type(e).__name__}: {e}"},
+                            "only-value-error": {"handle_tool_errors": (ValueError,)},
+                            "only-type-error": {"handle_tool_errors": (TypeError,)},
+                            "false": {"handle_tool_errors": False}}
+
+
+@pytest.mark.parametrize("handler", sorted(HANDLERS))
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_the_node_answers_and_raises_where_tool_node_does(case: str, handler: str) -> None:
+    native = await _outcome("native", CASES[case], **HANDLERS[handler])
+    ours = await _outcome("forethought", CASES[case], **HANDLERS[handler])
+    assert ours == native
+    if case == "tool-raises" and handler in ("default", "false", "only-type-error"):
+        assert native == (ValueError, "no such place: Atlantis")  # LangGraph's ToolNode raises it
+
+
+@pytest.mark.parametrize("mode", ["native", "forethought"])
+async def test_calls_of_one_message_run_at_once_with_the_models_ids(mode: str) -> None:
+    meeting = Rendezvous(3)
+
+    async def probe(n: int) -> str:
+        """Meets the other calls."""
+        return json.dumps({"n": n, "met": await meeting.meet()})
+
+    node, session = _node(mode, [probe])
+    result = await _alone(node).ainvoke(_calls(*(("probe", {"n": n}) for n in range(3))))
+    assert [(m.tool_call_id, m.content) for m in result["messages"][1:]] == \
+        [(f"call-{n}", json.dumps({"n": n, "met": True})) for n in range(3)]
+    if session is not None:
+        await session.close()
+
+
+async def test_a_tool_given_by_its_author_runs_through_the_session_with_its_own_schema() -> None:
+    session = Runtime().session(tools=[tool(weather, effect=Effect.READ_ONLY)])
+    node = ForethoughtToolNode(session, tools=[lc_tool(weather), lc_tool(tags)])
+    call = ToolCall("weather", {"city": "Oslo"})
+    assert session.speculate(call).status == "launched"
+    await session.wait_speculations(5.0)
+    result = await _alone(node).ainvoke(_calls(("weather", {"city": "Oslo"}), ("tags", {"names": ["q"]})))
+    assert [m.content for m in result["messages"][1:]] == [
+        json.dumps(await weather("Oslo"), ensure_ascii=False), json.dumps([["q"], None])]
+    assert session.stats().hits == 1  # the speculation was claimed by the node's call
+    await session.close()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import statistics
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -62,7 +63,7 @@ from forethought.bench.runner import TrajectoryRun, converse
 from forethought.bench.workloads.bfcl_workload import BfclWorkload
 from forethought.bench.workloads.latency import LatencyModel
 from forethought.errors import ForethoughtError
-from forethought.gateway.app import Gateway, GatewayConfig, create_gateway
+from forethought.gateway.app import ADMIN_TOKEN_HEADER, Gateway, GatewayConfig, create_gateway
 from forethought.llm.chat import LLMClient, OpenAIChatClient
 from forethought.llm.events import LLMEvent
 from forethought.llm.tool_cache import CachedOutput, CacheTarget, HttpToolCachePoster
@@ -213,11 +214,14 @@ class _Servers:
     engine_url: str
     gateway_url: str
     control: httpx2.AsyncClient
+    admin_token: str
+    """The gateway's admin token (its counters are reset only with it)."""
 
     async def reset(self) -> tuple[float, float]:
         """Zero both servers' counters; returns their processes' CPU seconds so far."""
-        for url in (self.engine_url + "/reset", self.gateway_url + "/gateway/reset"):
-            (await self.control.post(url)).raise_for_status()
+        (await self.control.post(self.engine_url + "/reset")).raise_for_status()
+        (await self.control.post(self.gateway_url + "/gateway/reset",
+                                 headers={ADMIN_TOKEN_HEADER: self.admin_token})).raise_for_status()
         engine, gateway = await self.stats()
         return float(engine["process_cpu_s"]), float(gateway["process_cpu_s"])
 
@@ -232,18 +236,20 @@ class _Servers:
 @contextlib.asynccontextmanager
 async def _serve(trajectories: Sequence[Trajectory], main: TimingConfig, speculator: SpeculatorConfig,
                  gateway: GatewayConfig, processes: bool) -> AsyncIterator[_Servers]:
+    token = gateway.admin_token or secrets.token_hex(16)
+    gateway = replace(gateway, admin_token=token)
     async with httpx2.AsyncClient(timeout=30.0) as control:
         if processes:
             async with serve_in_subprocess(create_model_server, list(trajectories), main, speculator) as engine_url, \
                     serve_in_subprocess(create_gateway, engine_url + "/v1", gateway) as gateway_url:
-                yield _Servers(engine_url, gateway_url, control)
+                yield _Servers(engine_url, gateway_url, control, token)
             return
         engine = ModelServer(trajectories, main, speculator)
         async with serve_in_process(engine.app) as engine_url:
             proxy = Gateway(engine_url + "/v1", gateway)
             try:
                 async with serve_in_process(proxy.app) as gateway_url:
-                    yield _Servers(engine_url, gateway_url, control)
+                    yield _Servers(engine_url, gateway_url, control, token)
             finally:
                 await proxy.aclose()
 

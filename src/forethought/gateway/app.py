@@ -18,7 +18,11 @@ engine (``upstream_base_url`` includes ``/v1``, as for an OpenAI client):
   events); non-streaming requests are proxied as they are.
 * ``GET /v1/models`` is proxied; ``GET /health``; ``GET /gateway/stats`` (relay and cache counters, and
   the process's CPU seconds); ``GET /metrics`` (the same counters in the Prometheus text format);
-  ``POST /gateway/reset`` zeroes the counters.
+  ``POST /gateway/reset`` zeroes the counters, for a request carrying the gateway's admin token
+  (``GatewayConfig.admin_token``) in ``x-forethought-admin-token``: 401 without one, 403 with another one,
+  and 403 always when the gateway has none (resetting is then off).
+
+A client that goes away (mid-body, mid-stream) ends its request quietly: a DEBUG line, never a traceback.
 
 Hardening (:class:`GatewayConfig`): a request body larger than ``max_request_bytes`` answers 413, one
 not read completely within ``body_timeout_s`` answers 408, JSON nested deeper than ``max_json_depth``
@@ -32,7 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +48,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -63,7 +69,13 @@ from forethought.llm.tool_cache import (
 from forethought.serve.http import EventStream
 
 CACHE_ROUTE = "/cache-tool-output/{response_id}"
+ADMIN_TOKEN_HEADER = "x-forethought-admin-token"
+"""The header that carries the gateway's admin token (``POST /gateway/reset``)."""
+MIN_ADMIN_TOKEN_CHARS = 16
+CLIENT_CLOSED = 499
+"""The status logged for a request whose client went away (nothing reaches the client)."""
 _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +101,16 @@ class GatewayConfig:
     """The longest upstream stream line passed on; a longer one ends the stream with an error chunk."""
     limits: CacheLimits = field(default_factory=CacheLimits)
     policy: Policy | None = None
+    admin_token: str | None = field(default=None, repr=False)
+    """The secret ``POST /gateway/reset`` requires (``x-forethought-admin-token``); ``None``: no reset."""
 
     def __post_init__(self) -> None:
         if self.post_wait_s < 0 or self.max_continuations < 0 or self.upstream_timeout_s <= 0:
             raise ValueError("post_wait_s, max_continuations must be >= 0 and upstream_timeout_s > 0")
         if self.max_request_bytes < 1 or self.max_json_depth < 1 or self.body_timeout_s <= 0:
             raise ValueError("max_request_bytes and max_json_depth must be >= 1, body_timeout_s > 0")
+        if self.admin_token is not None and len(self.admin_token) < MIN_ADMIN_TOKEN_CHARS:
+            raise ValueError(f"admin_token must have at least {MIN_ADMIN_TOKEN_CHARS} characters")
 
     def cache_denial(self, tool: str) -> str | None:
         """Why the policy does not let ``tool``'s results be served from the cache, or ``None``."""
@@ -111,6 +127,12 @@ class GatewayConfig:
 def _error(status: int, message: str, code: str = "invalid_request") -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "upstream_error"
     return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """Starlette's handler for :class:`ClientDisconnect`: the client left, nothing can reach it; no traceback."""
+    log.debug("%s %s: the client went away", request.method, request.url.path)
+    return Response(status_code=CLIENT_CLOSED)
 
 
 class _BadBody(Exception):
@@ -197,7 +219,7 @@ class Gateway:
             Route("/health", self._health, methods=["GET"]),
             Route("/gateway/stats", self._stats, methods=["GET"]),
             Route("/gateway/reset", self._reset, methods=["POST"]),
-        ])
+        ], exception_handlers={ClientDisconnect: _client_gone})
 
     async def aclose(self) -> None:
         """Close the upstream connection pool and the scope store."""
@@ -367,6 +389,16 @@ class Gateway:
         return JSONResponse(self.stats())
 
     async def _reset(self, request: Request) -> Response:
+        expected = self.config.admin_token
+        token = request.headers.get(ADMIN_TOKEN_HEADER)
+        if expected is None:
+            return _error(403, "resetting is off: this gateway has no admin token (GatewayConfig.admin_token)",
+                          "http_403")
+        if not token:
+            return _error(401, f"missing {ADMIN_TOKEN_HEADER} header", "http_401")
+        if not hmac.compare_digest(token.encode("utf-8", "surrogateescape"),
+                                   expected.encode("utf-8", "surrogateescape")):
+            return _error(403, "wrong admin token", "http_403")
         self.reset_stats()
         return JSONResponse({"reset": True})
 

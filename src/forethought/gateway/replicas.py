@@ -11,7 +11,8 @@ Authenticated: every value read from Redis (scope and entries) is opened with th
 (:class:`~forethought.stores.sealing.Sealer`, HMAC-SHA256 over the key and the payload) before it is
 used; a value that fails is ignored with a ``rejected`` event, so a Redis writer without the secret can
 cost a miss, never a wrong result. Entries carry the segment they were posted for inside the seal, and
-the relaying replica matches only entries of its own current segment.
+the relaying replica matches only entries of its own current segment. A scope's seal also carries the end
+of its maximum life, so a scope put back into Redis after its TTL ran out is refused.
 
 Expiry is measured on ``clock`` (wall-clock time by default: replicas on several machines share it, so
 ``keep_alive`` should be much longer than their clock skew). Scope keys carry the response's maximum life
@@ -141,7 +142,8 @@ class RedisScopeStore:
         key = self._backend.key(scope.response_id, "meta")
         try:
             meta = self._sealer.seal(key, encode({"token": self._token_digest(scope.token), "tools": scope.tools,
-                                                  "created": scope.created}))
+                                                  "created": scope.created}),
+                                     expires_at=scope.created + self._max_response_s)
         except NotShareable:
             meta = b""
         if not meta or len(meta) > MAX_SCOPE_BYTES or not self._usable():
@@ -178,7 +180,7 @@ class RedisScopeStore:
                 raise PostRejected(410, f"response {response_id!r} has finished")
             return await self._local.authorize(response_id, token)  # 404, or 410 if finished while local
         try:
-            meta = decode(self._sealer.open(self._backend.key(response_id, "meta"), sealed))
+            meta = decode(self._sealer.open(self._backend.key(response_id, "meta"), sealed, now=self._clock()))
             digest, tools, created = str(meta["token"]), meta["tools"], float(meta["created"])
         except (StoreIntegrityError, ValueError, KeyError, TypeError):
             self._reject("a gateway scope failed its authentication")
@@ -193,7 +195,7 @@ class RedisScopeStore:
         key = self._backend.key(scope.response_id, "entries")
         sealed = [self._sealer.seal(key, encode({"name": e.name, "key": e.key, "output": e.output,
                                                  "expires": e.expires, "exclusive": e.exclusive,
-                                                 "segment": e.segment})) for e in entries]
+                                                 "segment": e.segment}), expires_at=e.expires) for e in entries]
         try:
             posts = await self._op(lambda: self._backend.append(scope.response_id, scope.segment, sealed, limit))
         except (StoreError, TimeoutError):

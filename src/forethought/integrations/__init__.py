@@ -1,6 +1,8 @@
 """Using forethought inside the stack you have: a stream tap for your own loop, and framework adapters.
 
 * :func:`tap` (:mod:`forethought.integrations.tap`): wrap an ``openai`` / ``anthropic`` SDK stream.
+* :class:`Foresight` (:mod:`forethought.integrations.foresight`): what the adapters and the tap use to guess
+  each step's calls at its start (the pattern predictor, learning online and saved; speculator models).
 * OpenAI Agents SDK (``openai-agents``): :func:`agents_tools`, :class:`ForethoughtModel`.
 * LangGraph: :class:`ForethoughtToolNode`.
 * pydantic-ai: :class:`ForethoughtToolset`, :class:`TappedModel`.
@@ -16,6 +18,7 @@ from typing import Any
 from forethought.integrations.tap import StreamTap, TappedCall, tap
 
 _LAZY = {
+    "Foresight": "forethought.integrations.foresight",
     "agents_tools": "forethought.integrations.openai_agents",
     "ForethoughtModel": "forethought.integrations.openai_agents",
     "ForethoughtToolNode": "forethought.integrations.langgraph",
@@ -31,5 +34,5 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["ForethoughtModel", "ForethoughtToolNode", "ForethoughtToolset", "StreamTap", "TappedCall", "TappedModel",
-           "agents_tools", "tap"]
+__all__ = ["Foresight", "ForethoughtModel", "ForethoughtToolNode", "ForethoughtToolset", "StreamTap", "TappedCall",
+           "TappedModel", "agents_tools", "tap"]

@@ -1,66 +1,84 @@
-"""LangGraph: a ``ToolNode`` whose tool calls go through a forethought session.
+"""LangGraph: a ``ToolNode`` whose tools run through a forethought session, and nothing else changed.
 
 ::
 
     session = Runtime().session(tools=[lookup, note])
     graph.add_node("tools", ForethoughtToolNode(session))     # instead of ToolNode([...])
 
-LangGraph's own extension point is used: :class:`ForethoughtToolNode` is a ``ToolNode`` with an
-``awrap_tool_call`` interceptor. A call whose tool is registered in the session runs as
-``session.execute`` (claiming a speculation, or running); any other call goes to the node's normal
-execution. The node's tools default to LangChain ``StructuredTool`` views of the session's tools (their
-JSON schemas, for ``bind_tools``); results become ``ToolMessage``s with the same text the forethought Agent
-gives (``{"error": ...}`` for a failed call). Speculation comes from the model node: tap its stream with
-:func:`~forethought.integrations.tap.tap` and every call starts when its arguments close. Use the graph's
-async API (``ainvoke`` / ``astream``): the session is asynchronous.
+:class:`ForethoughtToolNode` is LangGraph's own ``ToolNode`` over LangChain tools whose innermost call is
+``session.execute`` (claiming a speculation, or running). Each session tool is built as LangChain's ``@tool``
+would build it from its function (:func:`langchain_tool`: the same name, description and argument
+schema; :mod:`forethought.integrations.native`), so the node behaves exactly as the native ``ToolNode``
+does: arguments are validated by LangChain, results become ``ToolMessage``s with the model's call ids and
+LangChain's rendering, calls of one message run concurrently, and a tool that raises raises its own
+exception through ``handle_tool_errors`` (by default the node raises it; only invalid arguments are
+answered with a message). Tools you pass yourself (``tools=[...]``) whose name is a session tool run
+through the session with their own argument schema; any other tool runs as it is.
+
+Speculation comes from the model node: tap its stream with :func:`~forethought.integrations.tap.tap`
+and every call starts when its arguments close. Use the graph's async API (``ainvoke`` / ``astream``): the
+session is asynchronous.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import tool as create_tool
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.types import Command
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
 from forethought._core.tools import Tool
-from forethought.errors import ForethoughtError
-from forethought.llm.dispatch import render_error, render_output
+from forethought.integrations.native import declared_description, execute_natively, native_function
+
+
+def _runner(session: Session, name: str) -> Callable[..., Any]:
+    async def run(**arguments: Any) -> Any:
+        return await execute_natively(session, ToolCall(name, arguments))
+
+    return run
 
 
 def langchain_tool(session: Session, t: Tool) -> StructuredTool:
-    """A LangChain view of a session tool: its name, description and JSON schema; running it executes it."""
+    """A session tool as LangChain's ``@tool`` builds one from its function, running through the session
+    (a tool whose schema is not its signature's gets that JSON schema as its ``args_schema``)."""
+    fn = native_function(session, t)
+    if fn is not None:
+        return StructuredTool.from_function(coroutine=fn, name=t.name, description=declared_description(t))
+    return StructuredTool.from_function(coroutine=_runner(session, t.name), name=t.name,
+                                        description=t.description or t.name, args_schema=dict(t.parameters))
 
-    async def run(**arguments: Any) -> str:
-        return render_output(await session.execute(ToolCall(t.name, arguments)))
 
-    return StructuredTool.from_function(coroutine=run, name=t.name, description=t.description or t.name,
-                                        args_schema=dict(t.parameters))
+def _through_session(session: Session, given: BaseTool) -> BaseTool:
+    """``given`` with its call made through the session, when the session has a tool of its name whose
+    parameters cover ``given``'s (a tool with injected arguments runs as it is)."""
+    t = session.tools.get(given.name)
+    if t is None or isinstance(given, _SessionTool):
+        return given
+    properties: Mapping[str, Any] = t.parameters.get("properties") or {}
+    if given.args_schema is None or not set(given.args) <= set(properties):
+        return given
+    return _SessionTool(name=given.name, description=given.description, args_schema=given.args_schema,
+                        coroutine=_runner(session, t.name), return_direct=given.return_direct,
+                        response_format=given.response_format, handle_tool_error=given.handle_tool_error,
+                        handle_validation_error=given.handle_validation_error)
+
+
+class _SessionTool(StructuredTool):
+    """A tool you gave the node, its call made through the session (its schema and settings kept)."""
 
 
 class ForethoughtToolNode(ToolNode):
-    """A LangGraph ``ToolNode`` that executes the session's tools through the session (see the module)."""
+    """LangGraph's ``ToolNode`` over the session's tools, run through the session (see the module docstring)."""
 
     def __init__(self, session: Session, tools: Sequence[BaseTool | Callable[..., Any]] | None = None,
                  **kwargs: Any) -> None:
         self.session = session
-        chosen = list(tools) if tools is not None else [langchain_tool(session, t) for t in session.tools.values()]
-        super().__init__(chosen, awrap_tool_call=self._through_session, **kwargs)
-
-    async def _through_session(self, request: ToolCallRequest,
-                               execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
-                               ) -> ToolMessage | Command[Any]:
-        call = request.tool_call
-        name = call["name"]
-        if name not in self.session.tools:
-            return await execute(request)
-        try:
-            output = render_output(await self.session.execute(ToolCall(name, dict(call.get("args") or {}))))
-        except ForethoughtError as exc:
-            return ToolMessage(content=render_error(exc), tool_call_id=call["id"], name=name, status="error")
-        return ToolMessage(content=output, tool_call_id=call["id"], name=name)
+        if tools is None:
+            chosen: list[BaseTool | Callable[..., Any]] = [langchain_tool(session, t) for t in session.tools.values()]
+        else:
+            chosen = [_through_session(session, x if isinstance(x, BaseTool) else create_tool(x)) for x in tools]
+        super().__init__(chosen, **kwargs)

@@ -9,57 +9,102 @@
 
 Two extension points of the SDK, used as it documents them:
 
-* :func:`agents_tools` turns each tool of the session into a ``FunctionTool`` whose ``on_invoke_tool``
-  runs ``session.execute`` (so a call claims its speculation, or runs); a failing tool answers the model
-  with the same ``{"error": ...}`` text the forethought Agent gives.
+* :func:`agents_tools` builds each tool of the session with the SDK's own ``function_tool`` from a function
+  with the tool function's own signature and docstring (:mod:`forethought.integrations.native`), whose call
+  is ``session.execute`` (so a call claims its speculation, or runs). Everything else is the SDK's: the
+  strict schema (``strict_mode=True``, its default), argument validation, how a return value is rendered
+  for the model, and a failing tool answered with ``failure_error_function`` (by default the SDK's generic
+  message; ``None`` makes the run raise the tool's own exception). Options are passed to ``function_tool``.
+  A tool whose schema is not its signature's (``parameters=``, a state cell) becomes a ``FunctionTool`` of
+  its JSON schema (strict when the SDK can make it so, as its MCP tools do), with the same error handling.
 * :class:`ForethoughtModel` wraps any ``agents.Model`` (Responses or Chat Completions): its response is
   streamed through :func:`~forethought.integrations.tap.tap`, so each call starts as a speculation when its
   arguments close, while the model is still generating. ``get_response`` (used by ``Runner.run``) streams
   the inner model and returns the ``response.completed`` response; ``stream_response`` (``run_streamed``)
   yields the inner model's events unchanged. ``speculate=False`` is the serial arm: the same code, nothing
-  started early.
+  started early. ``predict`` (on by default) also guesses each step's calls when the step starts, from the
+  conversation the SDK sends (:mod:`forethought.integrations.foresight`: the pattern predictor learning
+  online and saved, a speculator model if configured); the model's own calls claim the right guesses.
+  With ``previous_response_id`` or a server-side conversation the SDK sends only the new items, so the
+  guesses see only those.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agents import FunctionTool, Model, ModelResponse, ModelTracing, RunContextWrapper, Usage
+from agents import FunctionTool, Model, ModelResponse, ModelTracing, RunContextWrapper, Usage, function_tool
+from agents.exceptions import ModelBehaviorError, UserError
 from agents.items import TResponseStreamEvent
+from agents.strict_schema import ensure_strict_json_schema
 from agents.tool import Tool as AgentsTool
+from agents.tool import ToolErrorFunction, default_tool_error_function
 from openai.types.responses import ResponseCompletedEvent
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
 from forethought._core.tools import Tool
-from forethought.errors import ForethoughtError, UpstreamError
+from forethought.errors import UpstreamError
+from forethought.integrations.foresight import Foresight
+from forethought.integrations.native import declared_description, execute_natively, native_function
 from forethought.integrations.tap import tap
-from forethought.llm.dispatch import render_error, render_output
+from forethought.integrations.transcripts import from_responses
+
+_DEFAULT: Any = object()
 
 
-def _invoker(session: Session, name: str) -> Any:
-    async def invoke(context: RunContextWrapper[Any], arguments: str) -> str:
+def _schema_tool(session: Session, t: Tool, strict_mode: bool, failure_error_function: Any) -> FunctionTool:
+    """A ``FunctionTool`` of ``t``'s JSON schema; a failure answered as ``function_tool``'s are."""
+    handler: ToolErrorFunction | None = (default_tool_error_function if failure_error_function is _DEFAULT
+                                         else failure_error_function)
+
+    async def invoke(context: RunContextWrapper[Any], arguments: str) -> Any:
         try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
-        except ValueError as exc:
-            return render_error(f"{name}: arguments are not JSON: {exc}")
-        if not isinstance(parsed, dict):
-            return render_error(f"{name}: arguments must be a JSON object")
+            try:
+                parsed = json.loads(arguments) if arguments.strip() else {}
+            except ValueError as exc:
+                raise ModelBehaviorError(f"Invalid JSON input for tool {t.name}: {arguments}") from exc
+            if not isinstance(parsed, dict):
+                raise ModelBehaviorError(f"Invalid JSON input for tool {t.name}: not an object")
+            return await execute_natively(session, ToolCall(t.name, parsed))
+        except Exception as exc:
+            if handler is None:
+                raise
+            message = handler(context, exc)
+            return await message if inspect.isawaitable(message) else message
+
+    schema = dict(t.parameters)
+    strict = strict_mode
+    if strict:
         try:
-            return render_output(await session.execute(ToolCall(name, parsed)))
-        except ForethoughtError as exc:
-            return render_error(exc)
+            ensure_strict_json_schema(copy.deepcopy(schema))
+        except UserError:
+            strict = False  # as the SDK's own MCP tools do when their schema cannot be strict
+    return FunctionTool(name=t.name, description=t.description, params_json_schema=schema, on_invoke_tool=invoke,
+                        strict_json_schema=strict)
 
-    return invoke
 
-
-def agents_tools(session: Session, tools: list[Tool] | None = None) -> list[AgentsTool]:
-    """The session's tools (or ``tools``, which must be registered in it) as Agents SDK ``FunctionTool``s."""
+def agents_tools(session: Session, tools: list[Tool] | None = None, *, strict_mode: bool = True,
+                 failure_error_function: ToolErrorFunction | None = _DEFAULT, **options: Any) -> list[AgentsTool]:
+    """The session's tools (or ``tools``, which must be registered in it) as the SDK's ``function_tool``
+    would build them from their functions, run through the session (see the module docstring)."""
     chosen = list(session.tools.values()) if tools is None else tools
-    return [FunctionTool(name=t.name, description=t.description, params_json_schema=dict(t.parameters),
-                         on_invoke_tool=_invoker(session, t.name), strict_json_schema=False) for t in chosen]
+    built: list[AgentsTool] = []
+    for t in chosen:
+        fn = native_function(session, t)
+        if fn is None:
+            built.append(_schema_tool(session, t, strict_mode, failure_error_function))
+            continue
+        extra = dict(options)
+        if failure_error_function is not _DEFAULT:
+            extra["failure_error_function"] = failure_error_function
+        built.append(function_tool(fn, name_override=t.name, description_override=declared_description(t),
+                                   strict_mode=strict_mode, **extra))
+    return built
 
 
 def _usage(response: Any) -> Usage:
@@ -73,10 +118,12 @@ def _usage(response: Any) -> Usage:
 class ForethoughtModel(Model):
     """An ``agents.Model`` that streams ``inner`` through forethought's tap (see the module docstring)."""
 
-    def __init__(self, inner: Model, session: Session, *, speculate: bool = True) -> None:
+    def __init__(self, inner: Model, session: Session, *, speculate: bool = True,
+                 predict: bool | Foresight = True) -> None:
         self.inner = inner
         self.session = session
         self.speculate = speculate
+        self.predict = predict
 
     async def close(self) -> None:
         await self.inner.close()
@@ -102,5 +149,8 @@ class ForethoughtModel(Model):
         stream = self.inner.stream_response(system_instructions, input, model_settings, tools, output_schema,
                                             handoffs, tracing, previous_response_id=previous_response_id,
                                             conversation_id=conversation_id, prompt=prompt)
-        async for event in tap(stream, self.session, speculate=self.speculate):
+        messages = [{"role": "system", "content": system_instructions}] if system_instructions else []
+        messages += from_responses(input)
+        async for event in tap(stream, self.session, speculate=self.speculate, messages=messages,
+                               predict=self.predict):
             yield event

@@ -21,26 +21,53 @@ and an :class:`~forethought.llm.dispatch.EarlyDispatch` in speculating mode (the
 effects, snapshots and write epochs keep it equivalent to serial. Your ``session.execute(call)`` claims
 it. A stream that raises, ends without finishing, or that you stop reading drops every speculation of the
 turn (``session.end_turn``), as a serial run that never saw the message end would.
+
+Given the conversation (``tap(stream, session, messages=messages)``), the tap also guesses the step's calls
+before the model streams them (:mod:`forethought.integrations.foresight`: the pattern predictor, learning
+online from the conversations it sees, and a speculator model if you configure one), so likely calls start
+at step start; the model's own calls then claim them as before.
+
+The tap raises nothing that plain iteration of the stream would not: an ``error`` or ``response.failed``
+event is yielded to you as the SDK yields it and recorded in :attr:`StreamTap.error` (the message did not
+finish: its speculations are dropped); Chat Completions chunks are read as tolerantly as the SDK passes
+them on (a tool-call index that is not an integer, arguments sent as an object, ``tool_calls`` as one
+object, every call numbered 0 with its own id: each call is kept, none is merged into another), and an
+event no decoder understands ends decoding with :attr:`StreamTap.error` set instead of an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+import json
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
+from forethought.integrations.foresight import Foresight, foresight_for
+from forethought.integrations.transcripts import field_of as _get
 from forethought.llm.anthropic import AnthropicDecoder
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.dispatch import EarlyDispatch
-from forethought.llm.events import LLMEvent, MessageDone, TextDelta, ToolCallClosed, ToolCallStarted
-from forethought.llm.responses import ResponsesDecoder, field
+from forethought.llm.events import (
+    LLMEvent,
+    MessageDone,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallClosed,
+    ToolCallStarted,
+)
+from forethought.llm.responses import ResponsesDecoder
+
+log = logging.getLogger(__name__)
 
 _ANTHROPIC_TYPES = frozenset({"message_start", "content_block_start", "content_block_delta", "content_block_stop",
                               "message_delta", "message_stop", "ping", "text", "input_json", "citation",
                               "thinking", "signature"})
+_ERROR_EVENTS = frozenset({"error", "response.failed"})
+"""Events that say the message failed: passed on to the caller unchanged (the SDKs yield them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,34 +82,107 @@ class TappedCall:
     error: str | None = None
 
 
+def _items(value: Any) -> list[Any]:
+    """A list's items; one object (a mapping where a list belongs) as a list of one; nothing else."""
+    if isinstance(value, list | tuple):
+        return list(value)
+    if value is None or isinstance(value, str | bytes | int | float | bool):
+        return []
+    return [value]
+
+
+def _text(value: Any) -> str | None:
+    """A streamed id or name: strings as they are, numbers spelt out; anything else is absent."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _fragment(arguments: Any) -> str | None:
+    """A call's argument text: a string fragment as it is; arguments sent whole as an object (or any JSON
+    value) as their JSON text, keys in their own order, so they close (or fail) at once."""
+    if arguments is None or isinstance(arguments, str):
+        return arguments or None
+    try:
+        return json.dumps(arguments, ensure_ascii=False, allow_nan=False, default=str)
+    except (TypeError, ValueError):
+        return json.dumps(str(arguments))  # not an object: the call is reported malformed
+
+
+def _index_key(raw: Any) -> tuple[str, Any]:
+    """How a streamed tool-call index identifies its call: a non-negative int as itself (absent: 0, as the
+    openai SDK's own accumulator reads it), any other value by its spelling."""
+    if raw is None:
+        return ("int", 0)
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+        return ("int", raw)
+    try:
+        return ("raw", json.dumps(raw, sort_keys=True, default=repr))
+    except (TypeError, ValueError):
+        return ("raw", repr(raw))
+
+
 class _ChatDecoder:
-    """Chat Completions chunks (SDK objects or dicts) -> events; the message ends when the stream does."""
+    """Chat Completions chunks (SDK objects or dicts) -> events; the message ends when the stream does.
+
+    Tolerant as plain iteration is: a tool-call index that is not an integer names its own call (after
+    the integer-indexed ones), a delta that carries a new id at an index whose call already has another
+    id starts a new call (servers that number every call 0), arguments sent as an object are that
+    object's JSON text, and ``tool_calls`` sent as one object is one delta.
+    """
 
     def __init__(self) -> None:
         self._assembler = ToolCallAssembler()
+        self._slots: dict[tuple[str, Any], int] = {}  # index key -> the assembler's index of its current call
+        self._ids: dict[int, str] = {}  # the assembler's index -> the call's id
         self.finish_reason: str | None = None
         self.done = False
 
+    def _allocate(self, key: tuple[str, Any]) -> int:
+        taken = self._ids.keys() | set(self._slots.values())
+        wanted = key[1] if key[0] == "int" else None
+        index = wanted if wanted is not None and wanted not in taken else max(taken, default=-1) + 1
+        self._slots[key] = index
+        return index
+
+    def _slot(self, raw_index: Any, call_id: str | None) -> int:
+        key = _index_key(raw_index)
+        index = self._slots.get(key)
+        if index is None:
+            index = self._allocate(key)
+        elif call_id is not None and self._ids.get(index, call_id) != call_id:
+            index = self._allocate(key)  # the same index, another id: another call
+        if call_id is not None:
+            self._ids.setdefault(index, call_id)
+        return index
+
     def feed(self, chunk: Any) -> list[LLMEvent]:
-        if field(chunk, "type") == "chunk":  # the ``chat.completions.stream()`` helper wraps each chunk
-            chunk = field(chunk, "chunk")
-        elif field(chunk, "type") is not None:
+        kind = _get(chunk, "type")
+        if kind == "chunk":  # the ``chat.completions.stream()`` helper wraps each chunk
+            chunk = _get(chunk, "chunk")
+        elif isinstance(kind, str):
             return []  # the helper's derived events repeat what the chunk said
         events: list[LLMEvent] = []
-        for choice in field(chunk, "choices") or ():
-            if (field(choice, "index") or 0) != 0:
+        for choice in _items(_get(chunk, "choices")):
+            if _index_key(_get(choice, "index")) != ("int", 0):
                 continue
-            delta = field(choice, "delta")
-            if delta is not None:
-                content = field(delta, "content")
-                if content:
-                    events += self._assembler.add_text(content)
-                for tool in field(delta, "tool_calls") or ():
-                    function = field(tool, "function")
-                    events += self._assembler.add_tool_delta(int(field(tool, "index") or 0), field(tool, "id"),
-                                                             field(function, "name"), field(function, "arguments"))
-            if field(choice, "finish_reason") is not None:
-                self.finish_reason = str(field(choice, "finish_reason"))
+            delta = _get(choice, "delta")
+            content = _get(delta, "content")
+            if isinstance(content, str) and content:
+                events += self._assembler.add_text(content)
+            for tool in _items(_get(delta, "tool_calls")):
+                if not isinstance(tool, Mapping) and isinstance(tool, str | bytes | int | float | bool):
+                    continue
+                function = _get(tool, "function")
+                call_id = _text(_get(tool, "id"))
+                index = self._slot(_get(tool, "index"), call_id)
+                events += self._assembler.add_tool_delta(index, call_id, _text(_get(function, "name")),
+                                                         _fragment(_get(function, "arguments")))
+            reason = _get(choice, "finish_reason")
+            if reason is not None:
+                self.finish_reason = str(reason)
         return events
 
     def end(self) -> list[LLMEvent]:
@@ -95,29 +195,46 @@ class _ChatDecoder:
 _Decoder = _ChatDecoder | ResponsesDecoder | AnthropicDecoder
 
 
-def _decoder_for(event: Any) -> _Decoder:
-    kind = field(event, "type")
-    if isinstance(kind, str) and (kind.startswith("response.") or kind == "error"):
+def _decoder_for(kind: str | None) -> _Decoder:
+    if kind is not None and kind.startswith("response."):
         return ResponsesDecoder()
     if kind in _ANTHROPIC_TYPES:
         return AnthropicDecoder()
     return _ChatDecoder()
 
 
+def _error_message(event: Any, kind: str) -> str:
+    """What an ``error`` (Responses, Anthropic) or ``response.failed`` event says went wrong."""
+    for holder in (event, _get(event, "error"), _get(_get(event, "response"), "error")):
+        message = _get(holder, "message")
+        if isinstance(message, str) and message:
+            return f"{kind}: {message}"
+    return kind
+
+
 class StreamTap:
     """The tapped stream: iterate it for the SDK's events; then read ``calls`` (see :func:`tap`)."""
 
-    def __init__(self, stream: AsyncIterable[Any], session: Session, *, speculate: bool = True) -> None:
+    def __init__(self, stream: AsyncIterable[Any], session: Session, *, speculate: bool = True,
+                 messages: Any = None, predict: bool | Foresight = True) -> None:
         self._stream = stream
         self.session = session
         self.speculate = speculate
         self._dispatch = EarlyDispatch(session, enabled=speculate, authoritative=False)
+        self.foresight = foresight_for(predict, speculate) if messages is not None else None
+        """Who guesses this step's calls from ``messages`` (``None``: only the stream's own calls start early)."""
+        if self.foresight is not None:
+            self.foresight.begin(session, messages)
         self._decoder: _Decoder | None = None
         self._text: list[str] = []
         self._iterated = False
         self.finished = False
         """The message ended normally (its finish reason or terminal event arrived)."""
         self.finish_reason: str | None = None
+        self.error: str | None = None
+        """Why the message did not finish: the stream's own ``error`` / ``response.failed`` event (passed on
+        to you unchanged, as plain iteration would), or an event the tap could not decode. From then on
+        nothing more of the stream is decoded and every speculation of the message is dropped."""
 
     @property
     def text(self) -> str:
@@ -140,7 +257,11 @@ class StreamTap:
             if isinstance(event, TextDelta):
                 self._text.append(event.text)
             elif isinstance(event, ToolCallStarted | ToolCallClosed):
+                if isinstance(event, ToolCallStarted) and self.foresight is not None:
+                    self.foresight.streamed(self.session, event)
                 self._dispatch.feed(event)
+            elif isinstance(event, ToolCallArgumentsDelta) and self.foresight is not None:
+                self.foresight.streamed(self.session, event)
             elif isinstance(event, MessageDone):
                 self.finished = True
                 self.finish_reason = event.finish_reason
@@ -156,27 +277,56 @@ class StreamTap:
         try:
             dispatch = self._dispatch
             async for event in self._stream:
-                if self._decoder is None:
-                    self._decoder = _decoder_for(event)
                 before = dispatch.speculated + dispatch.early
-                self._handle(self._decoder.feed(event))
+                self._take(event)
                 if dispatch.speculated + dispatch.early != before:
                     # Let the new runs start before the caller goes on: an SDK stream reading buffered data
                     # never suspends, and a claim finds a speculation that never ran as good as missing.
                     await asyncio.sleep(0)
                 yield event
-            if isinstance(self._decoder, _ChatDecoder):
-                self._handle(self._decoder.end())
-            completed = self.finished
+            decoder = self._decoder
+            if isinstance(decoder, _ChatDecoder) and self.error is None:
+                self._decode(decoder.end)
+            completed = self.finished and self.error is None
         finally:
+            if self.foresight is not None:
+                self.foresight.end(self.session)
             if not completed:
                 await self._dispatch.abandon()
+
+    def _take(self, event: Any) -> None:
+        """Decode one event of the stream (never raising: a failure is recorded in :attr:`error`)."""
+        if self.error is not None:
+            return
+        kind = _get(event, "type")
+        if not isinstance(kind, str):
+            kind = None
+        if kind in _ERROR_EVENTS:
+            self.error = _error_message(event, str(kind))
+            return
+        decoder = self._decoder
+        if decoder is None:
+            decoder = self._decoder = _decoder_for(kind)
+        self._decode(lambda: decoder.feed(event))
+
+    def _decode(self, step: Callable[[], list[LLMEvent]]) -> None:
+        try:
+            self._handle(step())
+        except Exception as exc:  # an event no decoder expected: reported, never raised into the caller's loop
+            self.error = f"the tap could not decode the stream: {type(exc).__name__}: {exc}"
+            log.warning("%s; the message's speculations are dropped", self.error)
 
     async def results(self) -> list[Any]:
         """Convenience: ``await session.execute(call)`` for each well-formed call, in order."""
         return [await self.session.execute(call) for call in self.calls]
 
 
-def tap(stream: AsyncIterable[Any], session: Session, *, speculate: bool = True) -> StreamTap:
-    """Wrap ``stream`` (see the module docstring); ``speculate=False`` passes it through and starts nothing."""
-    return StreamTap(stream, session, speculate=speculate)
+def tap(stream: AsyncIterable[Any], session: Session, *, speculate: bool = True, messages: Any = None,
+        predict: bool | Foresight = True) -> StreamTap:
+    """Wrap ``stream`` (see the module docstring); ``speculate=False`` passes it through and starts nothing.
+
+    ``messages``: the conversation this step was asked with (Chat Completions messages, Responses input items
+    or Anthropic turns). Given, the step's likely calls are guessed at once, from what was learned of earlier
+    conversations (``predict``: ``True`` the default :class:`~forethought.integrations.foresight.Foresight`,
+    one you configured, or ``False``: only the stream's own calls start early)."""
+    return StreamTap(stream, session, speculate=speculate, messages=messages, predict=predict)

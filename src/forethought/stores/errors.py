@@ -29,6 +29,10 @@ class StoreIntegrityError(StoreError):
     """A value read from the shared store failed its authentication (HMAC) or could not be decoded."""
 
 
+class StoreExpiredError(StoreIntegrityError):
+    """A sealed value read past the expiry its seal carries (someone put it back without its TTL)."""
+
+
 @contextlib.contextmanager
 def mapped_redis_errors(what: str) -> Iterator[None]:
     """Map redis-py's errors (and OS socket errors) raised inside to :class:`StoreUnavailableError`."""

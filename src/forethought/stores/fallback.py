@@ -6,7 +6,10 @@ a call fails, the store emits a ``degraded`` :class:`StoreEvent`, answers from t
 to the mirror and queues them (each with its idempotency id), and does not try the shared store again
 before ``retry_after_s`` on its clock, so a dead or slow Redis costs at most one timeout per period. The
 first successful call afterwards replays the queue (a batch applied before a lost reply is not applied
-twice) and emits ``recovered``. Nothing here raises because of the shared store.
+twice) and emits ``recovered``. Nothing here raises because of the shared store: a load that fails
+because of what the store holds (:class:`~forethought.stores.errors.StoreIntegrityError`, e.g. a clock
+that is not a number), or with an error no store should raise, is answered from the mirror like an
+outage.
 """
 
 from __future__ import annotations
@@ -92,6 +95,9 @@ class FallbackPatternStore:
             except StoreError as exc:  # refused by Redis itself: retrying would never succeed
                 self.dropped += 1
                 self._emit("dropped", f"queued merge refused: {exc}")
+            except Exception as exc:  # no store should raise this: kept queued, like an outage
+                self._fail(StoreUnavailableError(f"merge failed: {type(exc).__name__}: {exc}"))
+                return False
             self._queue.pop(0)
         return True
 
@@ -120,6 +126,8 @@ class FallbackPatternStore:
                     state = self._shared.load(fingerprint)
                 except StoreError as exc:
                     self._fail(exc)
+                except Exception as exc:  # no store should raise this: never let it reach the predictor
+                    self._fail(StoreUnavailableError(f"load failed: {type(exc).__name__}: {exc}"))
                 else:
                     self._recovered()
                     self._remember(fingerprint, state)
@@ -140,6 +148,8 @@ class FallbackPatternStore:
                     self.dropped += 1
                     self._emit("dropped", f"merge refused: {exc}")
                     return
+                except Exception as exc:  # no store should raise this: queued and retried, like an outage
+                    self._fail(StoreUnavailableError(f"merge failed: {type(exc).__name__}: {exc}"))
                 else:
                     self._recovered()
                     return

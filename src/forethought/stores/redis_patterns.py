@@ -17,16 +17,30 @@ its marker is new (so a retry after a lost reply
 never counts twice), rescales decaying deltas from the writer's epoch to the stored one, advances the
 clock, and rebases when the stored numbers have grown past ``REBASE_AFTER_HALF_LIVES`` half-lives; the same
 arithmetic as :class:`~forethought.predictors.patterns.store.SqlitePatternStore`.
+
+Loading never trusts what Redis holds to be a number: a counter that is not a finite number (text written
+by another program, NaN, an infinity) is left out (``skipped`` counts them), as the merge script reads it
+as 0 (so the next merge that touches it repairs it); a clock or epoch that is not one makes the load fail
+with :class:`~forethought.stores.errors.StoreIntegrityError`, which
+:class:`~forethought.stores.fallback.FallbackPatternStore` answers from its local mirror (the next merge
+starts the clock afresh).
 """
 
 from __future__ import annotations
 
+import math
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, REBASE_AFTER_HALF_LIVES, CountsState
-from forethought.stores.errors import StoreTimeoutError, StoreUnavailableError, mapped_redis_errors
+from forethought.stores.errors import (
+    StoreIntegrityError,
+    StoreTimeoutError,
+    StoreUnavailableError,
+    mapped_redis_errors,
+)
 
 DONE_TTL_S = 86_400
 """How long a merge's marker is kept: a retry of the same batch within this time is a no-op."""
@@ -46,9 +60,18 @@ local ticks, epoch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local hl = nil
 if ARGV[3] ~= '' then hl = tonumber(ARGV[3]) end
 local rebase_after, plain = tonumber(ARGV[4]), ARGV[5]
+local function finite(v)
+  if type(v) ~= 'string' then return nil end
+  if not (string.match(v, '^%-?%d+%.?%d*$') or string.match(v, '^%-?%d+%.?%d*[eE][%+%-]?%d+$')) then
+    return nil
+  end
+  local n = tonumber(v)
+  if n == nil or n ~= n or n == math.huge or n == -math.huge then return nil end
+  return n
+end
 local meta = redis.call('HMGET', KEYS[1], 'clock', 'epoch')
-local clock, stored = tonumber(meta[1]), tonumber(meta[2])
-if clock == nil then
+local clock, stored = finite(meta[1]), finite(meta[2])
+if clock == nil or stored == nil then
   clock, stored = 0, epoch
   redis.call('HSET', KEYS[1], 'version', ARGV[7])
 end
@@ -57,7 +80,7 @@ if hl ~= nil and epoch ~= stored then factor = 2 ^ ((epoch - stored) / hl) end
 for i = 8, #ARGV, 2 do
   local key, delta = ARGV[i], tonumber(ARGV[i + 1])
   if string.sub(key, 1, #plain) ~= plain then delta = delta * factor end
-  local stored_value = tonumber(redis.call('HGET', KEYS[2], key)) or 0
+  local stored_value = finite(redis.call('HGET', KEYS[2], key)) or 0
   redis.call('HSET', KEYS[2], key, string.format('%.17g', stored_value + delta))
 end
 clock = clock + ticks
@@ -66,7 +89,7 @@ if hl ~= nil and (clock - stored) / hl > rebase_after then
   local all = redis.call('HGETALL', KEYS[2])
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, #plain) ~= plain then
-      redis.call('HSET', KEYS[2], all[i], string.format('%.17g', tonumber(all[i + 1]) * down))
+      redis.call('HSET', KEYS[2], all[i], string.format('%.17g', (finite(all[i + 1]) or 0) * down))
     end
   end
   stored = clock
@@ -76,6 +99,21 @@ return 1
 """
 
 SCHEMA_VERSION = 1
+
+
+_NUMBER = re.compile(rb"-?[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?")
+"""What the merge script writes (``%.17g``) and reads back (its ``finite``): the same rule on both sides."""
+
+
+def _number(raw: bytes | None, absent: float | None) -> float | None:
+    """The finite number Redis holds in ``raw`` (``absent`` when there is none); ``None`` when ``raw`` is
+    anything else (text, hex, NaN, an infinity), so one bad value never fails a load."""
+    if raw is None:
+        return absent
+    if not isinstance(raw, bytes) or _NUMBER.fullmatch(raw) is None:
+        return None
+    value = float(raw)
+    return value if math.isfinite(value) else None
 
 
 def pattern_keys(fingerprint: str, prefix: str = "ft:pat") -> tuple[str, str, str]:
@@ -99,6 +137,8 @@ class RedisPatternStore:
         self._merge = client.register_script(_MERGE)
         self.merges = 0
         self.round_trips = 0
+        self.skipped = 0
+        """Counters left out of loads because Redis held no finite number (or no UTF-8 name) for them."""
 
     @classmethod
     def from_url(cls, url: str, socket_timeout_s: float = SOCKET_TIMEOUT_S,
@@ -118,9 +158,21 @@ class RedisPatternStore:
             pipe.hgetall(counts_key)
             meta, counts = pipe.execute()
             self.round_trips += 1
-        clock = float(meta[0]) if meta[0] is not None else 0.0
-        epoch = float(meta[1]) if meta[1] is not None else 0.0
-        return CountsState(clock, epoch, {k.decode(): float(v) for k, v in counts.items()})
+        clock, epoch = _number(meta[0], 0.0), _number(meta[1], 0.0)
+        if clock is None or epoch is None:
+            raise StoreIntegrityError(f"load patterns: the clock or epoch of {fingerprint} is not a finite number")
+        values: dict[str, float] = {}
+        for raw_key, raw_value in counts.items():
+            value = _number(raw_value, None)
+            try:
+                key = raw_key.decode("utf-8")
+            except UnicodeDecodeError:
+                value = None
+            if value is None:
+                self.skipped += 1  # the merge script reads such a counter as 0, and its next merge repairs it
+                continue
+            values[key] = value
+        return CountsState(clock, epoch, values)
 
     def merge(self, fingerprint: str, deltas: Mapping[str, float], ticks: float, epoch: float,
               half_life: float | None, merge_id: str | None = None) -> None:

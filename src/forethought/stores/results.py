@@ -83,6 +83,11 @@ class MemorySharedResults:
         if lease is not None and lease[0] == token:
             del self._leases[key]
 
+    def peek(self, key: str) -> bytes | None:
+        """The sealed bytes under ``key`` as a reader of the backend sees them, live or not (for tests)."""
+        item = self._values.get(key)
+        return None if item is None else item[0]
+
     def tamper(self, key: str, sealed: bytes) -> None:
         """Overwrite a value as an attacker with write access (but no secret) would (for tests)."""
         expiry = self._values[key][1] if key in self._values else self._clock.monotonic() + 60.0

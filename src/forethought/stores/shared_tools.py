@@ -15,6 +15,10 @@ obtains this way becomes an ordinary entry of the session's store: the authorita
 every local rule (identical key, served once, TTL, failures never surface), so equivalence holds exactly as
 for a local hit.
 
+A served value is the published one exactly (its JSON text included: dict keys keep their order), and
+only until the expiry sealed with it (wall-clock time, ``wall_clock``): a value put back into the backend
+after its TTL ran out is refused (``rejected``), whatever TTL the backend now gives it.
+
 Never shared: private tools, tools with private arguments, tools with state, reads, writes or a validator,
 anything but PURE / READ_ONLY, and values not built of JSON's own types (:mod:`~forethought.stores.sealing`).
 Every backend error or timeout (``op_timeout_s``) makes that speculation local, emits a ``degraded``
@@ -132,12 +136,15 @@ class SharedSpeculation:
     """Shares speculative results of one tenant's ``shared`` tools through a :class:`SharedResults` backend."""
 
     def __init__(self, backend: SharedResults, secret: bytes, tenant: str, policy: SharedPolicy,
-                 clock: Clock = SYSTEM_CLOCK, on_event: EventSink | None = None, prefix: str = "ft:res") -> None:
+                 clock: Clock = SYSTEM_CLOCK, on_event: EventSink | None = None, prefix: str = "ft:res",
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self._backend = backend
         self._sealer = Sealer(secret)
         self._tenant = self._sealer.digest("tenant\0" + tenant)
         self.policy = policy
         self._clock = clock
+        self._wall = wall_clock
+        """Wall-clock seconds: a value's expiry is sealed with it, so every worker judges it alike."""
         self._on_event = on_event
         self._prefix = prefix
         self._down_until: float | None = None
@@ -258,7 +265,7 @@ class SharedSpeculation:
 
     def _open(self, key: str, sealed: bytes) -> Any:
         try:
-            return decode(self._sealer.open(key, sealed))
+            return decode(self._sealer.open(key, sealed, now=self._wall()))
         except (StoreIntegrityError, ValueError) as exc:
             self.stats.rejected += 1
             emit(self._on_event, StoreEvent("rejected", "shared-results", type(exc).__name__))
@@ -344,7 +351,8 @@ class SharedSpeculation:
             await self._release(key, token)
             return
         try:
-            await self._op(self._backend.publish(key, self._sealer.seal(key, payload), ttl_s, token))
+            sealed = self._sealer.seal(key, payload, expires_at=self._wall() + ttl_s)
+            await self._op(self._backend.publish(key, sealed, ttl_s, token))
             self.stats.published += 1
         except (StoreError, TimeoutError) as exc:
             self._fail(exc)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import statistics
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -60,7 +61,15 @@ from forethought.bench.vllm.pin import single_call_steps
 from forethought.bench.vllm.replay import create_replay_proxy
 from forethought.bench.vllm.server import MODEL_NAME, VllmConfig, VllmServer, build_model, free_port, locate
 from forethought.bench.workloads.bfcl_workload import BfclWorkload
-from forethought.engines.vllm.plugin import ENGINE_PREFIX, PLUGIN_NAME, POST_WAIT_ENV, PREFIX, REPLAY_ENV, UPSTREAM_ENV
+from forethought.engines.vllm.plugin import (
+    ADMIN_TOKEN_ENV,
+    ENGINE_PREFIX,
+    PLUGIN_NAME,
+    POST_WAIT_ENV,
+    PREFIX,
+    REPLAY_ENV,
+    UPSTREAM_ENV,
+)
 from forethought.errors import ForethoughtError
 from forethought.gateway.app import GatewayConfig, create_gateway
 from forethought.predictors.trajectory import Trajectory
@@ -115,6 +124,8 @@ class _Stack:
     vllm_url: str
     proxy_url: str
     ready_s: float
+    admin_token: str
+    """The gateway's and the plugin's admin token (their counters are reset with it)."""
 
 
 @contextlib.asynccontextmanager
@@ -128,14 +139,15 @@ async def _stack(trajectories: Sequence[Trajectory], config: BenchConfig, params
                                time_scale=config.time_scale)
     speculator = SpeculatorConfig(alpha=config.alpha, timing=spec_timing, seed=config.seed)
     vllm_url = f"http://127.0.0.1:{port}"
+    admin = secrets.token_hex(16)
     async with serve_in_subprocess(create_replay_proxy, vllm_url, list(trajectories),
                                    meta["whitespace_token_ids"], MODEL_NAME, int(meta["eos_token_id"])) as proxy_url, \
             serve_in_subprocess(create_model_server, list(trajectories), TimingConfig(time_scale=config.time_scale),
                                 speculator) as speculator_url, \
             serve_in_subprocess(create_gateway, proxy_url + "/v1",
-                                GatewayConfig(post_wait_s=params.post_wait_s)) as gateway_url:
+                                GatewayConfig(post_wait_s=params.post_wait_s, admin_token=admin)) as gateway_url:
         env = {**vllm.extra_env, UPSTREAM_ENV: proxy_url + "/v1", POST_WAIT_ENV: str(params.post_wait_s),
-               DEV_MODE_ENV: "1", REPLAY_ENV: proxy_url}
+               DEV_MODE_ENV: "1", REPLAY_ENV: proxy_url, ADMIN_TOKEN_ENV: admin}
         extra = vllm.extra_args if MFU_FLAG in vllm.extra_args else (*vllm.extra_args, MFU_FLAG)
         server = VllmServer(replace(vllm, port=port, plugins=(*vllm.plugins, PLUGIN_NAME), extra_env=env,
                                     extra_args=extra))
@@ -143,7 +155,7 @@ async def _stack(trajectories: Sequence[Trajectory], config: BenchConfig, params
         try:
             await require_plugin(server.url)
             yield _Stack(speculator_url, gateway_url, server.url + PREFIX, server.url + ENGINE_PREFIX, server.url,
-                         proxy_url, server.ready_s)
+                         proxy_url, server.ready_s, admin)
         finally:
             await asyncio.to_thread(server.stop)
 
@@ -172,7 +184,7 @@ async def _run_arm(arm: str, m: int, tasks: Sequence[tuple[int, Trajectory]], pe
                    stack: _Stack, control: httpx2.AsyncClient, config: BenchConfig,
                    multi: MultiAgentParams) -> _ArmRun:
     url = {"engine-plugin": stack.engine_chat_url, "engine-relay": stack.plugin_url}.get(arm, stack.gateway_url)
-    servers = _Servers(stack.speculator_url, url, control)
+    servers = _Servers(stack.speculator_url, url, control, stack.admin_token)
     (await control.post(stack.proxy_url + "/replay/reset")).raise_for_status()
     (await control.post(stack.engine_chat_url + "/reset")).raise_for_status()
     (await control.post(stack.vllm_url + "/reset_prefix_cache")).raise_for_status()  # every arm starts cold

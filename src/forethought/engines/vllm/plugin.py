@@ -25,7 +25,8 @@ endpoint is the plugin's own handler around vLLM's pieces, which keeps the reque
 Configuration is the server's environment (this is vLLM's process): ``FORETHOUGHT_UPSTREAM`` (the OpenAI
 base URL the relay sends to, default this server's own ``/v1``; the replay bench points it at its replay
 proxy), ``FORETHOUGHT_POST_WAIT_S`` (the gateway's ``post_wait_s``), ``FORETHOUGHT_REPLAY_URL`` (the replay
-proxy that pins the engine chat endpoint's segments; unset: the client's body is used as it is).
+proxy that pins the engine chat endpoint's segments; unset: the client's body is used as it is),
+``FORETHOUGHT_ADMIN_TOKEN`` (the gateway's admin token, which ``.../gateway/reset`` requires; unset: no reset).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ PLUGIN_NAME = "forethought"
 PREFIX = "/forethought"
 UPSTREAM_ENV = "FORETHOUGHT_UPSTREAM"
 POST_WAIT_ENV = "FORETHOUGHT_POST_WAIT_S"
+ADMIN_TOKEN_ENV = "FORETHOUGHT_ADMIN_TOKEN"
+"""The gateway's admin token (``POST .../gateway/reset`` needs it); unset: resetting is off."""
 UNSET_UPSTREAM = "http://127.0.0.1:0/v1"
 SESSION_PROBE_ENV = "FORETHOUGHT_SESSION_PROBE"
 SESSION_ROUTE = PREFIX + "/engine/session"
@@ -67,7 +70,8 @@ class ToolCachePlugin:
         env = dict(os.environ if environ is None else environ)
         self.explicit_upstream = env.get(UPSTREAM_ENV)
         config = GatewayConfig(post_wait_s=float(env.get(POST_WAIT_ENV, GatewayConfig().post_wait_s)),
-                               mark_continuations=self.explicit_upstream is not None)
+                               mark_continuations=self.explicit_upstream is not None,
+                               admin_token=env.get(ADMIN_TOKEN_ENV) or None)
         self.gateway = Gateway(self.explicit_upstream or UNSET_UPSTREAM, config)
         self.session_probe = env.get(SESSION_PROBE_ENV) == "1"
         replay = env.get(REPLAY_ENV)
