@@ -118,25 +118,6 @@ def _walk_types(value: Any, path: str, found: list[str]) -> None:
             _walk_types(v, f"{path}/{i}", found)
 
 
-RECENT_KEYS = 4096
-"""Keys an :class:`ArgumentSpec` remembers (all forgotten at once when full: bounded, never stale)."""
-
-
-def _signature(name: str, arguments: dict[str, Any]) -> tuple[Any, ...] | None:
-    """The exact identity of a call whose argument values are plain scalars (types and the sign of zero
-    included, so ``1``, ``1.0``, ``True`` and ``0.0``, ``-0.0`` never share one); ``None`` for any other."""
-    parts: list[Any] = [name]
-    for k, v in arguments.items():
-        kind = type(v)
-        if kind is str or kind is int or kind is bool or v is None:
-            parts.append((k, kind, v))
-        elif kind is float:
-            parts.append((k, kind, v, math.copysign(1.0, v)))
-        else:
-            return None
-    return tuple(parts)
-
-
 def may_serve(guess: CallKey, call: CallKey) -> bool:
     """Whether a speculation keyed ``guess`` may serve the call keyed ``call``: the one rule, which holds
     exactly when no difference between the two calls can reach the tool (keys are built so)."""
@@ -207,11 +188,6 @@ class ArgumentSpec:
     private: bool = False
     """Key calls by a keyed digest of the whole key text (a private tool, or one with private arguments), so
     that a key handed to a callback, a log or a shared store never carries a name or a value in clear."""
-    _recent: dict[tuple[Any, ...], tuple[dict[str, Any], CallKey]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
-    """Keys of recent calls whose arguments are all plain scalars, by their exact values and types: a hit keys
-    the same arguments twice (the guess, then the model's own call), and the second time costs a lookup."""
-
     def canonical_arguments(self, call: ToolCall) -> dict[str, Any]:
         """Return the call's arguments as named, validated, defaulted JSON values (a fresh dict)."""
         arguments = call.arguments
@@ -256,27 +232,20 @@ class ArgumentSpec:
         return call.arguments
 
     def keyed(self, call: ToolCall) -> tuple[dict[str, Any], CallKey]:
-        """The canonical arguments of ``call`` and its key, in one pass."""
+        """The canonical arguments of ``call`` and its key, in one pass (the hot path of every guess and call)."""
         given = call.arguments
-        if type(given) is dict and not call.positional:
-            signature = _signature(call.name, given)
-            if signature is not None:
-                recent = self._recent
-                found = recent.get(signature)
-                if found is None:
-                    found = self._keyed(call)
-                    if len(recent) >= RECENT_KEYS:
-                        recent.clear()
-                    recent[signature] = found
-                return dict(found[0]), found[1]
-        return self._keyed(call)
-
-    def _keyed(self, call: ToolCall) -> tuple[dict[str, Any], CallKey]:
-        arguments = self.canonical_arguments(call)
+        if type(given) is dict and not call.positional:  # the common case, without a call in between
+            try:
+                arguments: dict[str, Any] = self.normalize(given, "")
+            except InvalidArgumentsError as exc:
+                raise InvalidArgumentsError(f"{self.tool}: {exc}") from None
+            except RecursionError:
+                raise InvalidArgumentsError(f"{self.tool}: arguments are nested too deeply (or circular)") from None
+        else:
+            arguments = self.canonical_arguments(call)
+            given = self.given(call)
         key = call.name + KEY_SEPARATOR + "".join(_encode_canonical(arguments, 0))
         if self.receives is _PYTHON:
-            given = call.arguments if not call.positional else self._with_positional(call.positional,
-                                                                                    dict(call.arguments))
             for value in given.values():
                 if type(value) not in _PLAIN:  # not the common case: name every Python type the JSON hides
                     types = _python_types(given)

@@ -27,10 +27,20 @@ from forethought._core.scheduler import maybe_await
 from forethought._core.shared import SharedRuns
 from forethought._core.store import SpeculationStore
 from forethought._core.tools import Tool
-from forethought._core.versions import still_current
+from forethought._core.versions import ReadToken, StateVersion, Version, still_current
 from forethought.telemetry import EventKind
 
 __all__ = ["Claims"]
+
+
+def _current(versions: tuple[Version, ...], token: ReadToken) -> bool:
+    """:func:`~forethought._core.versions.still_current`, with the common case (one in-memory version: a read
+    that depends on the world alone) inline."""
+    if len(versions) == 1 and token is not None:
+        v = versions[0]
+        if type(v) is StateVersion:
+            return not v.writers and v.version == token[0]
+    return still_current(versions, token)
 
 _CANCELLED, _CONFLICT, _EXPIRED = EventKind.CANCELLED, EventKind.CONFLICT, EventKind.EXPIRED
 _FAILED, _MISS, _PARTIAL_HIT, _STALE = EventKind.FAILED, EventKind.MISS, EventKind.PARTIAL_HIT, EventKind.STALE
@@ -54,7 +64,7 @@ class Claims:
     def fresh(self, entry: Entry) -> bool:
         """Whether no write can have changed what a started speculation read (any write of this session, or
         of the world, for a READ_ONLY tool; any write, from anywhere, to a state the tool declares)."""
-        versions = self._live.reads(entry.tool)
+        versions = entry.reads if entry.started is not None else self._live.reads(entry.tool)
         return not versions or still_current(versions, entry.versions)
 
     async def execute(self, call: ToolCall, t: Tool, arguments: dict[str, Any], key: CallKey,
@@ -146,7 +156,8 @@ class Claims:
         if entry.error is not None:
             self._ledger.discard(entry, _FAILED, type(entry.error).__name__)
             return None
-        if not self.fresh(entry):
+        versions = entry.reads  # it started (checked above): the versions it read were recorded then
+        if versions and not _current(versions, entry.versions):  # = not self.fresh(entry)
             if entry.snapshot is not None:
                 self._ledger.discard(entry, _CONFLICT, "a state it read was written since it started")
             else:

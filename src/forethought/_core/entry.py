@@ -25,7 +25,7 @@ from forethought._core.calls import CallKey, ToolCall
 from forethought._core.capacity import SlotRequest
 from forethought._core.lifecycle import STATE_LOCK, State, TransitionSink, start
 from forethought._core.tools import Snapshot, Tool, invoke_tool
-from forethought._core.versions import ReadToken
+from forethought._core.versions import ReadToken, Version
 
 __all__ = ["PRICED_OUT", "CallKind", "CallOutcome", "DroppedError", "Entry", "SettledSpeculation",
            "SpeculationTicket", "TicketStatus", "discard_quietly", "isolated", "own_arguments", "settled_of"]
@@ -187,16 +187,16 @@ class Entry:
     ``arguments`` are the canonical arguments (for partial-hit rules); ``given`` is what the tool receives:
     a private copy, taken at speculate time, of the arguments exactly as the predictor spelled them.
 
-    ``state`` is where it is in its life; only :mod:`forethought._core.lifecycle` assigns it. The rest is
-    data: ``started``/``finished`` bracket the tool function itself (not the queueing, the validator or the
-    snapshot copy), so :attr:`run_seconds` is real tool time; ``error`` holds what the speculative run
-    raised (the task itself never fails, so nothing is ever reported as unretrieved); ``credited_s`` is the
-    saved time already counted from it, ``partial_hits`` how many calls it served partially (it stays in the
-    store for more); ``versions`` the versions of the states it reads when its tool started (``None``: one
-    was being written); ``watched``: someone asked to be told when it settles, so even its exact hit is
-    served a copy. ``now`` is the session's clock, which every timestamp here is on. ``votes`` are the
-    (source, confidence) of every guess that asked for this call (for calibration); ``value`` its worth in
-    expected seconds (:mod:`forethought._core.pricing`), ``slot`` its claim on capacity.
+    ``state`` is where it is in its life; only :mod:`forethought._core.lifecycle` assigns it. The rest is data:
+    ``started``/``finished`` bracket the tool function itself (not the queueing, the validator or the snapshot
+    copy), so :attr:`run_seconds` is real tool time; ``error`` holds what the speculative run raised (the task
+    itself never fails, so nothing is ever reported as unretrieved); ``credited_s`` is the saved time already
+    counted from it, ``partial_hits`` how many calls it served partially (it stays in the store for more); ``reads``
+    the versions of the states its result depends on and ``versions`` their values when its tool started (``None``:
+    one was being written); ``watched``: someone asked to be told when it settles, so even its exact hit is served a
+    copy. ``now`` is the session's clock, which every timestamp here is on. ``votes`` are the (source, confidence)
+    of every guess that asked for this call (for calibration); ``value`` its worth in expected seconds
+    (:mod:`forethought._core.pricing`), ``slot`` its claim on capacity.
     """
 
     key: CallKey
@@ -221,6 +221,7 @@ class Entry:
     finished: float | None = None
     error: BaseException | None = None
     versions: ReadToken = ()
+    reads: tuple[Version, ...] = ()
     watched: bool = False
     credited_s: float = 0.0
     partial_hits: int = 0

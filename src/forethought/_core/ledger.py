@@ -33,6 +33,7 @@ _DISCARDED, _CLAIMED, _SERVED, _COMMITTED_STATE = State.DISCARDED, State.CLAIMED
 _CAUSES = {kind: kind.value for kind in EventKind}
 """Each event kind's name, looked up once (``Enum.value`` is a Python-level property)."""
 _HIT_CAUSE = EventKind.HIT.value
+_HIT = EventKind.HIT
 
 
 class Guess:
@@ -63,6 +64,8 @@ class Ledger:
         empty."""
         self._scope = f"session:{session_id}"
         self._tool_scopes: dict[str, str] = {}
+        self.observe_wait = telemetry.observe_wait
+        """Record how long an authoritative call waited for its result (by outcome)."""
 
     # --- events and moves ---------------------------------------------------------------------------
 
@@ -106,8 +109,6 @@ class Ledger:
     def stats(self) -> SessionStats:
         return stats_from(self._counts, self._saved_s, self._wasted_s)
 
-    def observe_wait(self, outcome: str, seconds: float) -> None:
-        self._telemetry.observe_wait(outcome, seconds)
 
     # --- what others learn ----------------------------------------------------------------------------
 
@@ -170,5 +171,7 @@ class Ledger:
         """A claimed entry served its call (a hit): SERVED or COMMITTED, counted, its sources learn."""
         move(entry, _COMMITTED_STATE if committed else _SERVED, _HIT_CAUSE)
         self.record(entry.tool.name, _USEFUL)
-        self.learn(entry.votes, True)
-        self.emit(EventKind.HIT, entry.tool, entry.key, entry.source, entry.confidence, saved_s)
+        record = self._calibration.record
+        for source, confidence in entry.votes:
+            record(source, confidence, True)
+        self.emit(_HIT, entry.tool, entry.key, entry.source, entry.confidence, saved_s)

@@ -50,6 +50,7 @@ class Live:
         self.version: Version = clock.session()
         """This session's own version: every write of the session moves it (its READ_ONLY reads depend on it)."""
         self._everything = (self.version, clock.world)
+        self._world = (clock.world,)
         self._writes_of: dict[int, tuple[Tool, tuple[Version, ...]]] = {}
         self._reads_of: dict[int, tuple[Tool, tuple[Version, ...]]] = {}
         self.prepared: set[str] = set()
@@ -67,7 +68,8 @@ class Live:
         if found is not None and found[0] is t:
             return found[1]
         if t.effect is Effect.READ_ONLY:
-            versions = (self.version, *t.read_versions) if t.read_versions else self._everything
+            # the world moves with every write of every session, this one's included: it alone stands for both
+            versions = (self.version, *t.read_versions) if t.read_versions else self._world
         else:
             versions = t.read_versions
         self._reads_of[id(t)] = (t, versions)

@@ -312,7 +312,7 @@ class Session:
             await capacity.wait(slot)
             if entry.state is not _S_QUEUED:
                 return None
-            reads = self._live.reads(t)
+            reads = entry.reads = self._live.reads(t)
             if reads:
                 entry.versions = read_token(reads)
             try:
