@@ -165,7 +165,7 @@ class CallPlane:
             call = ToolCall(tool.name, kwargs_dict, tuple(args_list))  # the tool gets the program's own objects
             self.session.resolve(call)
         except (NotJSONError, CallError):
-            return self._direct(tool, tuple(args_list), kwargs_dict)
+            return self._direct(tool, tuple(args_list), kwargs_dict, self.statement)
         try:
             return self._authoritative(call, tool, None, self.statement)
         except _ToolFailed as failed:
@@ -209,7 +209,10 @@ class CallPlane:
         try:
             outcome: CallOutcome = future.result()
         except _ShapeMismatch:  # a speculation under this key ran with other argument types: plain's call
-            return self._direct(tool, tuple(call.positional), dict(call.arguments))
+            try:
+                return self._direct(tool, tuple(call.positional), dict(call.arguments), statement)
+            except Exception as exc:  # the tool's own error: raised where plain raises it (the caller decides)
+                raise _ToolFailed(exc) from None
         except ToolExecutionError as exc:
             error = exc.__cause__ if exc.__cause__ is not None else exc
             self.records.append(CallRecord(call, "miss", ok=False))
@@ -222,17 +225,19 @@ class CallPlane:
         self.log.append((statement, tool.name, True, outcome.value))
         return outcome.value
 
-    def _direct(self, tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _direct(self, tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], statement: int) -> Any:
+        """Call the tool's function as plain exec does; recorded under ``statement``, the statement that issued
+        the call (a pending call claimed later belongs to its own statement, not the claiming one)."""
         assert self.loop is not None
         call = ToolCall(tool.name, kwargs, args)
         try:
             value = call_directly(tool, args, kwargs, self.loop)
         except BaseException as exc:
             self.records.append(CallRecord(call, "direct", ok=False))
-            self.log.append((self.statement, tool.name, False, exc))
+            self.log.append((statement, tool.name, False, exc))
             raise
         self.records.append(CallRecord(call, "direct"))
-        self.log.append((self.statement, tool.name, True, value))
+        self.log.append((statement, tool.name, True, value))
         return value
 
     # --- replay -----------------------------------------------------------------------------------
