@@ -11,13 +11,18 @@ class ShadowLimits:
 
     ``statement_cpu_s`` interrupts Python code of one statement that computes too long (later independent
     statements still run); ``cpu_s`` is the worker's whole CPU allowance (the kernel kills it past that,
-    C-level work included); ``turn_wall_s`` is when the parent kills a worker still alive.
+    C-level work included); ``turn_wall_s`` is when the parent kills a worker still alive. ``scratch_bytes``
+    and ``scratch_inodes`` bound the worker's whole scratch file system (a tmpfs of its own, whatever number
+    of files it writes); ``max_threads`` bounds its processes and threads together (its own three included).
     """
 
     memory_bytes: int = 1 << 30
     cpu_s: float = 10.0
     statement_cpu_s: float = 2.0
     file_bytes: int = 16 << 20
+    scratch_bytes: int = 16 << 20
+    scratch_inodes: int = 1024
+    max_threads: int = 32
     open_files: int = 64
     turn_wall_s: float = 300.0
     max_message_bytes: int = 1 << 20

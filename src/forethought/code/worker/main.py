@@ -202,13 +202,13 @@ def prepare() -> None:
         importlib.import_module(name)
 
 
-def serve(fd: int, scratch: str, limits: ShadowLimits) -> None:
-    """The worker's life: confine, report, serve one turn, exit."""
+def serve(fd: int, scratch: str, limits: ShadowLimits, namespaces: tuple[str, ...]) -> None:
+    """The worker's life (in its namespaces): confine, report, serve one turn, exit."""
     sock = socket.socket(fileno=fd)
     channel = Channel(sock)
     sink = open(os.devnull, "w")  # noqa: SIM115 - print() in model code goes nowhere, for the process's life
     try:
-        confinement = confine(scratch, limits)
+        confinement = confine(scratch, limits, namespaces)
     except (IsolationUnavailable, OSError) as exc:
         channel.send({"op": "unavailable", "reason": str(exc)})
         return
