@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from forethought.code.cell import Cell
 from forethought.code.lazy import Blocked, ShadowLazy, Waiter, find, replace
 from forethought.code.signals import ShadowBlocked
-from forethought.code.wire import NotData, encode
+from forethought.code.wire import NotData, encode, frame, token_bound
 
 MAX_ARGUMENT_NODES = 100_000
 _SCALARS = (str, int, float, bool, bytes, type(None))
@@ -25,8 +25,8 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
 class Sender(Protocol):
-    def send(self, message: dict[str, Any]) -> None:
-        """Send one message to the parent."""
+    def send_frame(self, data: bytes) -> None:
+        """Send one framed message (:func:`~forethought.code.wire.frame`) to the parent."""
 
 
 def _is_lazy(value: Any) -> bool:
@@ -54,8 +54,9 @@ def template(value: Any, budget: list[int]) -> Any:
 class ChannelLauncher:
     """Sends the shadow's calls to the parent once their inputs are known; resolves cells from answers."""
 
-    def __init__(self, sender: Sender) -> None:
+    def __init__(self, sender: Sender, max_tokens: int) -> None:
         self._sender = sender
+        self._max_tokens = max_tokens
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._cells: dict[int, Cell] = {}
@@ -92,9 +93,13 @@ class ChannelLauncher:
             return
         with self._lock:
             call_id = next(self._ids)
+        data = frame({"op": "call", "id": call_id, "tool": tool, "args": args, "kwargs": kwargs, "source": source})
+        if token_bound(data) > self._max_tokens:  # the parent would take such a frame for an attack
+            cell.set_exception(ShadowBlocked("the arguments are too large to speculate"))
+            return
+        with self._lock:
             self._cells[call_id] = cell
-        self._sender.send({"op": "call", "id": call_id, "tool": tool, "args": args, "kwargs": kwargs,
-                           "source": source})
+        self._sender.send_frame(data)
 
     def answer(self, call_id: int, cell_result: Callable[[Cell], None]) -> None:
         """Resolve the cell of call ``call_id`` with ``cell_result`` (an unknown id is ignored)."""

@@ -26,6 +26,11 @@ class ShadowLimits:
     open_files: int = 64
     turn_wall_s: float = 300.0
     max_message_bytes: int = 1 << 20
+    max_frame_tokens: int = 20_000
+    """JSON values a frame from the worker may hold (bounded by :func:`~forethought.code.wire.token_bound`
+    before it is parsed): what decoding one frame may cost the event loop."""
+    max_result_bytes: int = 4 << 20
+    """Bytes of strings in one result sent into the worker (larger results reach it as blocked)."""
     max_unroll: int = 64
     min_landlock_abi: int = 1
     """The lowest Landlock ABI the worker accepts (below it, code speculation turns itself off)."""

@@ -37,6 +37,8 @@ PRELOADED = ("json", "math", "re", "collections", "itertools", "functools", "sta
              "random", "typing", "abc", "base64", "hashlib", "calendar", "unicodedata", "difflib", "pprint")
 """Imported before confinement (cheap to import again in model code)."""
 MAX_PARENT_MESSAGE = 64 << 20
+NOTE_CHARS = 500
+"""A note is cut to this length before it is sent (an error's message can be as long as a program likes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +56,9 @@ class Channel:
         self._lock = threading.Lock()
 
     def send(self, message: dict[str, Any]) -> None:
-        data = frame(message)
+        self.send_frame(frame(message))
+
+    def send_frame(self, data: bytes) -> None:
         with self._lock:
             self._sock.sendall(data)
 
@@ -92,7 +96,7 @@ class Turn:
         self.begin = begin
         self.limits = limits
         self.control = Control(limits.statement_cpu_s)
-        self.launcher = ChannelLauncher(channel)
+        self.launcher = ChannelLauncher(channel, limits.max_frame_tokens)
         tools: dict[str, bool] = {str(k): bool(v) for k, v in begin["tools"].items()}
         self.tool_flags = tools
         self.tools = frozenset(tools)
@@ -166,7 +170,8 @@ class Turn:
     def _idle(self) -> None:  # called by the runner with its lock held
         notes = self.runner.notes[self._sent_notes:]
         self._sent_notes += len(notes)
-        self.channel.send({"op": "idle", "seq": self.seq, "notes": notes, "stats": asdict(self.runner.stats)})
+        self.channel.send({"op": "idle", "seq": self.seq, "notes": [note[:NOTE_CHARS] for note in notes],
+                           "stats": asdict(self.runner.stats)})
 
     def statement(self, message: dict[str, Any]) -> None:
         tree = self._remember(str(message["source"]))
