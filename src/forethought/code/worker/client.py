@@ -25,6 +25,7 @@ from typing import Any
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session, SettledSpeculation
+from forethought._core.tools import Effect
 from forethought.code import wire
 from forethought.code.link import Coordinator
 from forethought.code.worker.limits import ShadowLimits
@@ -55,6 +56,8 @@ class ShadowClient:
         self.limits = limits
         self.loop = asyncio.get_running_loop()
         self.tools = {name: session.tools.get_tool(name).speculable for name in session.tools}
+        self.reads = sorted(name for name in session.tools if session.tools.get_tool(name).effect is Effect.READ_ONLY)
+        """The tools whose results an effect of the code may change (the worker stops reading after one)."""
         self.worker: WorkerProcess | None = None
         self.unavailable: str | None = None
         self.ended: str | None = None

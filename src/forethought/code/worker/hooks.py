@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from forethought.code.cell import Cell
+from forethought.code.effects import observing
 from forethought.code.lazy import Blocked, ShadowLazy, Waiter, find, replace
 from forethought.code.signals import ShadowBlocked
 from forethought.code.wire import NotData, encode, frame, token_bound
@@ -123,24 +124,31 @@ def rebuild_error(kind: str, message: str) -> BaseException:
 class ToolHook:
     """The shadow's stand-in for one tool."""
 
-    __slots__ = ("_launcher", "_name", "_observe", "_source", "_speculable", "_waiter")
+    __slots__ = ("_launcher", "_name", "_observe", "_reads_allowed", "_source", "_speculable", "_waiter")
 
     def __init__(self, name: str, speculable: bool, launcher: ChannelLauncher, waiter: Waiter, source: str,
-                 observe: Callable[[Cell], None] | None = None) -> None:
+                 observe: Callable[[Cell], None] | None = None,
+                 reads_allowed: Callable[[], bool] | None = None) -> None:
         self._name = name
         self._speculable = speculable
         self._launcher = launcher
         self._waiter = waiter
         self._source = source
         self._observe = observe
+        self._reads_allowed = reads_allowed
+        """For a ``READ_ONLY`` tool: whether a read may still be launched (no effect the shadow cannot model
+        came before it)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self._speculable:
             return Blocked(f"{self._name} does not run before the real call")
-        budget = [MAX_ARGUMENT_NODES]
-        positional = tuple(template(a, budget) for a in args)
-        arguments = {k: template(v, budget) for k, v in kwargs.items()}
-        cell = self._launcher.launch(self._name, arguments, positional, self._source)
-        if self._observe is not None:
-            self._observe(cell)
+        if self._reads_allowed is not None and not self._reads_allowed():
+            return Blocked(f"{self._name} reads what an earlier statement's effect may have changed")
+        with observing(None):  # sending the call is not the program's effect
+            budget = [MAX_ARGUMENT_NODES]
+            positional = tuple(template(a, budget) for a in args)
+            arguments = {k: template(v, budget) for k, v in kwargs.items()}
+            cell = self._launcher.launch(self._name, arguments, positional, self._source)
+            if self._observe is not None:
+                self._observe(cell)
         return ShadowLazy(cell, self._waiter)

@@ -100,19 +100,26 @@ class Turn:
         tools: dict[str, bool] = {str(k): bool(v) for k, v in begin["tools"].items()}
         self.tool_flags = tools
         self.tools = frozenset(tools)
+        self.reads = frozenset(str(name) for name in begin.get("reads", ()))
+        """The ``READ_ONLY`` tools: their calls stop after an effect the shadow cannot model."""
         self.functions: dict[str, ast.FunctionDef] = {}
         self.seq = 0
         self._sent_notes = 0
         peek = bool(begin.get("peek", True))
-        self._peek_hooks = {name: ToolHook(name, flag, self.launcher, self.control, SOURCE_PEEK)
+        self._peek_hooks = {name: ToolHook(name, flag, self.launcher, self.control, SOURCE_PEEK,
+                                           reads_allowed=self._reads_allowed if name in self.reads else None)
                             for name, flag in tools.items()}
         self._peek_launch = Deduplicating(self._launch_peek)
         self.runner = ShadowRunner(build_namespace=self._namespace, tools=self.tools, control=self.control,
                                    preplan=self._preplan if peek else None, on_idle=self._idle,
                                    on_fatal=self._fatal)
+        self.runner.is_tool = lambda value: type(value) is ToolHook
         self._definitions = [str(s) for s in begin.get("definitions", [])]
         for source in self._definitions:
             self._remember(source)
+
+    def _reads_allowed(self) -> bool:
+        return self.runner.reads_allowed()
 
     def _remember(self, source: str) -> ast.Module | None:
         try:
@@ -141,7 +148,8 @@ class Turn:
             ns[name] = Blocked(str(reason))
         for name, flag in self.tool_flags.items():
             ns[name] = ToolHook(name, flag, self.launcher, self.control, SOURCE_SHADOW,
-                                observe=self.runner.on_launch)
+                                observe=self.runner.on_launch,
+                                reads_allowed=self._reads_allowed if name in self.reads else None)
         for source in self._definitions:
             try:
                 self.control.start_statement()
