@@ -185,20 +185,26 @@ class CodeExecutor:
         return type(value) is ToolFunction and value.invoked_by(self.plane.invoke)
 
     def _resolve_demanded(self, info: StatementInfo) -> None:
-        """Claim what the statement inspects (up to the newest pending call inside it) and fill it in."""
+        """Claim what the statement inspects (up to the newest pending call inside it) and put the claimed
+        values in place everywhere the run changed (one walk, so aliases stay aliases)."""
+        newest: PendingCall | None = None
         for name, level in info.demand:
             if name not in self._touched or name not in self.namespace:
                 continue
             value = self.namespace[name]
-            if level == SHALLOW:
-                if is_pending(value):
-                    self.namespace[name] = self.plane.value_of(value)
+            if level == SHALLOW and is_pending(value):
+                found = [value]
+            elif level == DEEP:
+                found = find(value, is_pending)[0]
+            else:
                 continue
-            if level == DEEP:
-                found, _ = find(value, is_pending)
-                if found:
-                    self.plane.claim_through(max(found, key=_index))
-                    self.namespace[name] = replace(value, is_pending, self.plane.value_of)
+            if found:
+                candidate = max(found, key=_index)
+                if newest is None or _index(candidate) > _index(newest):
+                    newest = candidate
+        if newest is not None:
+            self.plane.claim_through(newest)
+            self._settle_namespace()
 
     def _barrier(self) -> None:
         """Claim every pending call; then no value in the namespace is pending."""

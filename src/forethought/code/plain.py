@@ -20,7 +20,7 @@ from typing import Any
 from forethought._core.calls import ToolCall
 from forethought._core.tools import Tool
 from forethought.code.capture import Output, capturing_builtins
-from forethought.code.results import CallRecord, ExecResult
+from forethought.code.results import CallRecord, ExecResult, as_made
 
 CODE_FILENAME = "<code>"
 
@@ -89,7 +89,7 @@ class PlainExecutor:
     def _invoke(self, tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], frame: FrameType) -> Any:
         """A tool call of the program: recorded, then the tool's own function called as is."""
         assert self.loop is not None
-        call = ToolCall(tool.name, dict(kwargs), tuple(args))
+        call = as_made(ToolCall(tool.name, dict(kwargs), tuple(args)))
         line = _caller_line(frame)
         try:
             value = call_directly(tool, args, kwargs, self.loop)

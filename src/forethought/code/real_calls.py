@@ -34,7 +34,7 @@ from forethought.code.lazy import Forwarding, find, replace
 from forethought.code.link import RealLink
 from forethought.code.plain import call_directly
 from forethought.code.real_effects import RealEffects
-from forethought.code.results import CallRecord
+from forethought.code.results import CallRecord, as_made
 from forethought.code.run_ahead import RunAheadGuard
 from forethought.errors import CallError, ToolExecutionError
 
@@ -237,6 +237,7 @@ class CallPlane:
 
     def _authoritative(self, call: ToolCall, tool: Tool, issued: Future[Any] | None, statement: int) -> Any:
         assert self.loop is not None
+        made = as_made(call)
         future = asyncio.run_coroutine_threadsafe(self._execute(call, issued), self.loop)
         try:
             outcome: CallOutcome = future.result()
@@ -247,13 +248,13 @@ class CallPlane:
                 raise _ToolFailed(exc) from None
         except ToolExecutionError as exc:
             error = exc.__cause__ if exc.__cause__ is not None else exc
-            self.records.append(CallRecord(call, "miss", ok=False))
+            self.records.append(CallRecord(made, "miss", ok=False))
             self.log.append((statement, tool.name, False, error))
             raise _ToolFailed(error) from None
         kind, parallel = outcome.kind, False
         if outcome.source == SOURCE_REAL:
             kind, parallel = "miss", True
-        self.records.append(CallRecord(call, kind, outcome.source, parallel))
+        self.records.append(CallRecord(made, kind, outcome.source, parallel))
         self.log.append((statement, tool.name, True, outcome.value))
         return outcome.value
 
@@ -261,7 +262,7 @@ class CallPlane:
         """Call the tool's function as plain exec does; recorded under ``statement``, the statement that issued
         the call (a pending call claimed later belongs to its own statement, not the claiming one)."""
         assert self.loop is not None
-        call = ToolCall(tool.name, kwargs, args)
+        call = as_made(ToolCall(tool.name, kwargs, args))
         try:
             if tool.effect in _READS:
                 value = call_directly(tool, args, kwargs, self.loop)
