@@ -33,11 +33,11 @@ HARMLESS_EVENTS = frozenset({
     "gc.get_referents", "socket.gethostname", "socket.getaddrinfo", "socket.gethostbyname",
     "socket.gethostbyname_ex", "socket.gethostbyaddr", "socket.getnameinfo", "socket.getservbyname",
     "socket.getservbyport", "sys.addaudithook",
-    "sqlite3.connect/handle", "shutil.unpack_archive/read", "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle",
-    "ctypes.addressof", "ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at", "ctypes.get_errno",
-    "ctypes.get_last_error", "os.add_dll_directory"})
+    "sqlite3.connect/handle", "shutil.unpack_archive/read", "ctypes.addressof", "ctypes.get_errno",
+    "ctypes.get_last_error"})
 """Audit events that change nothing outside the process (reads, introspection, compilation, imports' own
-bookkeeping). Everything else counts as an effect: unknown events are assumed to have one."""
+bookkeeping). Everything else counts as an effect: unknown events are assumed to have one, and reaching C
+through ``ctypes`` (``ctypes.dlopen``, ``ctypes.dlsym``, ...) is one: calling what it finds raises no event."""
 _WRITING_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _WRITING_MODES = frozenset("wax+")
 

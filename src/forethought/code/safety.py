@@ -204,9 +204,17 @@ READING_MODULES: dict[str, frozenset[str] | None] = {
 audit event would not report."""
 
 
+def _foreign(value: Any) -> bool:
+    return type(value).__module__ in ("ctypes", "_ctypes")
+
+
 def writes_outside(info: StatementInfo, namespace: Mapping[str, Any]) -> bool:
     """Whether the statement may change state outside the namespace that no audit event reports: it stores
-    into or deletes from a module, or calls a module's function not known to only read."""
+    into or deletes from a module, calls a module's function not known to only read, or calls C through a
+    ``ctypes`` library or function it holds (such calls raise no audit event)."""
+    if any(_foreign(namespace.get(name)) for name in info.calls) or any(
+            receiver and _foreign(namespace.get(receiver)) for receiver, _ in info.methods):
+        return True
     for name in info.mutated | info.writes:
         if isinstance(namespace.get(name), types.ModuleType) and ("attr_store" in info.kinds or name in info.mutated):
             return True

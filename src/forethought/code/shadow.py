@@ -43,7 +43,7 @@ from forethought.code.analysis import DEEP, SHALLOW, StatementInfo, analyze
 from forethought.code.cell import Cell
 from forethought.code.effects import install, observing
 from forethought.code.lazy import Blocked, ShadowLazy, find, replace
-from forethought.code.safety import dynamically_safe, statically_safe
+from forethought.code.safety import dynamically_safe, statically_safe, writes_outside
 from forethought.code.shadow_control import MAX_WAIT_S, Control, clear_async_exception, raise_async
 from forethought.code.shadow_queue import (
     SHADOW_FILENAME,
@@ -312,6 +312,8 @@ class ShadowRunner:
         assert info is not None and code is not None and unit.statement is not None
         self._resolve_inputs(info)
         self.position = (unit.block, unit.index)
+        if writes_outside(info, self.ns):
+            self._unfaithful_at(unit, "it may change state the shadow does not see")
         preplan = self._preplan
         if preplan is not None:
             for statement in unit.statement.tree.body:
