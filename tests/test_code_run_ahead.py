@@ -35,7 +35,10 @@ UNBOUNDED = {
     "format_percent": "s = '%0*d' % (n, 1)",
     "format_spec": "s = f'{1:>{n}}'",
     "constant_format_spec": "s = f'{v:>1000000000}'",
-    "augmented_multiply": "s *= 3",
+    "augmented_multiply": "s *= n",
+    "wide_constant_percent_format": "s = '%0999999999d' % 1",
+    "star_percent_format": "s = '%*d' % (n, 1)",
+    "power_of_a_name": "q = x ** 2",
     "padding": "s = 'a'.center(n)",
     "replace": "s = t.replace('a', u)",
     "format_method": "s = '{:>{}}'.format(1, n)",
@@ -57,6 +60,11 @@ BOUNDED = {
     "consumed_generator": "t = sum(len(x) for x in xs)",
     "join": "s = ', '.join(xs)",
     "while": "while page < 5:\n    page += 1",
+    "small_multiple": "s = x * 2",
+    "augmented_small_multiple": "s *= 3",
+    "remainder": "odd = [n for n in xs if n % 2]",
+    "narrow_format_spec": "s = f'doc-{n:03d}'",
+    "narrow_percent_format": "s = 'doc-%03d' % n",
 }
 
 

@@ -9,9 +9,10 @@ statement *eager*: every pending call is claimed before it runs. This is checked
 :class:`StatementInfo`, and against the namespace (and the block's builtins) right before the statement runs.
 
 It must also be *bounded* (:func:`bounded`): no single operation whose cost is not linear in data that
-already exists (``*``, ``**``, ``<<``, ``%``, format specs, padding and ``replace`` methods, regular
-expressions, big-integer ``math``, ``range`` consumed in C, a generator kept past the statement). Python-level
-loops stay bounded by the executor's CPU allowance for running ahead.
+already exists (``*`` but by a small constant, ``**``, ``<<``, ``%`` but a remainder or a narrow constant
+format, wide or computed format specs, padding and ``replace`` methods, regular expressions, big-integer
+``math``, ``range`` consumed in C, a generator kept past the statement). Python-level loops stay bounded by
+the executor's CPU allowance for running ahead.
 
 :func:`writes_outside` says which statements change state no audit event reports (a module's attributes or
 contents): the real run counts those as writes from their start.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import ast
 import builtins
 import datetime
+import re
 import types
 from collections.abc import Mapping
 from typing import Any
@@ -126,11 +128,31 @@ _COSTLY_OPERATORS = (ast.Mult, ast.Pow, ast.LShift, ast.Mod, ast.MatMult)
 _COSTLY_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs", "replace", "format", "format_map",
                              "translate"})
 _RANGE_CAP = 100_000
+_FACTOR_CAP = 64
+_WIDTH_DIGITS = 4
+"""A constant format spec (``f'{n:03d}'``, ``'%5s' % x``) is bounded when none of its numbers has more digits."""
 
 
-def _small_number(node: ast.expr) -> bool:
+def _small_number(node: ast.expr, cap: int = _RANGE_CAP) -> bool:
     value = node.value if isinstance(node, ast.Constant) else None
-    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= _RANGE_CAP
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= cap
+
+
+def _narrow_format(text: str) -> bool:
+    return "*" not in text and all(len(run) <= _WIDTH_DIGITS for run in re.findall(r"\d+", text))
+
+
+def _bounded_operation(op: ast.operator, left: ast.expr, right: ast.expr) -> bool:
+    if not isinstance(op, _COSTLY_OPERATORS) or (_small_number(left) and _small_number(right)):
+        return True
+    if isinstance(op, ast.Mult):  # at most a small multiple of data that exists
+        return _small_number(left, _FACTOR_CAP) or _small_number(right, _FACTOR_CAP)
+    if isinstance(op, ast.Mod):  # numeric remainder, or formatting with a constant, narrow format
+        if isinstance(left, ast.Constant) and isinstance(left.value, str | bytes):
+            text = left.value if isinstance(left.value, str) else left.value.decode("latin-1")
+            return _narrow_format(text)
+        return _small_number(right)
+    return False
 
 
 class _Bounded(ast.NodeVisitor):
@@ -148,17 +170,20 @@ class _Bounded(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
-        if isinstance(node.op, _COSTLY_OPERATORS) and not (_small_number(node.left) and _small_number(node.right)):
+        if not _bounded_operation(node.op, node.left, node.right):
             self.bounded = False
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        if isinstance(node.op, _COSTLY_OPERATORS):
+        if not _bounded_operation(node.op, node.target, node.value):
             self.bounded = False
         self.generic_visit(node)
 
     def visit_FormattedValue(self, node: ast.FormattedValue) -> None:
-        if node.format_spec is not None:
+        spec = node.format_spec
+        if spec is not None and not (isinstance(spec, ast.JoinedStr) and all(
+                isinstance(part, ast.Constant) and isinstance(part.value, str) and _narrow_format(part.value)
+                for part in spec.values)):
             self.bounded = False
         self.generic_visit(node)
 
