@@ -72,6 +72,8 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     _local.observer = None  # what the observer does raises events of its own
     try:
         observer(event)
+    except Exception:  # an audit hook that raises would fail the program's own operation
+        pass
     finally:
         _local.observer = observer
 
