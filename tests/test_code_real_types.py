@@ -29,8 +29,13 @@ def typed_tools() -> list[Tool]:
         items.append("touched")  # plain exec: the caller's own list changes
         return len(items)
 
+    def need(key: str) -> int:
+        if key.startswith("bad"):
+            raise KeyError(key)
+        return len(key)
+
     return [tool(scale, effect=Effect.PURE), tool(kind, effect=Effect.PURE), tool(ident, effect=Effect.PURE),
-            tool(pair, effect=Effect.PURE), tool(keep, effect=Effect.DESTRUCTIVE)]
+            tool(pair, effect=Effect.PURE), tool(keep, effect=Effect.DESTRUCTIVE), tool(need, effect=Effect.PURE)]
 
 
 PROGRAMS = {
@@ -69,3 +74,17 @@ async def test_the_real_run_equals_plain_exec_in_types(name: str) -> None:
     for key, value in plain_namespace.items():
         if not key.startswith("__") and not callable(value):
             assert type(namespace[key]) is type(value) and repr(namespace[key]) == repr(value), key
+
+
+async def test_a_call_run_directly_for_its_types_raises_where_plain_raises_a_later_error() -> None:
+    """A pending call claimed with a type mismatch runs directly; a later pending call that raises still
+    rolls back to its own statement (the direct call's record belongs to its statement, not the claiming one)."""
+    message = ("```python\nfirst = kind((1, 2))\nprint(first)\n```\n"
+               "```python\na = need('a')\nb = kind([1, 2])\nc = need('bad1')\nprint(a, b, c)\n```\n")
+    streamed = await stream_and_run(message, typed_tools())
+    plain_tools = typed_tools()
+    plain_namespace: dict[str, Any] = {}
+    plain = [await run_plain(code, plain_tools, plain_namespace) for code in (
+        "first = kind((1, 2))\nprint(first)", "a = need('a')\nb = kind([1, 2])\nc = need('bad1')\nprint(a, b, c)")]
+    assert [r.stdout for r in streamed.results] == [r.stdout for r in plain]
+    assert [r.error_text for r in streamed.results] == [r.error_text for r in plain] == ["", "KeyError: 'bad1'"]

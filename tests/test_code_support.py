@@ -127,9 +127,9 @@ class StreamedRun:
 
 async def stream_and_run(message: str, tools: list[Tool], *, chunk: int = 5, settle: bool = True,
                          mode: CodeMode = CodeMode.AUTO, namespace: dict[str, Any] | None = None,
-                         predictor: CodePredictor | None = None) -> StreamedRun:
+                         predictor: CodePredictor | None = None, policy: Policy | None = None) -> StreamedRun:
     """Stream ``message`` into a code predictor in ``chunk``-character deltas, then execute its blocks."""
-    rt = runtime(tools)
+    rt = runtime(tools) if policy is None else Runtime(tools, policy)
     session = rt.session()
     ns = namespace if namespace is not None else {}
     executor = CodeExecutor(session, ns)

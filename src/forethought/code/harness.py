@@ -6,9 +6,10 @@ code's own tool calls are what is worth speculating, and they stream inside the 
 (:meth:`feed_arguments`, any chunking; the ``code`` string is decoded incrementally), and the code's
 statements reach a :class:`~forethought.code.predictor.CodeTurn` as they close; when the agent executes the
 call, :meth:`run` executes the code with a :class:`~forethought.code.executor.CodeExecutor` that claims
-those speculations. The REPL's tools run through their own session (``inner``), so a code call never
-waits behind the ``python`` call that contains it. The ``python`` tool itself is ``DESTRUCTIVE``: running
-arbitrary code never happens early.
+those speculations. The REPL's tools run through their own session (``inner``, its policy's caps raised for
+code by :func:`~forethought.code.defaults.code_policy`), so a code call never waits behind the ``python``
+call that contains it. The ``python`` tool itself is ``DESTRUCTIVE``: running arbitrary code never happens
+early.
 
 Everything runs on the event loop: ``feed_arguments`` and ``on_tool_event`` are plain functions (call
 them from the stream loop), ``run`` a coroutine (the tool's function). With the :class:`~forethought.Agent`,
@@ -24,6 +25,7 @@ from typing import Any
 from forethought._core.policy import Policy
 from forethought._core.runtime import Runtime
 from forethought._core.tools import Effect, Tool, tool
+from forethought.code.defaults import code_policy
 from forethought.code.executor import CodeExecutor
 from forethought.code.fence import CodeMode
 from forethought.code.predictor import CodePredictor, CodeTurn
@@ -115,7 +117,7 @@ class PythonTool:
                  argument: str = "code", predictor: CodePredictor | None = None) -> None:
         self.name = name
         self.argument = argument
-        self.inner = Runtime(tools, policy or Policy())
+        self.inner = Runtime(tools, code_policy(policy))
         self.session = self.inner.session()
         self.namespace: dict[str, Any] = {}
         self.predictor = predictor or CodePredictor(mode=CodeMode.WHOLE)

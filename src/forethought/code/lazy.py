@@ -226,13 +226,15 @@ def find(value: Any, wanted: Predicate, limit: int = SCAN_LIMIT) -> tuple[list[A
     return found, True
 
 
-def replace(value: Any, wanted: Predicate, mapper: Callable[[Any], Any]) -> Any:
-    """``value`` with every object matching ``wanted`` swapped for ``mapper(obj)``.
+def replace(value: Any, wanted: Predicate, mapper: Callable[[Any], Any], memo: dict[int, Any] | None = None) -> Any:
+    """``value`` with every object matching ``wanted`` swapped for ``mapper(obj)`` (dict keys and set members
+    included).
 
-    Lists and dicts are changed in place (aliases see the values); tuples and sets are rebuilt when
-    something inside changed.
+    Lists, dicts and sets are changed in place (aliases see the values; a dict keeps its order); tuples and
+    frozensets are rebuilt when something inside changed. Pass one ``memo`` to several calls so that a
+    container reachable from several of them is rebuilt once (every reference then sees the same object).
     """
-    memo: dict[int, Any] = {}
+    seen: dict[int, Any] = {} if memo is None else memo
 
     def walk(item: Any) -> Any:
         if wanted(item):
@@ -241,9 +243,9 @@ def replace(value: Any, wanted: Predicate, mapper: Callable[[Any], Any]) -> Any:
         if kind not in (list, tuple, dict, set, frozenset):
             return item
         key = id(item)
-        if key in memo:
-            return memo[key]
-        memo[key] = item
+        if key in seen:
+            return seen[key]
+        seen[key] = item
         if kind is list:
             for i, element in enumerate(item):
                 new = walk(element)
@@ -251,16 +253,24 @@ def replace(value: Any, wanted: Predicate, mapper: Callable[[Any], Any]) -> Any:
                     item[i] = new
             return item
         if kind is dict:
-            for k, element in list(item.items()):
-                new = walk(element)
-                if new is not element:
-                    item[k] = new
+            pairs = [(k, v, walk(k), walk(v)) for k, v in list(item.items())]
+            if any(nk is not k for k, _, nk, _ in pairs):
+                item.clear()
+                item.update((nk, nv) for _, _, nk, nv in pairs)
+            else:
+                for k, v, _, nv in pairs:
+                    if nv is not v:
+                        item[k] = nv
             return item
         elements = [walk(e) for e in item]
         if all(a is b for a, b in zip(elements, item, strict=True)):
             return item
+        if kind is set:
+            item.clear()
+            item.update(elements)
+            return item
         rebuilt = kind(elements)
-        memo[key] = rebuilt
+        seen[key] = rebuilt
         return rebuilt
 
     return walk(value)

@@ -24,25 +24,26 @@ def shape(call: ToolCall) -> str:
     """The Python types of a call's arguments, all the way down: what canonical keys leave out (tuple vs
     list, int vs float) and a tool can still tell apart."""
     parts: list[str] = []
-
-    def walk(value: Any) -> None:
-        kind = type(value)
-        parts.append(kind.__name__)
-        if kind in (list, tuple, set, frozenset):
-            parts.append("(")
-            for item in value:
-                walk(item)
-            parts.append(")")
-        elif kind is dict:
-            parts.append("{")
-            for k, v in value.items():
-                parts.append(str(k))
-                walk(v)
-            parts.append("}")
-
-    walk(list(call.positional))
-    walk(dict(call.arguments))
+    _walk(list(call.positional), parts)
+    _walk(dict(call.arguments), parts)
     return " ".join(parts)
+
+
+def _walk(value: Any, parts: list[str]) -> None:
+    # a module-level function, not a closure calling itself: that would be a reference cycle per call
+    kind = type(value)
+    parts.append(kind.__name__)
+    if kind in (list, tuple, set, frozenset):
+        parts.append("(")
+        for item in value:
+            _walk(item, parts)
+        parts.append(")")
+    elif kind is dict:
+        parts.append("{")
+        for k, v in value.items():
+            parts.append(str(k))
+            _walk(v, parts)
+        parts.append("}")
 
 
 class RealLink(Protocol):

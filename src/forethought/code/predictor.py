@@ -128,7 +128,8 @@ class CodeTurn:
         self._closed = False
         self.shadow = ShadowClient(session, self.coordinator, predictor.pool, predictor.confidence, self.limits)
         fields, self._snapshot_notes = snapshot(namespace, self.tools, predictor.definitions)
-        self.shadow.send({"op": "begin", "tools": self.shadow.tools, "peek": predictor.peek, **fields})
+        self.shadow.send({"op": "begin", "tools": self.shadow.tools, "reads": self.shadow.reads, "peek": predictor.peek,
+                          **fields})
 
     # --- streaming (event loop thread) ------------------------------------------------------------
 

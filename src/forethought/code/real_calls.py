@@ -1,13 +1,17 @@
 """The tool calls of a real run: lazy calls issued early and claimed in program order; eager calls; replay.
 
-Within statements the executor has checked to be free of outside effects, a PURE or READ_ONLY tool call
-returns a :class:`PendingCall` at once: the call is *issued* (speculated, so it runs concurrently) but not
-yet *made*. Calls are *claimed* (made authoritatively through ``Session.execute``, which takes the running
-speculation) strictly in issue order, when a value is needed, before any eager call, and at the end. So the
-authoritative call sequence, and every effect, keeps plain execution's order; only the waiting overlaps.
-A claimed call that raised raises :class:`Deferred`, on which the executor rolls back to the statement that
-issued it and replays that statement from the log, so the error surfaces exactly where plain execution
-raises it. Arguments that are not JSON values cannot be keyed: those calls run directly, in order.
+Within statements the executor has checked to be free of outside effects, a PURE or READ_ONLY tool call at
+one of the statement's *lazy sites* returns a :class:`PendingCall` at once: the call is *issued* (speculated,
+so it runs concurrently) but not yet *made*. The site is recognised from the calling frame (its code object
+and the position of its call instruction), so the program's code runs unrewritten and no name of ours is
+in its namespace or builtins. Calls are *claimed* (made authoritatively through ``Session.execute``, which
+takes the running speculation) strictly in issue order, when a value is needed, before any eager call, and
+at the end; at most :data:`MAX_PENDING` are pending at once. So the authoritative call sequence, and every
+effect, keeps plain execution's order; only the waiting overlaps. A claimed call that raised raises
+:class:`Deferred`, on which the executor rolls back to the statement that issued it and replays that
+statement from the log, so the error surfaces exactly where plain execution raises it. Arguments that are
+not JSON values cannot be keyed: those calls run directly, in order (a tool that may write counts as an
+effect outside any tool on the session's write clock, see :mod:`~forethought.code.real_effects`).
 """
 
 from __future__ import annotations
@@ -15,17 +19,23 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future
+from types import CodeType, FrameType
 from typing import Any
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import CallOutcome, Session, SettledSpeculation
 from forethought._core.tools import Effect, Tool
+from forethought.code.analysis import SiteId
+from forethought.code.effects import observing
 from forethought.code.json_copy import NotJSONError, json_copy
 from forethought.code.lazy import Forwarding, find, replace
 from forethought.code.link import RealLink
 from forethought.code.plain import call_directly
-from forethought.code.results import CallRecord
+from forethought.code.real_effects import RealEffects
+from forethought.code.results import CallRecord, as_made
+from forethought.code.run_ahead import RunAheadGuard
 from forethought.errors import CallError, ToolExecutionError
 
 SOURCE_REAL = "code-real"
@@ -33,6 +43,10 @@ START_GRACE_S = 0.02
 START_POLL_S = 0.0005
 _UNAVAILABLE: Any = object()
 _MAX_ARGUMENT_NODES = 100_000
+MAX_PENDING = 256
+"""Calls pending at once, at most: a lazy call past it claims the earlier ones first (bounds what a run issues
+ahead, and the event loop's work for it)."""
+_READS = (Effect.PURE, Effect.READ_ONLY)
 
 
 class Mode(enum.Enum):
@@ -87,20 +101,12 @@ def _template(value: Any, budget: list[int]) -> Any:
     return json_copy(value, budget, PendingCall)
 
 
-class RealHook:
-    """A tool function of the real namespace."""
-
-    __slots__ = ("plane", "tool")
-
-    def __init__(self, tool: Tool, plane: CallPlane) -> None:
-        self.tool = tool
-        self.plane = plane
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.plane.call(self.tool, args, kwargs)
-
-    def __repr__(self) -> str:
-        return f"<tool {self.tool.name}>"
+def code_tree(code: CodeType) -> Iterator[CodeType]:
+    """``code`` and every code object nested in it (comprehensions, ...)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from code_tree(const)
 
 
 class CallPlane:
@@ -109,6 +115,9 @@ class CallPlane:
     def __init__(self, session: Session, link: RealLink) -> None:
         self.session = session
         self.link = link
+        self.effects = RealEffects(session)
+        self.guard = RunAheadGuard(0.0, lambda: False)
+        """Replaced by the executor's; the plane holds interruptions off in its own work."""
         self.loop: asyncio.AbstractEventLoop | None = None
         self.mode = Mode.EAGER
         self.statement = 0
@@ -117,23 +126,45 @@ class CallPlane:
         self.log: list[tuple[int, str, bool, Any]] = []
         self.replay: deque[tuple[int, str, bool, Any]] = deque()
         self._issued = 0
+        self._sites: frozenset[SiteId] = frozenset()
+        self._positions: dict[int, list[tuple[int | None, int | None, int | None, int | None]]] = {}
 
     def reset(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        self.effects.reset(loop)
         self.mode = Mode.EAGER
         self.pending.clear()
         self.records = []
         self.log = []
         self.replay.clear()
+        self.lazy_sites(None, frozenset())
+
+    def lazy_sites(self, code: CodeType | None, sites: frozenset[SiteId]) -> None:
+        """The running statement's compiled code and its lazy call sites (``None``: no statement runs lazily)."""
+        self._sites = sites
+        self._positions = {} if code is None or not sites else {
+            id(c): list(c.co_positions()) for c in code_tree(code)}
+
+    def _at_lazy_site(self, frame: FrameType) -> bool:
+        positions = self._positions.get(id(frame.f_code))
+        index = frame.f_lasti // 2
+        if positions is None or index >= len(positions):
+            return False
+        line, end_line, column, end_column = positions[index]
+        return (line, column, end_line, end_column) in self._sites
 
     # --- entry points from the program (worker thread) --------------------------------------------
 
-    def lazy_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """A call site the analysis marked lazy (``__ft_lazy__``)."""
-        if type(func) is not RealHook:
-            return func(*args, **kwargs)
-        tool = func.tool
-        if self.mode is not Mode.LAZY or tool.effect not in (Effect.PURE, Effect.READ_ONLY):
+    def invoke(self, tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], frame: FrameType) -> Any:
+        """A tool call of the program (a :class:`~forethought.code.plain.ToolFunction` called from ``frame``)."""
+        with observing(None), self.guard.quiet():  # our own work: no effect of the program, no interruption
+            if self.mode is Mode.LAZY and self._at_lazy_site(frame):
+                return self.lazy_call(tool, args, kwargs)
+            return self.call(tool, args, kwargs)
+
+    def lazy_call(self, tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call at a lazy site: issued and returned as a :class:`PendingCall` when it may be."""
+        if tool.effect not in _READS or len(self.pending) >= MAX_PENDING:
             return self.call(tool, args, kwargs)
         try:
             budget = [_MAX_ARGUMENT_NODES]
@@ -165,7 +196,7 @@ class CallPlane:
             call = ToolCall(tool.name, kwargs_dict, tuple(args_list))  # the tool gets the program's own objects
             self.session.resolve(call)
         except (NotJSONError, CallError):
-            return self._direct(tool, tuple(args_list), kwargs_dict)
+            return self._direct(tool, tuple(args_list), kwargs_dict, self.statement)
         try:
             return self._authoritative(call, tool, None, self.statement)
         except _ToolFailed as failed:
@@ -173,8 +204,9 @@ class CallPlane:
 
     def force(self, pending: PendingCall) -> Any:
         """A pending value was inspected: claim up to it and return its value."""
-        self.claim_through(pending)
-        return self.value_of(pending)
+        with observing(None), self.guard.quiet():
+            self.claim_through(pending)
+            return self.value_of(pending)
 
     # --- claiming ---------------------------------------------------------------------------------
 
@@ -205,35 +237,45 @@ class CallPlane:
 
     def _authoritative(self, call: ToolCall, tool: Tool, issued: Future[Any] | None, statement: int) -> Any:
         assert self.loop is not None
+        made = as_made(call)
         future = asyncio.run_coroutine_threadsafe(self._execute(call, issued), self.loop)
         try:
             outcome: CallOutcome = future.result()
         except _ShapeMismatch:  # a speculation under this key ran with other argument types: plain's call
-            return self._direct(tool, tuple(call.positional), dict(call.arguments))
+            try:
+                return self._direct(tool, tuple(call.positional), dict(call.arguments), statement)
+            except Exception as exc:  # the tool's own error: raised where plain raises it (the caller decides)
+                raise _ToolFailed(exc) from None
         except ToolExecutionError as exc:
             error = exc.__cause__ if exc.__cause__ is not None else exc
-            self.records.append(CallRecord(call, "miss", ok=False))
+            self.records.append(CallRecord(made, "miss", ok=False))
             self.log.append((statement, tool.name, False, error))
             raise _ToolFailed(error) from None
         kind: str = outcome.kind
         parallel = False
         if outcome.source == SOURCE_REAL:
             kind, parallel = "miss", True
-        self.records.append(CallRecord(call, kind, outcome.source, parallel))
+        self.records.append(CallRecord(made, kind, outcome.source, parallel))
         self.log.append((statement, tool.name, True, outcome.value))
         return outcome.value
 
-    def _direct(self, tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _direct(self, tool: Tool, args: tuple[Any, ...], kwargs: dict[str, Any], statement: int) -> Any:
+        """Call the tool's function as plain exec does; recorded under ``statement``, the statement that issued
+        the call (a pending call claimed later belongs to its own statement, not the claiming one)."""
         assert self.loop is not None
-        call = ToolCall(tool.name, kwargs, args)
+        call = as_made(ToolCall(tool.name, kwargs, args))
         try:
-            value = call_directly(tool, args, kwargs, self.loop)
+            if tool.effect in _READS:
+                value = call_directly(tool, args, kwargs, self.loop)
+            else:  # a write the session does not see: reads guessed before it ends are stale
+                with self.effects.writing():
+                    value = call_directly(tool, args, kwargs, self.loop)
         except BaseException as exc:
             self.records.append(CallRecord(call, "direct", ok=False))
-            self.log.append((self.statement, tool.name, False, exc))
+            self.log.append((statement, tool.name, False, exc))
             raise
         self.records.append(CallRecord(call, "direct"))
-        self.log.append((self.statement, tool.name, True, value))
+        self.log.append((statement, tool.name, True, value))
         return value
 
     # --- replay -----------------------------------------------------------------------------------

@@ -3,8 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from forethought._core.calls import ToolCall, dumps_canonical
+
+_SCALARS = (str, bytes, int, float, bool, complex, type(None))
+
+
+def as_made(call: ToolCall) -> ToolCall:
+    """The call as it was made: its built-in containers copied (a program may change its lists after the call),
+    other objects as they are (copying them could run the program's code)."""
+    return ToolCall(call.name, _snapshot(dict(call.arguments)), tuple(_snapshot(list(call.positional))))
+
+
+def _snapshot(value: Any, depth: int = 0) -> Any:
+    kind = type(value)
+    if depth > 50 or kind in _SCALARS:
+        return value
+    if kind is list:
+        return [_snapshot(v, depth + 1) for v in value]
+    if kind is tuple:
+        return tuple(_snapshot(v, depth + 1) for v in value)
+    if kind is dict:
+        return {k: _snapshot(v, depth + 1) for k, v in value.items()}
+    if kind in (set, frozenset) and all(type(v) in _SCALARS for v in value):
+        return kind(value)
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,13 @@ raises an error of the program itself (``KeyError``, ``TypeError``, ...), or who
 ends its block (the real run stops there too), unless it has a ``try``. Peek tasks over the unfinished tail
 run between statements, against the same namespace.
 
+Effects the shadow cannot model are barriers for reads: a statement that had an effect outside its
+namespace (an audit event, :mod:`~forethought.code.effects`: a file written, the environment changed, a
+process or C function called), or that was skipped without being free of such effects, is *unfaithful*: no
+call of a ``READ_ONLY`` tool from a later statement (in program order) or a peek is launched any more
+(:meth:`ShadowRunner.reads_allowed`). A read launched before the effect was seen is made stale by the real
+run, whose own effects advance the session's write clock.
+
 The queue and what may run next live in :mod:`forethought.code.shadow_queue`; the per-statement control
 (CPU accounting, waits, the watchdog's interruption) in :mod:`forethought.code.shadow_control`.
 """
@@ -23,6 +30,7 @@ The queue and what may run next live in :mod:`forethought.code.shadow_queue`; th
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import os
 import threading
@@ -33,7 +41,9 @@ from typing import Any
 
 from forethought.code.analysis import DEEP, SHALLOW, StatementInfo, analyze
 from forethought.code.cell import Cell
+from forethought.code.effects import install, observing
 from forethought.code.lazy import Blocked, ShadowLazy, find, replace
+from forethought.code.safety import dynamically_safe, statically_safe, writes_outside
 from forethought.code.shadow_control import MAX_WAIT_S, Control, clear_async_exception, raise_async
 from forethought.code.shadow_queue import (
     SHADOW_FILENAME,
@@ -62,6 +72,8 @@ _GIVE_UP_FACTOR = 3.0
 """A statement still computing at this multiple of its CPU budget swallowed the interruption: the worker ends."""
 EXIT_RUNAWAY = 3
 EXIT_MEMORY = 4
+PEEK_INDEX = 1 << 30
+"""Where a peek stands in its block: after every closed statement."""
 _PROGRAM_ERRORS = (ArithmeticError, LookupError, TypeError, ValueError, NameError, AttributeError, AssertionError,
                    StopIteration, ShadowToolFailed)
 """Errors the program itself raises wherever it runs: the real run stops there too, so the block's speculation
@@ -107,6 +119,12 @@ class ShadowRunner:
         self._special: set[str] = set()
         self._hooked: set[Cell] = set()
         self._current: Unit | None = None
+        self.position: tuple[int, int] = (0, 0)
+        """Where the statement (or peek) running now stands: ``(block, index)``."""
+        self.unfaithful: tuple[int, int] | None = None
+        """The earliest statement, in program order, that the shadow could not run faithfully."""
+        self.is_tool: Callable[[Any], bool] = lambda _: False
+        """Recognises the shadow's tool functions (set by the worker)."""
         self._watch_lock = threading.Lock()
         self._armed: Unit | None = None
         self._fired: Unit | None = None
@@ -118,6 +136,7 @@ class ShadowRunner:
     # --- producer side (any thread) ---------------------------------------------------------------
 
     def start(self) -> None:
+        install()
         self._thread.start()
         self._watchdog.start()
 
@@ -164,6 +183,17 @@ class ShadowRunner:
         """Whether the shadow has nothing it can run right now."""
         with self._cond:
             return self._stopped or (self._idle and self._ready)
+
+    def reads_allowed(self) -> bool:
+        """Whether a ``READ_ONLY`` call from the statement running now may be launched: no statement before it
+        (or it itself, before this call) had an effect the shadow cannot model."""
+        return self.unfaithful is None or self.position < self.unfaithful
+
+    def _unfaithful_at(self, unit: Unit, why: str) -> None:
+        position = (unit.block, unit.index)
+        if self.unfaithful is None or position < self.unfaithful:
+            self.unfaithful = position
+            self._note(f"block {unit.block} statement {unit.index + 1}: {why}; later reads not speculated")
 
     def on_launch(self, cell: Cell) -> None:
         """Called (on the shadow thread) for each call a statement launches."""
@@ -281,6 +311,9 @@ class ShadowRunner:
         info, code = unit.info, unit.code
         assert info is not None and code is not None and unit.statement is not None
         self._resolve_inputs(info)
+        self.position = (unit.block, unit.index)
+        if writes_outside(info, self.ns):
+            self._unfaithful_at(unit, "it may change state the shadow does not see")
         preplan = self._preplan
         if preplan is not None:
             for statement in unit.statement.tree.body:
@@ -292,7 +325,8 @@ class ShadowRunner:
             try:
                 with self._watch_lock:
                     self._armed = unit
-                exec(code, self.ns)
+                with observing(lambda event: self._unfaithful_at(unit, f"an effect outside the shadow ({event})")):
+                    exec(code, self.ns)
             finally:
                 with self._watch_lock:
                     self._armed = None
@@ -331,6 +365,10 @@ class ShadowRunner:
         self.stats.blocked += 1
         self._note(f"block {unit.block} statement {unit.index + 1}: skipped ({reason})")
         info = unit.info
+        pure = info is not None and statically_safe(info) and dynamically_safe(info, self.ns, vars(builtins),
+                                                                                 self.is_tool)
+        if not pure:
+            self._unfaithful_at(unit, "skipped, and it may have effects")
         changed = set(unit.writes)
         if info is not None:
             changed |= info.mutated | {receiver for receiver, _ in info.methods if receiver}
@@ -339,6 +377,7 @@ class ShadowRunner:
             self._special.add(name)
 
     def _run_peek(self, task: PeekTask) -> None:
+        self.position = (task.block, PEEK_INDEX)
         self.stats.peeks += 1
         self.guard.start_statement()
         self._safely(lambda: task.run(self.ns))

@@ -8,6 +8,11 @@ can be mistaken for another type. Decoding is strict (unknown tags, wrong shapes
 too deep or too many nodes: :class:`NotData`) and builds fresh objects, so a decoded value shares nothing
 with anyone. No pickle, no object reconstruction by name: a hostile sender can make the receiver build
 only these types.
+
+Decoding costs time linear in the frame whatever a hostile sender puts in it: :func:`token_bound` bounds
+the number of JSON values of a frame in one pass over its bytes before it is parsed, and set members and
+dict keys whose hashes repeat (integers chosen to collide, which make a hash table quadratic) are refused
+before any table is built (:data:`MAX_SAME_HASH`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,11 @@ from typing import Any
 
 MAX_DEPTH = 100
 MAX_NODES = 200_000
+MAX_SAME_HASH = 8
+"""Set members (or dict keys) of one container sharing one hash value, at most: honest data has distinct
+values whose hashes rarely coincide; a hostile sender's colliding members would make building the table
+quadratic."""
+_SEPARATORS = (b"[", b"{", b",", b":")
 _HEADER = struct.Struct("!I")
 _SCALARS = (str, bool, type(None))
 
@@ -29,10 +39,18 @@ class NotData(ValueError):
     """A value that is not plain data (or a frame that is not well-formed)."""
 
 
-def encode(value: Any, max_nodes: int = MAX_NODES) -> Any:
-    """``value`` as a JSON-compatible structure (see the module docstring); raises :class:`NotData`."""
-    budget = [max_nodes]
+def encode(value: Any, max_nodes: int = MAX_NODES, max_bytes: int | None = None) -> Any:
+    """``value`` as a JSON-compatible structure (see the module docstring); raises :class:`NotData` (also past
+    ``max_nodes`` values or, when given, ``max_bytes`` bytes of strings and bytes)."""
+    budget = [max_nodes, max_bytes if max_bytes is not None else -1]
     return _encode(value, budget, 0, set())
+
+
+def _spend_bytes(budget: list[int], size: int) -> None:
+    if budget[1] >= 0:
+        budget[1] -= size
+        if budget[1] < 0:
+            raise NotData("too many bytes")
 
 
 def _encode(value: Any, budget: list[int], depth: int, active: set[int]) -> Any:
@@ -40,6 +58,9 @@ def _encode(value: Any, budget: list[int], depth: int, active: set[int]) -> Any:
     if budget[0] < 0:
         raise NotData("too many values")
     kind = type(value)
+    if kind is str:
+        _spend_bytes(budget, len(value))
+        return value
     if kind in _SCALARS:
         return value
     if kind is int:
@@ -47,6 +68,7 @@ def _encode(value: Any, budget: list[int], depth: int, active: set[int]) -> Any:
     if kind is float:
         return value if math.isfinite(value) else {"float": repr(value)}
     if kind is bytes:
+        _spend_bytes(budget, len(value) * 4 // 3)
         return {"bytes": base64.b64encode(value).decode("ascii")}
     if kind not in (list, tuple, dict, set, frozenset):
         raise NotData(f"{kind.__name__} is not data")
@@ -98,29 +120,35 @@ def _decode(data: Any, budget: list[int], depth: int) -> Any:
     if type(body) is not list:
         raise NotData(f"bad {tag!r} value")
     if tag == "dict":
-        out: dict[Any, Any] = {}
+        pairs: list[tuple[Any, Any]] = []
         for pair in body:
             if type(pair) is not list or len(pair) != 2:
                 raise NotData("bad dict item")
-            key = _decode(pair[0], budget, depth + 1)
-            _hashable(key)
-            out[key] = _decode(pair[1], budget, depth + 1)
-        return out
+            pairs.append((_decode(pair[0], budget, depth + 1), _decode(pair[1], budget, depth + 1)))
+        _spread(key for key, _ in pairs)
+        return dict(pairs)
     items = [_decode(item, budget, depth + 1) for item in body]
     if tag == "tuple":
         return tuple(items)
     if tag in ("set", "frozenset"):
-        for item in items:
-            _hashable(item)
+        _spread(items)
         return set(items) if tag == "set" else frozenset(items)
     raise NotData(f"unknown tag {tag!r}")
 
 
-def _hashable(value: Any) -> None:
-    try:
-        hash(value)
-    except TypeError:
-        raise NotData(f"unhashable {type(value).__name__} as a key or set member") from None
+def _spread(members: Any) -> None:
+    """Refuse unhashable members, and members whose hashes repeat more than :data:`MAX_SAME_HASH` times
+    (counted in a table keyed by the hash values themselves, which do not collide)."""
+    seen: dict[int, int] = {}
+    for member in members:
+        try:
+            code = hash(member)
+        except TypeError:
+            raise NotData(f"unhashable {type(member).__name__} as a key or set member") from None
+        count = seen.get(code, 0) + 1
+        if count > MAX_SAME_HASH:
+            raise NotData("set members or dict keys chosen to collide in hash")
+        seen[code] = count
 
 
 def copy_data(value: Any) -> Any:
@@ -138,6 +166,12 @@ def frame(message: dict[str, Any]) -> bytes:
 
 
 HEADER_SIZE = _HEADER.size
+
+
+def token_bound(body: bytes) -> int:
+    """An upper bound on the JSON values in a frame body, in one pass over its bytes (separators inside
+    strings count too): what parsing it can cost, known before it is parsed."""
+    return sum(body.count(separator) for separator in _SEPARATORS) + 1
 
 
 def frame_length(header: bytes, limit: int) -> int:

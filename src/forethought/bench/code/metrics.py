@@ -91,6 +91,10 @@ def program_row(run: ArmRun, serial: ArmRun, ideal: float) -> dict[str, Any]:
             "efficiency": ideal / run.wall_s if run.wall_s else 0.0}
 
 
+WALL_VS_SPTC_TARGET = 0.8
+"""Issue 27: forethought's summed wall at most this fraction of spec-ptc's, with the default (code) policy."""
+
+
 def targets(programs: Mapping[str, Mapping[str, Any]], arms: Mapping[str, Mapping[str, Any]],
             map_programs: Iterable[str]) -> dict[str, Any]:
     """The issue's targets, checked on the measured figures."""
@@ -103,7 +107,7 @@ def targets(programs: Mapping[str, Mapping[str, Any]], arms: Mapping[str, Mappin
                  if "spec-ptc" in row and row["forethought"]["hits"] < row["spec-ptc"]["hits"]]
         ratio = arms["forethought"]["wall_s"] / arms["spec-ptc"]["wall_s"]
         out.update(programs_with_fewer_hits_than_sptc=fewer, hits_never_below_sptc=not fewer,
-                   wall_vs_sptc=ratio, wall_vs_sptc_ok=ratio <= 0.9)
+                   wall_vs_sptc=ratio, wall_vs_sptc_ok=ratio <= WALL_VS_SPTC_TARGET)
     return out
 
 

@@ -38,6 +38,7 @@ from forethought.bench.code.sptc import find_environment, run_driver
 from forethought.bench.code.stream import StreamSchedule, replay, schedule
 from forethought.bench.code.suite import MAP_PROGRAMS, SUITE, CodeProgram
 from forethought.bench.code.tools import EFFECTS, make_tools
+from forethought.code.defaults import code_policy
 from forethought.code.executor import CodeExecutor
 from forethought.code.fence import FenceExtractor
 from forethought.code.plain import PlainExecutor
@@ -50,6 +51,7 @@ DEFAULT_LATENCY_S = 0.4
 DEFAULT_TOKENS_PER_S = 60.0
 DEFAULT_REPEATS = 3
 MAX_CONCURRENCY = 32
+"""spec-ptc's in-flight cap: what code mode's policy allows one session (``max_concurrent_per_session``)."""
 PREDICTED = (SOURCE_SHADOW, SOURCE_PEEK)
 SPTC_TIMEOUT_PER_PROGRAM_S = 60.0
 
@@ -62,8 +64,9 @@ def bench_tools(latency_s: float, outbox: list[str]) -> list[Tool]:
 
 
 def bench_policy() -> Policy:
-    return Policy(max_concurrent=MAX_CONCURRENCY, max_concurrent_per_session=MAX_CONCURRENCY,
-                  max_calls_per_turn=256, max_cost_per_turn=1024.0)
+    """The default policy as code mode uses it (:func:`~forethought.code.defaults.code_policy`): nothing tuned for
+    the benchmark."""
+    return code_policy()
 
 
 def _summary(results: Sequence[ExecResult]) -> tuple[str, str, tuple[Any, ...]]:

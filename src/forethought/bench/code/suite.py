@@ -158,6 +158,19 @@ squares = [n * n for n in range(1, 30)]
 odd = [s for s in squares if s % 2]
 print(sum(odd), max(squares))
 """)),
+    CodeProgram("wide_fanout", "wide", 1, _message("The weather in twelve cities at once.", """
+cities = ["Paris", "Oslo", "Lima", "Cairo", "Delhi", "Quito", "Perth", "Tokyo", "Rome", "Bern", "Riga", "Kyiv"]
+report = [weather(c) for c in cities]
+print(sum(r["temp"] for r in report), report[-1]["sky"])
+""")),
+    CodeProgram("long_program", "long", 1, _message("Quotes for twenty symbols, one after another.", """
+symbols = ["AAPL", "MSFT", "NVDA", "AMZN", "GOOG", "META", "TSLA", "AVGO", "ORCL", "ADBE",
+           "CRM", "AMD", "INTC", "CSCO", "QCOM", "TXN", "IBM", "NOW", "INTU", "AMAT"]
+quotes = {}
+for s in symbols:
+    quotes[s] = price(s)
+print(max(quotes, key=quotes.get), sum(quotes.values()))
+""")),
     CodeProgram("write_after_reads", "write", 1, _message("Read the weather, then send one message.", """
 temps = {c: weather(c)["temp"] for c in ["Delhi", "Quito", "Perth", "Tokyo"]}
 hottest = max(temps, key=temps.get)

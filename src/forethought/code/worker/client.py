@@ -4,8 +4,12 @@ Everything the worker sends is untrusted input. A ``call`` is checked (a known t
 speculate, arguments that decode as data, a call the session can key) and goes through the same path as
 any predicted call (``Session.speculate``: effects, policy, budgets, breaker); a call the real run already
 made takes the real result. Answers go back as encoded copies, so nothing the worker does can touch the
-objects the real run will receive. Reading is bounded (frames per wake-up, bytes and calls per turn); a
-worker past those bounds, or past the turn's wall-clock limit, is killed, and the turn goes on without it.
+objects the real run will receive. Reading costs the event loop time linear in what arrives and bounded per
+wake-up: a frame's JSON values are bounded before it is parsed (:func:`~forethought.code.wire.token_bound`),
+colliding set members are refused before a table is built, frames are handled for at most
+:data:`WAKE_BUDGET_S` per wake-up (the rest on the next), and results sent back are bounded in size. A
+worker past any bound (a frame too long or with too many values, a malformed one, bytes or calls per turn),
+or past the turn's wall-clock limit, is killed, and the turn goes on without its speculation.
 All methods run on the event loop thread.
 """
 
@@ -14,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import time
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session, SettledSpeculation
+from forethought._core.tools import Effect
 from forethought.code import wire
 from forethought.code.link import Coordinator
 from forethought.code.worker.limits import ShadowLimits
@@ -29,8 +35,11 @@ from forethought.errors import CallError
 SOURCE_SHADOW = "code-shadow"
 SOURCE_PEEK = "code-peek"
 FRAMES_PER_WAKE = 32
+WAKE_BUDGET_S = 0.004
+"""Frames are handled until this much time has passed in one wake-up (at least one frame); then the loop
+runs its other callbacks first."""
 MAX_TURN_BYTES = 64 << 20
-MAX_TURN_CALLS = 10_000
+MAX_TURN_CALLS = 1_000
 _WARNED: set[str] = set()
 """Reasons already warned about: one warning per reason per process."""
 _STAT_FIELDS = ("statements", "executed", "blocked", "failed", "peeks")
@@ -47,6 +56,8 @@ class ShadowClient:
         self.limits = limits
         self.loop = asyncio.get_running_loop()
         self.tools = {name: session.tools.get_tool(name).speculable for name in session.tools}
+        self.reads = sorted(name for name in session.tools if session.tools.get_tool(name).effect is Effect.READ_ONLY)
+        """The tools whose results an effect of the code may change (the worker stops reading after one)."""
         self.worker: WorkerProcess | None = None
         self.unavailable: str | None = None
         self.ended: str | None = None
@@ -56,6 +67,8 @@ class ShadowClient:
         self.rejected: list[str] = []
         self._queue: list[bytes] = []
         self._out = bytearray()
+        self._flushing = False
+        self._waiting_writable = False
         self._in = bytearray()
         self._seq = 0
         self._idle_seq = -1
@@ -111,34 +124,34 @@ class ShadowClient:
             self._write(data)
 
     def _write(self, data: bytes) -> None:
-        assert self.worker is not None
-        if self._out:
-            self._out += data
+        """Queue ``data``; everything queued in one pass of the loop goes out in one ``send``."""
+        self._out += data
+        if not self._flushing:
+            self._flushing = True
+            self.loop.call_soon(self._writable)
+
+    def _writable(self) -> None:
+        worker = self.worker
+        if worker is None or worker.killed or not self._out:
+            self._flushing = False
             return
         try:
-            sent = self.worker.sock.send(data)
+            sent = worker.sock.send(self._out)
         except BlockingIOError:
             sent = 0
         except OSError as exc:
-            self._end(f"the channel failed ({exc.strerror or exc})")
-            return
-        if sent < len(data):
-            self._out += data[sent:]
-            self.loop.add_writer(self.worker.sock.fileno(), self._writable)
-
-    def _writable(self) -> None:
-        if self.worker is None or not self._out:
-            return
-        try:
-            sent = self.worker.sock.send(self._out)
-        except BlockingIOError:
-            return
-        except OSError as exc:
+            self._flushing = False
             self._end(f"the channel failed ({exc.strerror or exc})")
             return
         del self._out[:sent]
-        if not self._out:
-            self.loop.remove_writer(self.worker.sock.fileno())
+        if self._out and not self._waiting_writable:
+            self._waiting_writable = True
+            self.loop.add_writer(worker.sock.fileno(), self._writable)
+        elif not self._out:
+            self._flushing = False
+            if self._waiting_writable:
+                self._waiting_writable = False
+                self.loop.remove_writer(worker.sock.fileno())
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -169,24 +182,31 @@ class ShadowClient:
         self._process()
 
     def _process(self) -> None:
-        """Handle at most a few complete frames; with more waiting, let other callbacks run first."""
+        """Handle complete frames for at most :data:`WAKE_BUDGET_S` (and :data:`FRAMES_PER_WAKE`); with more
+        waiting, let other callbacks run first."""
+        started = time.perf_counter()
         for _ in range(FRAMES_PER_WAKE):
             if self.ended is not None or self._closed or len(self._in) < wire.HEADER_SIZE:
                 return
             try:
                 length = wire.frame_length(bytes(self._in[:wire.HEADER_SIZE]), self.limits.max_message_bytes)
             except wire.NotData as exc:
-                self._end(str(exc))
+                self._end(f"the worker sent an oversized frame ({exc})")
                 return
             if len(self._in) < wire.HEADER_SIZE + length:
                 return
             body = bytes(self._in[wire.HEADER_SIZE:wire.HEADER_SIZE + length])
             del self._in[:wire.HEADER_SIZE + length]
+            if wire.token_bound(body) > self.limits.max_frame_tokens:
+                self._end("the worker sent an oversized frame (too many values)")
+                return
             try:
                 self._handle(wire.parse(body))
             except (wire.NotData, KeyError, TypeError, ValueError, AttributeError) as exc:
                 self._end(f"the worker sent a malformed message ({type(exc).__name__})")
                 return
+            if time.perf_counter() - started > WAKE_BUDGET_S:
+                break
         if len(self._in) >= wire.HEADER_SIZE:
             self.loop.call_soon(self._process)
 
@@ -229,7 +249,8 @@ class ShadowClient:
             self._reject(call_id, str(name)[:100], "this tool does not run before the real call")
             return
         try:
-            args, kwargs = wire.decode(message["args"]), wire.decode(message["kwargs"])
+            budget = self.limits.max_frame_tokens
+            args, kwargs = wire.decode(message["args"], budget), wire.decode(message["kwargs"], budget)
             if type(args) is not list or type(kwargs) is not dict or any(type(k) is not str for k in kwargs):
                 raise wire.NotData("arguments are a list and a dict with string keys")
         except wire.NotData as exc:
@@ -269,7 +290,7 @@ class ShadowClient:
             self.send({"op": "result", "id": call_id, "error": [type(error).__name__, str(error)[:2000]]})
         else:
             try:
-                encoded = wire.encode(value)
+                encoded = wire.encode(value, self.limits.max_frame_tokens, self.limits.max_result_bytes)
             except wire.NotData as exc:
                 self.send({"op": "result", "id": call_id, "blocked": f"the result is not data: {exc}"})
                 return

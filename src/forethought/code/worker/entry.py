@@ -12,7 +12,7 @@ import traceback
 
 from forethought.code.worker import zygote
 from forethought.code.worker.limits import ShadowLimits
-from forethought.code.worker.main import prepare, serve
+from forethought.code.worker.main import prepare
 
 __all__ = ["main"]
 
@@ -25,7 +25,7 @@ def main(argv: list[str]) -> None:
             zygote.run(int(argv[1]), ShadowLimits(**json.loads(argv[2])))
         else:
             prepare()
-            serve(int(argv[1]), argv[2], ShadowLimits(**json.loads(argv[3])))
+            code = zygote.launch(int(argv[1]), argv[2], ShadowLimits(**json.loads(argv[3])))
     except BaseException:  # stderr is /dev/null in production; a debugging run shows it
         traceback.print_exc()
         code = 1

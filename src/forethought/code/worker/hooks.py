@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from forethought.code.cell import Cell
+from forethought.code.effects import observing
 from forethought.code.lazy import Blocked, ShadowLazy, Waiter, find, replace
 from forethought.code.signals import ShadowBlocked
-from forethought.code.wire import NotData, encode
+from forethought.code.wire import NotData, encode, frame, token_bound
 
 MAX_ARGUMENT_NODES = 100_000
 _SCALARS = (str, int, float, bool, bytes, type(None))
@@ -25,8 +26,8 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
 class Sender(Protocol):
-    def send(self, message: dict[str, Any]) -> None:
-        """Send one message to the parent."""
+    def send_frame(self, data: bytes) -> None:
+        """Send one framed message (:func:`~forethought.code.wire.frame`) to the parent."""
 
 
 def _is_lazy(value: Any) -> bool:
@@ -54,8 +55,9 @@ def template(value: Any, budget: list[int]) -> Any:
 class ChannelLauncher:
     """Sends the shadow's calls to the parent once their inputs are known; resolves cells from answers."""
 
-    def __init__(self, sender: Sender) -> None:
+    def __init__(self, sender: Sender, max_tokens: int) -> None:
         self._sender = sender
+        self._max_tokens = max_tokens
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._cells: dict[int, Cell] = {}
@@ -92,9 +94,13 @@ class ChannelLauncher:
             return
         with self._lock:
             call_id = next(self._ids)
+        data = frame({"op": "call", "id": call_id, "tool": tool, "args": args, "kwargs": kwargs, "source": source})
+        if token_bound(data) > self._max_tokens:  # the parent would take such a frame for an attack
+            cell.set_exception(ShadowBlocked("the arguments are too large to speculate"))
+            return
+        with self._lock:
             self._cells[call_id] = cell
-        self._sender.send({"op": "call", "id": call_id, "tool": tool, "args": args, "kwargs": kwargs,
-                           "source": source})
+        self._sender.send_frame(data)
 
     def answer(self, call_id: int, cell_result: Callable[[Cell], None]) -> None:
         """Resolve the cell of call ``call_id`` with ``cell_result`` (an unknown id is ignored)."""
@@ -118,24 +124,31 @@ def rebuild_error(kind: str, message: str) -> BaseException:
 class ToolHook:
     """The shadow's stand-in for one tool."""
 
-    __slots__ = ("_launcher", "_name", "_observe", "_source", "_speculable", "_waiter")
+    __slots__ = ("_launcher", "_name", "_observe", "_reads_allowed", "_source", "_speculable", "_waiter")
 
     def __init__(self, name: str, speculable: bool, launcher: ChannelLauncher, waiter: Waiter, source: str,
-                 observe: Callable[[Cell], None] | None = None) -> None:
+                 observe: Callable[[Cell], None] | None = None,
+                 reads_allowed: Callable[[], bool] | None = None) -> None:
         self._name = name
         self._speculable = speculable
         self._launcher = launcher
         self._waiter = waiter
         self._source = source
         self._observe = observe
+        self._reads_allowed = reads_allowed
+        """For a ``READ_ONLY`` tool: whether a read may still be launched (no effect the shadow cannot model
+        came before it)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self._speculable:
             return Blocked(f"{self._name} does not run before the real call")
-        budget = [MAX_ARGUMENT_NODES]
-        positional = tuple(template(a, budget) for a in args)
-        arguments = {k: template(v, budget) for k, v in kwargs.items()}
-        cell = self._launcher.launch(self._name, arguments, positional, self._source)
-        if self._observe is not None:
-            self._observe(cell)
+        if self._reads_allowed is not None and not self._reads_allowed():
+            return Blocked(f"{self._name} reads what an earlier statement's effect may have changed")
+        with observing(None):  # sending the call is not the program's effect
+            budget = [MAX_ARGUMENT_NODES]
+            positional = tuple(template(a, budget) for a in args)
+            arguments = {k: template(v, budget) for k, v in kwargs.items()}
+            cell = self._launcher.launch(self._name, arguments, positional, self._source)
+            if self._observe is not None:
+                self._observe(cell)
         return ShadowLazy(cell, self._waiter)

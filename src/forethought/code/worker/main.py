@@ -37,6 +37,8 @@ PRELOADED = ("json", "math", "re", "collections", "itertools", "functools", "sta
              "random", "typing", "abc", "base64", "hashlib", "calendar", "unicodedata", "difflib", "pprint")
 """Imported before confinement (cheap to import again in model code)."""
 MAX_PARENT_MESSAGE = 64 << 20
+NOTE_CHARS = 500
+"""A note is cut to this length before it is sent (an error's message can be as long as a program likes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +56,9 @@ class Channel:
         self._lock = threading.Lock()
 
     def send(self, message: dict[str, Any]) -> None:
-        data = frame(message)
+        self.send_frame(frame(message))
+
+    def send_frame(self, data: bytes) -> None:
         with self._lock:
             self._sock.sendall(data)
 
@@ -92,23 +96,30 @@ class Turn:
         self.begin = begin
         self.limits = limits
         self.control = Control(limits.statement_cpu_s)
-        self.launcher = ChannelLauncher(channel)
+        self.launcher = ChannelLauncher(channel, limits.max_frame_tokens)
         tools: dict[str, bool] = {str(k): bool(v) for k, v in begin["tools"].items()}
         self.tool_flags = tools
         self.tools = frozenset(tools)
+        self.reads = frozenset(str(name) for name in begin.get("reads", ()))
+        """The ``READ_ONLY`` tools: their calls stop after an effect the shadow cannot model."""
         self.functions: dict[str, ast.FunctionDef] = {}
         self.seq = 0
         self._sent_notes = 0
         peek = bool(begin.get("peek", True))
-        self._peek_hooks = {name: ToolHook(name, flag, self.launcher, self.control, SOURCE_PEEK)
+        self._peek_hooks = {name: ToolHook(name, flag, self.launcher, self.control, SOURCE_PEEK,
+                                           reads_allowed=self._reads_allowed if name in self.reads else None)
                             for name, flag in tools.items()}
         self._peek_launch = Deduplicating(self._launch_peek)
         self.runner = ShadowRunner(build_namespace=self._namespace, tools=self.tools, control=self.control,
                                    preplan=self._preplan if peek else None, on_idle=self._idle,
                                    on_fatal=self._fatal)
+        self.runner.is_tool = lambda value: type(value) is ToolHook
         self._definitions = [str(s) for s in begin.get("definitions", [])]
         for source in self._definitions:
             self._remember(source)
+
+    def _reads_allowed(self) -> bool:
+        return self.runner.reads_allowed()
 
     def _remember(self, source: str) -> ast.Module | None:
         try:
@@ -137,7 +148,8 @@ class Turn:
             ns[name] = Blocked(str(reason))
         for name, flag in self.tool_flags.items():
             ns[name] = ToolHook(name, flag, self.launcher, self.control, SOURCE_SHADOW,
-                                observe=self.runner.on_launch)
+                                observe=self.runner.on_launch,
+                                reads_allowed=self._reads_allowed if name in self.reads else None)
         for source in self._definitions:
             try:
                 self.control.start_statement()
@@ -166,7 +178,8 @@ class Turn:
     def _idle(self) -> None:  # called by the runner with its lock held
         notes = self.runner.notes[self._sent_notes:]
         self._sent_notes += len(notes)
-        self.channel.send({"op": "idle", "seq": self.seq, "notes": notes, "stats": asdict(self.runner.stats)})
+        self.channel.send({"op": "idle", "seq": self.seq, "notes": [note[:NOTE_CHARS] for note in notes],
+                           "stats": asdict(self.runner.stats)})
 
     def statement(self, message: dict[str, Any]) -> None:
         tree = self._remember(str(message["source"]))
@@ -202,13 +215,13 @@ def prepare() -> None:
         importlib.import_module(name)
 
 
-def serve(fd: int, scratch: str, limits: ShadowLimits) -> None:
-    """The worker's life: confine, report, serve one turn, exit."""
+def serve(fd: int, scratch: str, limits: ShadowLimits, namespaces: tuple[str, ...]) -> None:
+    """The worker's life (in its namespaces): confine, report, serve one turn, exit."""
     sock = socket.socket(fileno=fd)
     channel = Channel(sock)
     sink = open(os.devnull, "w")  # noqa: SIM115 - print() in model code goes nowhere, for the process's life
     try:
-        confinement = confine(scratch, limits)
+        confinement = confine(scratch, limits, namespaces)
     except (IsolationUnavailable, OSError) as exc:
         channel.send({"op": "unavailable", "reason": str(exc)})
         return

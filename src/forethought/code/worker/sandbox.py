@@ -1,7 +1,8 @@
-"""OS isolation of the shadow worker: Landlock, seccomp, a network namespace, rlimits (Linux, unprivileged).
+"""OS isolation of the shadow worker: Landlock, seccomp, rlimits (Linux, unprivileged).
 
 :func:`confine` is called once, in the worker process, before it runs any model code and before it starts
-any thread (every layer is inherited by threads created later). Each layer stops one class of escape:
+any thread (every layer is inherited by threads created later), after :mod:`.namespaces` has put the worker
+in namespaces of its own. Each layer stops one class of escape:
 
 * **rlimits** (address space, CPU seconds, file size, open files, core dumps): memory and CPU bombs end in a
   ``MemoryError`` or the kernel killing the worker; no file grows past a few MiB.
@@ -10,12 +11,11 @@ any thread (every layer is inherited by threads created later). Each layer stops
   socket (``socket``, ``socketpair``; so no TCP, UDP or Unix connection), ``connect``/``bind``/``listen``/
   ``accept``, signals (``kill``, ``tkill``, ``tgkill``, ``pidfd_*``), ``ptrace``, ``process_vm_*``, namespace,
   mount, keyring, BPF, perf and io_uring calls fail with ``EPERM``. Only the inherited IPC socket remains.
-* **Landlock**: the filesystem is read-only where Python needs it (its prefixes and ``sys.path``, system
-  libraries, time-zone data, ``/dev/null`` and ``/dev/urandom``), invisible elsewhere (no ``/etc``, ``/proc``,
-  home directories, the repository), writable only inside the turn's scratch directory; no TCP bind or
-  connect (ABI 4); no signals or abstract Unix sockets outside the sandbox (ABI 6).
-* **a user + network namespace** (when the kernel allows it): even a socket that got through would see
-  only a downed loopback of its own.
+* **Landlock**: the filesystem is read-only where imports need it (the standard library and the
+  site-packages directories, system libraries, time-zone data, ``/dev/null`` and ``/dev/urandom``), invisible
+  elsewhere (no ``/etc``, ``/proc``, home directories, the repository, other ``sys.path`` entries such as
+  editable checkouts), writable only inside the turn's scratch tmpfs; no TCP bind or connect (ABI 4); no
+  signals or abstract Unix sockets outside the sandbox (ABI 6).
 
 The parent additionally scrubs the environment, closes every file descriptor but the channel, points
 stdin/stdout/stderr at ``/dev/null`` and kills the worker after a wall-clock limit.
@@ -30,6 +30,7 @@ import platform
 import resource
 import struct
 import sys
+import sysconfig
 from dataclasses import dataclass
 
 from forethought.code.worker.limits import ShadowLimits
@@ -80,14 +81,16 @@ class Confinement:
 
     landlock_abi: int
     seccomp: bool
-    netns: bool
+    namespaces: tuple[str, ...]
     rlimits: bool
+    scratch_bytes: int
+    max_threads: int
 
 
 _LIBC: list[ctypes.CDLL] = []
 
 
-def _libc() -> ctypes.CDLL:
+def libc() -> ctypes.CDLL:
     if not _LIBC:  # the C library the interpreter is linked against (no search, no helper processes)
         _LIBC.append(ctypes.CDLL(None, use_errno=True))
     return _LIBC[0]
@@ -97,9 +100,9 @@ def landlock_abi() -> int:
     """The kernel's Landlock ABI version (0: none)."""
     if sys.platform != "linux" or platform.machine() not in _SYS:
         return 0
-    libc = _libc()
+    lib = libc()
     number = _SYS[platform.machine()]["landlock_create_ruleset"]
-    version = libc.syscall(number, None, ctypes.c_size_t(0), ctypes.c_uint32(_LL_CREATE_RULESET_VERSION))
+    version = lib.syscall(number, None, ctypes.c_size_t(0), ctypes.c_uint32(_LL_CREATE_RULESET_VERSION))
     return max(int(version), 0)
 
 
@@ -111,13 +114,13 @@ def _check(result: int, what: str) -> int:
 
 
 def _landlock(scratch: str, readable: list[str], abi: int) -> None:
-    libc = _libc()
+    lib = libc()
     numbers = _SYS[platform.machine()]
     handled_fs = _FS_BY_ABI[max(v for v in _FS_BY_ABI if v <= abi)]
     attr = struct.pack("=QQQ", handled_fs, _NET_ALL if abi >= 4 else 0, _SCOPE_ALL if abi >= 6 else 0)
     size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
     buf = ctypes.create_string_buffer(attr, len(attr))
-    ruleset = _check(libc.syscall(numbers["landlock_create_ruleset"], buf, ctypes.c_size_t(size),
+    ruleset = _check(lib.syscall(numbers["landlock_create_ruleset"], buf, ctypes.c_size_t(size),
                                   ctypes.c_uint32(0)), "landlock_create_ruleset")
     try:
         rules = [(path, _READ) for path in readable] + [(scratch, handled_fs & ~_FS["execute"])]
@@ -130,12 +133,12 @@ def _landlock(scratch: str, readable: list[str], abi: int) -> None:
                 if not os.path.isdir(path):
                     access &= _FS["read_file"] | _FS["write_file"] | _FS["truncate"] | _FS["execute"]
                 rule = ctypes.create_string_buffer(struct.pack("=Qi", access & handled_fs, fd), 12)
-                _check(libc.syscall(numbers["landlock_add_rule"], ctypes.c_int(ruleset),
+                _check(lib.syscall(numbers["landlock_add_rule"], ctypes.c_int(ruleset),
                                     ctypes.c_int(_LL_RULE_PATH_BENEATH), rule, ctypes.c_uint32(0)),
                        f"landlock_add_rule {path}")
             finally:
                 os.close(fd)
-        _check(libc.syscall(numbers["landlock_restrict_self"], ctypes.c_int(ruleset), ctypes.c_uint32(0)),
+        _check(lib.syscall(numbers["landlock_restrict_self"], ctypes.c_int(ruleset), ctypes.c_uint32(0)),
                "landlock_restrict_self")
     finally:
         os.close(ruleset)
@@ -168,7 +171,7 @@ def seccomp_program() -> bytes:
 def _seccomp() -> None:
     if platform.machine() != "x86_64":
         raise IsolationUnavailable(f"no seccomp filter for {platform.machine()}")
-    libc = _libc()
+    lib = libc()
     program = seccomp_program()
     count = len(program) // 8
     buf = ctypes.create_string_buffer(program, len(program))
@@ -177,25 +180,7 @@ def _seccomp() -> None:
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
     prog = SockFprog(count, ctypes.addressof(buf))
-    _check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
-
-
-def _netns() -> bool:
-    libc = _libc()
-    clone_newuser, clone_newnet = 0x10000000, 0x40000000
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(clone_newuser | clone_newnet) != 0:
-        return False
-    try:  # map ourselves, so file ownership still reads right
-        with open("/proc/self/setgroups", "w") as f:
-            f.write("deny")
-        with open("/proc/self/uid_map", "w") as f:
-            f.write(f"{uid} {uid} 1")
-        with open("/proc/self/gid_map", "w") as f:
-            f.write(f"{gid} {gid} 1")
-    except OSError:
-        pass
-    return True
+    _check(lib.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
 
 
 def _rlimits(limits: ShadowLimits) -> None:
@@ -208,24 +193,33 @@ def _rlimits(limits: ShadowLimits) -> None:
 
 
 def readable_paths() -> list[str]:
-    """Where the worker may read: Python's prefixes and import path, system libraries, time zones."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(sys.executable),
-             os.path.realpath(sys.executable), "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo",
-             "/dev/null", "/dev/urandom"}
-    paths.update(p for p in sys.path if p and os.path.isabs(p))
-    return sorted(p for p in paths if os.path.exists(p))
+    """Where the worker may read: what imports need (the standard library, its extension modules, the
+    site-packages directories), system libraries, time zones, ``/dev/null`` and ``/dev/urandom``. Not the
+    interpreter's prefixes as a whole, nor other ``sys.path`` entries (the working directory, editable
+    checkouts such as the repository itself)."""
+    paths = {"/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", "/dev/null", "/dev/urandom"}
+    for scheme in {sysconfig.get_default_scheme(), *(("venv",) if sys.prefix != sys.base_prefix else ())}:
+        try:
+            scheme_paths = sysconfig.get_paths(scheme)
+        except KeyError:
+            continue
+        paths.update(scheme_paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib"))
+    paths.update(sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix}).get(key, "")
+                 for key in ("stdlib", "platstdlib", "purelib", "platlib"))
+    paths.update(p for p in sys.path if p.endswith(".zip"))  # the zipped standard library, when there is one
+    return sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
 
 
-def confine(scratch: str, limits: ShadowLimits) -> Confinement:
+def confine(scratch: str, limits: ShadowLimits, namespaces: tuple[str, ...]) -> Confinement:
     """Apply every layer to this (single-threaded) process; raises :class:`IsolationUnavailable`."""
     abi = landlock_abi()
     if abi < max(1, limits.min_landlock_abi):
         raise IsolationUnavailable(f"Landlock ABI {abi} is below the {max(1, limits.min_landlock_abi)} the "
                                    f"shadow worker needs (Linux 5.13+ with Landlock enabled)")
-    netns = _netns()
     os.nice(19)
     _rlimits(limits)
-    _check(_libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     _landlock(scratch, readable_paths(), abi)
     _seccomp()
-    return Confinement(landlock_abi=abi, seccomp=True, netns=netns, rlimits=True)
+    return Confinement(landlock_abi=abi, seccomp=True, namespaces=namespaces, rlimits=True,
+                       scratch_bytes=limits.scratch_bytes, max_threads=limits.max_threads)

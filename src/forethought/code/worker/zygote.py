@@ -3,9 +3,11 @@
 It is started once per pool from a clean environment and imports nothing but the worker's modules, so a
 forked child inherits no secrets and no parent state. Over its control socket the pool sends ``fork`` (with
 the child's channel descriptor, passed by ``SCM_RIGHTS``, and a scratch directory) and ``kill``; the zygote
-answers ``forked`` with the child's pid. It reaps its children itself, so a pid it kills is always its own
-live child (never a reused pid), and removes a child's scratch directory when the child is gone. It exits
-when the pool's end of the control socket closes, killing its children.
+answers ``forked`` with the child's pid. The child is an *isolator* (:func:`launch`): it creates the worker's
+namespaces and forks the worker into them (:mod:`.namespaces`); the worker dies with it. The zygote reaps
+its children itself, so a pid it kills is always its own live child (never a reused pid), and removes a
+child's scratch directory when the child is gone. It exits when the pool's end of the control socket
+closes, killing its children.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import socket
 from typing import Any
 
 from forethought.code.wire import HEADER_SIZE, frame, frame_length, parse
+from forethought.code.worker import namespaces
 from forethought.code.worker.limits import ShadowLimits
 from forethought.code.worker.main import prepare, serve
+from forethought.code.worker.sandbox import IsolationUnavailable
 
 _MAX_CONTROL = 1 << 16
 
@@ -56,6 +60,50 @@ def _recv_frame(sock: socket.socket) -> tuple[dict[str, Any], int | None] | None
     return parse(bytes(body)), (fds[0] if fds else None)
 
 
+def _unavailable(fd: int, why: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, frame({"op": "unavailable", "reason": why}))
+
+
+def launch(fd: int, scratch: str, limits: ShadowLimits) -> int:
+    """The isolator (a child of the zygote): new namespaces, the worker forked into them and waited for.
+
+    Returns the exit code for the isolator; the worker itself never returns from here.
+    """
+    try:
+        isolation = namespaces.enter()
+    except IsolationUnavailable as exc:
+        _unavailable(fd, str(exc))
+        return 1
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:  # the worker: PID 1 of its namespace
+        mine.close()
+        code = 0
+        try:
+            namespaces.settle(isolation, scratch, limits, theirs)
+            theirs.close()  # nothing but the channel stays open in the worker
+            serve(fd, scratch, limits, isolation.kinds)
+        except IsolationUnavailable as exc:
+            _unavailable(fd, str(exc))
+            code = 1
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    theirs.close()
+    os.close(fd)  # only the worker holds the channel: its end closes when the worker dies
+    namespaces.assist(isolation, pid, mine)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 1
+        return os.waitstatus_to_exitcode(status) & 0xFF
+
+
 def run(control_fd: int, limits: ShadowLimits) -> None:
     """The zygote's loop (in the zygote process)."""
     prepare()
@@ -87,11 +135,9 @@ def run(control_fd: int, limits: ShadowLimits) -> None:
                 if pid == 0:
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     control.close()
-                    code = 0
+                    code = 1
                     try:
-                        serve(fd, scratch, limits)
-                    except BaseException:
-                        code = 1
+                        code = launch(fd, scratch, limits)
                     finally:
                         os._exit(code)
                 os.close(fd)
