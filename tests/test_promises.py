@@ -224,3 +224,30 @@ async def test_an_untracked_write_makes_reads_speculated_before_its_end_stale() 
     assert (outcome.kind, outcome.value) == ("hit", "new")
     await session.close()
     runtime.close()
+
+
+async def test_a_read_only_watcher_costs_no_copy_and_a_copying_one_keeps_every_value_apart() -> None:
+    made: list[list[int]] = []
+
+    @tool(effect=Effect.PURE, threaded=False)
+    async def rows(n: int) -> list[int]:
+        made.append(list(range(n)))
+        return made[-1]
+
+    runtime = Runtime([rows])
+    session = runtime.session()
+    for copy in (False, True):
+        session.speculate(ToolCall("rows", {"n": 3}))
+        key = session.resolve(ToolCall("rows", {"n": 3}))[2]
+        seen: list[SettledSpeculation] = []
+        assert session.on_settled(key, seen.append, copy=copy)
+        await settle(session)
+        outcome = await session.execute_detailed(ToolCall("rows", {"n": 3}))
+        assert outcome.kind == "hit" and outcome.value == [0, 1, 2] and seen[0].value == [0, 1, 2]
+        if copy:  # the watcher and the caller each have their own
+            assert seen[0].value is not made[-1] and outcome.value is not made[-1]
+        else:  # a read-only watcher: the original, for it and for the call it served
+            assert seen[0].value is made[-1] and outcome.value is made[-1]
+        session.end_turn()
+    await session.close()
+    runtime.close()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from forethought._core.calls import ToolCall
 from forethought._core.clock import Clock, FakeClock, SystemClock
-from forethought._core.entry import CallOutcome, SpeculationTicket
+from forethought._core.entry import CallKind, CallOutcome, SpeculationTicket, TicketStatus
 from forethought._core.policy import Policy, ToolPolicy
 from forethought._core.policy_file import load_policy
 from forethought._core.runtime import Runtime, Session
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from forethought.agent.loop import Agent, AgentResult, AgentStream, StepTiming, ToolRecord
     from forethought.agent.pacing import ReturnPacer
     from forethought.code import CodeExecutor, CodePredictor, ExecResult, PlainExecutor, ShadowLimits
+    from forethought.code.defaults import code_policy
     from forethought.code.harness import PythonTool
     from forethought.llm import (
         AnthropicMessagesClient,
@@ -57,6 +58,7 @@ _LAZY = {
     **dict.fromkeys(("CodeExecutor", "CodePredictor", "ExecResult", "PlainExecutor", "ShadowLimits"),
                     "forethought.code"),
     "PythonTool": "forethought.code.harness",
+    "code_policy": "forethought.code.defaults",
     "OffloadedPredictor": "forethought.predictors.offload",
     "ReturnPacer": "forethought.agent.pacing",
     **dict.fromkeys(("AnthropicMessagesClient", "FakeLLMClient", "LLMClient", "OpenAIChatClient",
@@ -91,6 +93,7 @@ __all__ = [
     "AgentStream",
     "AnthropicMessagesClient",
     "CallError",
+    "CallKind",
     "CallOutcome",
     "Clock",
     "CodeExecutor",
@@ -135,6 +138,7 @@ __all__ = [
     "StreamDroppedError",
     "SystemClock",
     "Telemetry",
+    "TicketStatus",
     "Tool",
     "ToolCall",
     "ToolDefinitionError",
@@ -145,6 +149,7 @@ __all__ = [
     "UpstreamError",
     "WorkloadError",
     "__version__",
+    "code_policy",
     "load_policy",
     "scripted_message",
     "serve_scripted",

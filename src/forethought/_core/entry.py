@@ -292,11 +292,13 @@ class SettledSpeculation:
     expires_at: float
 
 
-def settled_of(entry: Entry) -> SettledSpeculation:
-    """How ``entry`` ended, as its watchers see it (a copy of its value when it succeeded)."""
+def settled_of(entry: Entry, copy: bool = True) -> SettledSpeculation:
+    """How ``entry`` ended, as its watchers see it (a copy of its value when it succeeded, unless ``copy`` is
+    off: a watcher that only reads it at once)."""
     task = entry.task
     assert task is not None
     cancelled = task.cancelled() or (entry.started is None and entry.error is None)
     ok = not cancelled and entry.succeeded()
-    return SettledSpeculation(entry.key, entry.tool, entry.arguments, ok, isolated(task.result()) if ok else None,
+    value = (isolated(task.result()) if copy else task.result()) if ok else None
+    return SettledSpeculation(entry.key, entry.tool, entry.arguments, ok, value,
                               None if cancelled else entry.error, cancelled, entry.expires)

@@ -362,11 +362,15 @@ class Session:
         """How many speculations of this turn are waiting unclaimed (running or finished)."""
         return len(self._store)
 
-    def on_settled(self, key: CallKey, callback: Callable[[SettledSpeculation], object]) -> bool:
+    def on_settled(self, key: CallKey, callback: Callable[[SettledSpeculation], object], *,
+                   copy: bool = True) -> bool:
         """Call ``callback`` once the speculation under ``key`` has ended (at once if it already has).
 
         Returns ``False`` (and never calls back) when no speculation is under ``key``. The callback runs
-        on the event loop; what it raises is logged, never propagated.
+        on the event loop; what it raises is logged, never propagated. With ``copy`` (the default) the
+        callback gets its own copy of the value, and the call the speculation serves gets one too (a value
+        is never shared); ``copy=False`` is for a watcher that only reads the value at once and keeps nothing
+        of it (encodes it, say): it sees the original, and costs no copy on either side.
         """
         entry = self._store.get(key)
         task = None if entry is None else entry.task
@@ -375,12 +379,13 @@ class Session:
 
         def done(_: asyncio.Task[Any]) -> None:
             try:
-                callback(settled_of(entry))
+                callback(settled_of(entry, copy))
             except Exception as exc:
                 _log.error("a settled-speculation callback for %s failed: %s", entry.tool.label,
                            type(exc).__name__, exc_info=not entry.tool.hide_key)
 
-        entry.watched = True
+        if copy:
+            entry.watched = True
         task.add_done_callback(done)
         return True
 

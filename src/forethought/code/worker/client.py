@@ -271,7 +271,7 @@ class ShadowClient:
         self.coordinator.note_shape(key, call)
         ticket = self.session.speculate(call, source=source, confidence=self.confidence)
         if ticket.status not in ("launched", "deduplicated") or not self.session.on_settled(
-                key, lambda result: self._answer_settled(call_id, result)):
+                key, lambda result: self._answer_settled(call_id, result), copy=False):  # only encoded, at once
             self._reject(call_id, name, f"not speculated: {ticket.reason or ticket.status}")
             return
         if ticket.launched:
