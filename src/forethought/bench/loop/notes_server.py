@@ -1,8 +1,8 @@
 """A small MCP server of project notes, for the loop bench and the daemon's tests: reads, writes, latency.
 
 ``python -m forethought.bench.loop.notes_server STATE [--latency S] [--log PATH]`` serves, on stdio, a
-folder of text notes kept in the JSON file STATE (read at start, written after every change, so arms can
-compare final states): ``read_note``, ``list_notes``, ``search_notes`` and ``note_info`` say they only read
+folder of text notes kept in the JSON file STATE (read at every call and written after every change, like a
+filesystem: a change made to the file by anything else shows, and arms can compare final states): ``read_note``, ``list_notes``, ``search_notes`` and ``note_info`` say they only read
 (``readOnlyHint``); ``write_note`` and ``append_note`` write and say nothing. Every call sleeps
 ``--latency`` seconds first (a server that does real work: a remote API, a database, a build), and with
 ``--log`` it is appended to PATH as one JSON line, so a run can count what really reached the server.
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log", default=None)
     options = parser.parse_args(argv)
     state = Path(options.state)
-    notes: dict[str, str] = json.loads(state.read_text(encoding="utf-8")) if state.exists() else {}
+    notes: dict[str, str] = {}
     server = MCPServer("notes")
 
     async def work(tool: str, **fields: object) -> None:
@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> None:
                 handle.write(json.dumps({"tool": tool, **fields}, sort_keys=True) + "\n")
         if options.latency > 0:
             await asyncio.sleep(options.latency)
+        notes.clear()
+        if state.exists():
+            notes.update(json.loads(state.read_text(encoding="utf-8")))
 
     def save() -> None:
         temp = state.with_suffix(".tmp")
