@@ -23,13 +23,13 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
-from forethought._core.policy import Policy, ServerPolicy  # noqa: E402
-from forethought.bench.loop.agent import LoopRun, run_loop  # noqa: E402
-from forethought.bench.loop.shim import FakeShim  # noqa: E402
-from forethought.daemon import Client, Daemon, DaemonConfig, Upstreams, serve_daemon  # noqa: E402
-from forethought.daemon.wire import Wire  # noqa: E402
-from forethought.mcp.daemon_link import LinkAnswer  # noqa: E402
-from forethought.serve.scripted import serve_scripted  # noqa: E402
+from forethought._core.policy import Policy, ServerPolicy
+from forethought.bench.loop.agent import LoopRun, run_loop
+from forethought.bench.loop.shim import FakeShim
+from forethought.daemon import Client, Daemon, DaemonConfig, Upstreams, serve_daemon
+from forethought.daemon.wire import Wire
+from forethought.mcp.daemon_link import LinkAnswer
+from forethought.serve.scripted import serve_scripted
 
 NOTES = {"a.md": "alpha\nbeta", "b.md": "gamma", "docs/c.md": "delta"}
 TRUSTED = Policy(servers={"notes": ServerPolicy(trusted=True)})

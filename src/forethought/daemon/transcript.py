@@ -57,6 +57,15 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+def _list(value: Any) -> list[Any]:
+    """``value`` if it is a list, else nothing (a body says what it says; what is malformed is left out)."""
+    return value if isinstance(value, list) else []
+
+
+def _schema(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
 def _arguments(raw: Any) -> dict[str, Any]:
     if isinstance(raw, Mapping):
         return dict(raw)
@@ -108,7 +117,7 @@ class _Builder:
 
 def _messages_api(body: Mapping[str, Any], builder: _Builder) -> tuple[str, dict[str, Any]]:
     system = _text(body.get("system"))
-    for message in body.get("messages") or ():
+    for message in _list(body.get("messages")):
         if not isinstance(message, Mapping):
             continue
         content = message.get("content")
@@ -125,7 +134,7 @@ def _messages_api(body: Mapping[str, Any], builder: _Builder) -> tuple[str, dict
                                not block.get("is_error"))
         if texts:
             builder.user_text(_text(texts))
-    tools = {str(t["name"]): dict(t.get("input_schema") or {}) for t in body.get("tools") or ()
+    tools = {str(t["name"]): _schema(t.get("input_schema")) for t in _list(body.get("tools"))
              if isinstance(t, Mapping) and isinstance(t.get("name"), str) and "input_schema" in t}
     metadata = body.get("metadata")
     marker = metadata.get("user_id") if isinstance(metadata, Mapping) else None
@@ -134,12 +143,11 @@ def _messages_api(body: Mapping[str, Any], builder: _Builder) -> tuple[str, dict
 
 def _responses_api(body: Mapping[str, Any], builder: _Builder) -> tuple[str, dict[str, Any]]:
     system = _text(body.get("instructions"))
-    items = body.get("input")
-    if isinstance(items, str):
-        items = [{"role": "user", "content": items}]
+    raw = body.get("input")
+    items = [{"role": "user", "content": raw}] if isinstance(raw, str) else _list(raw)
     pending: list[tuple[str, str, dict[str, Any]]] = []
     text = ""
-    for item in items or ():
+    for item in items:
         if not isinstance(item, Mapping):
             continue
         kind = item.get("type")
@@ -160,14 +168,14 @@ def _responses_api(body: Mapping[str, Any], builder: _Builder) -> tuple[str, dic
             builder.user_text(_text(item.get("content")))
     if pending or text:
         builder.assistant(text, pending)
-    tools = {str(t["name"]): dict(t.get("parameters") or {}) for t in body.get("tools") or ()
+    tools = {str(t["name"]): _schema(t.get("parameters")) for t in _list(body.get("tools"))
              if isinstance(t, Mapping) and t.get("type") == "function" and isinstance(t.get("name"), str)}
     return system, {"marker": body.get("prompt_cache_key"), "tools": tools}
 
 
 def _chat_api(body: Mapping[str, Any], builder: _Builder) -> tuple[str, dict[str, Any]]:
     system = ""
-    for message in body.get("messages") or ():
+    for message in _list(body.get("messages")):
         if not isinstance(message, Mapping):
             continue
         role = message.get("role")
@@ -175,10 +183,11 @@ def _chat_api(body: Mapping[str, Any], builder: _Builder) -> tuple[str, dict[str
             system = "\n\n".join(t for t in (system, _text(message.get("content"))) if t)
         elif role == "assistant":
             calls = []
-            for call in message.get("tool_calls") or ():
+            for call in _list(message.get("tool_calls")):
                 if not isinstance(call, Mapping):
                     continue
-                function = call.get("function") or {}
+                function = call.get("function")
+                function = function if isinstance(function, Mapping) else {}
                 calls.append((str(call.get("id")), str(function.get("name")), _arguments(function.get("arguments"))))
             builder.assistant(_text(message.get("content")), calls)
         elif role == "tool":
@@ -186,10 +195,10 @@ def _chat_api(body: Mapping[str, Any], builder: _Builder) -> tuple[str, dict[str
         else:
             builder.user_text(_text(message.get("content")))
     tools = {}
-    for entry in body.get("tools") or ():
+    for entry in _list(body.get("tools")):
         function = entry.get("function") if isinstance(entry, Mapping) else None
         if isinstance(function, Mapping) and isinstance(function.get("name"), str):
-            tools[str(function["name"])] = dict(function.get("parameters") or {})
+            tools[str(function["name"])] = _schema(function.get("parameters"))
     return system, {"marker": None, "tools": tools}
 
 

@@ -62,10 +62,10 @@ def _dump(event: Any) -> str:
     return json.dumps(event.model_dump(mode="json"), sort_keys=True)
 
 
-async def _messages_step(client: anthropic.AsyncAnthropic, model: str, messages: list[dict[str, Any]],
+async def _messages_step(client: Any, model: str, messages: list[dict[str, Any]],
                          tools: Sequence[Mapping[str, Any]], run: LoopRun
                          ) -> tuple[str, list[tuple[str, str, dict[str, Any]]]]:
-    stream = await client.messages.create(model=model, max_tokens=1024, messages=messages,  # type: ignore[call-overload]
+    stream = await client.messages.create(model=model, max_tokens=1024, messages=messages,
                                           tools=[{"name": t["name"], "description": t.get("description", ""),
                                                   "input_schema": t["parameters"]} for t in tools], stream=True)
     text: list[str] = []
@@ -81,10 +81,10 @@ async def _messages_step(client: anthropic.AsyncAnthropic, model: str, messages:
     return "".join(text), [(c[0], c[1], json.loads(c[2] or "{}")) for _, c in sorted(calls.items())]
 
 
-async def _responses_step(client: openai.AsyncOpenAI, model: str, items: list[dict[str, Any]],
+async def _responses_step(client: Any, model: str, items: list[dict[str, Any]],
                           tools: Sequence[Mapping[str, Any]], run: LoopRun
                           ) -> tuple[str, list[tuple[str, str, dict[str, Any]]]]:
-    stream = await client.responses.create(model=model, input=items, stream=True,  # type: ignore[call-overload]
+    stream = await client.responses.create(model=model, input=items, stream=True,
                                            tools=[{"type": "function", "name": t["name"],
                                                    "description": t.get("description", ""),
                                                    "parameters": t["parameters"]} for t in tools])
@@ -99,10 +99,10 @@ async def _responses_step(client: openai.AsyncOpenAI, model: str, items: list[di
     return "".join(text), calls
 
 
-async def _chat_step(client: openai.AsyncOpenAI, model: str, messages: list[dict[str, Any]],
+async def _chat_step(client: Any, model: str, messages: list[dict[str, Any]],
                      tools: Sequence[Mapping[str, Any]], run: LoopRun
                      ) -> tuple[str, list[tuple[str, str, dict[str, Any]]]]:
-    stream = await client.chat.completions.create(model=model, messages=messages, stream=True,  # type: ignore[call-overload]
+    stream = await client.chat.completions.create(model=model, messages=messages, stream=True,
                                                   tools=[{"type": "function", "function": dict(t)} for t in tools])
     text: list[str] = []
     calls: dict[int, list[str]] = {}
@@ -133,7 +133,7 @@ async def run_loop(wire: Wire, base_url: str, model: str, user_text: str, tools:
     run = LoopRun()
     started = time.monotonic()
     if wire is Wire.MESSAGES:
-        a_client = anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, max_retries=0)
+        a_client: Any = anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, max_retries=0)
         messages: list[dict[str, Any]] = [{"role": "user", "content": user_text}]
         try:
             for _ in range(MAX_STEPS):
@@ -157,7 +157,7 @@ async def run_loop(wire: Wire, base_url: str, model: str, user_text: str, tools:
         finally:
             await a_client.close()
     else:
-        o_client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0)
+        o_client: Any = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0)
         conversation: list[dict[str, Any]] = (
             [{"role": "user", "content": user_text}] if wire is Wire.RESPONSES
             else [{"role": "system", "content": system}, {"role": "user", "content": user_text}])

@@ -2,10 +2,11 @@
 
 ``python -m forethought.bench.loop.notes_server STATE [--latency S] [--log PATH]`` serves, on stdio, a
 folder of text notes kept in the JSON file STATE (read at every call and written after every change, like a
-filesystem: a change made to the file by anything else shows, and arms can compare final states): ``read_note``, ``list_notes``, ``search_notes`` and ``note_info`` say they only read
-(``readOnlyHint``); ``write_note`` and ``append_note`` write and say nothing. Every call sleeps
-``--latency`` seconds first (a server that does real work: a remote API, a database, a build), and with
-``--log`` it is appended to PATH as one JSON line, so a run can count what really reached the server.
+filesystem: a change made to the file by anything else shows, and arms can compare final states).
+``read_note``, ``list_notes``, ``search_notes`` and ``note_info`` say they only read (``readOnlyHint``);
+``write_note`` and ``append_note`` write and say nothing. Every call sleeps ``--latency`` seconds first (a
+server that does real work: a remote API, a database, a build), and with ``--log`` it is appended to PATH as
+one JSON line, so a run can count what really reached the server.
 """
 
 from __future__ import annotations
@@ -33,15 +34,21 @@ def main(argv: list[str] | None = None) -> None:
     notes: dict[str, str] = {}
     server = MCPServer("notes")
 
-    async def work(tool: str, **fields: object) -> None:
+    def note(tool: str, fields: dict[str, object]) -> None:
         if options.log:
             with open(options.log, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"tool": tool, **fields}, sort_keys=True) + "\n")
-        if options.latency > 0:
-            await asyncio.sleep(options.latency)
+
+    def load() -> None:
         notes.clear()
         if state.exists():
             notes.update(json.loads(state.read_text(encoding="utf-8")))
+
+    async def work(tool: str, **fields: object) -> None:
+        note(tool, fields)  # small local files: the server's own work is the latency below
+        if options.latency > 0:
+            await asyncio.sleep(options.latency)
+        load()
 
     def save() -> None:
         temp = state.with_suffix(".tmp")
