@@ -42,10 +42,11 @@ from forethought.daemon.claims import ClaimDesk
 from forethought.daemon.conversation import Conversations
 from forethought.daemon.guesses import Guessers, SpeculatorSettings
 from forethought.daemon.link_api import LinkApi
+from forethought.daemon.linked import early_reason
 from forethought.daemon.naming import Client
 from forethought.daemon.observer import Watcher
 from forethought.daemon.relay import ModelRelay, Upstreams
-from forethought.daemon.shims import Shims
+from forethought.daemon.shims import Shim, Shims
 from forethought.daemon.speculator import REPLAY_KEY, Replay
 from forethought.daemon.token_file import DaemonTokenFile, new_token
 from forethought.daemon.transcript import read_request
@@ -156,7 +157,7 @@ class Daemon:
             "version": __version__, "uptime_s": round(time.time() - self.started, 1),
             "client": str(self.config.client),
             "upstreams": {"anthropic": upstreams.anthropic, "openai": upstreams.openai},
-            "servers": [{"names": list(s.names), "tools": sorted(s.tools), "early_runs": s.runs_sent,
+            "servers": [{"names": list(s.names), "tools": self._tools_of(s), "early_runs": s.runs_sent,
                          "answers": s.answers} for s in self.shims.live()],
             "conversations": len(self.conversations),
             "claims": {"claims": self.desk.counts.claims, "hits": self.desk.counts.hits,
@@ -168,6 +169,13 @@ class Daemon:
                 "model": self.config.speculator.model, "tokens": budget.total if budget else 0,
                 "budget_tokens_per_conversation": self.config.speculator.budget_tokens},
         }
+
+    def _tools_of(self, shim: Shim) -> list[dict[str, Any]]:
+        out = []
+        for name in sorted(shim.tools):
+            early, why = early_reason(shim, shim.tools[name], self.runtime.policy)
+            out.append({"name": name, "early": early, "why": why})
+        return out
 
     async def _health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__})
@@ -230,11 +238,12 @@ class _DaemonCollector:
 
 
 @contextlib.asynccontextmanager
-async def serve_daemon(config: DaemonConfig | None = None, **options: Any) -> AsyncIterator[Daemon]:
-    """Run a daemon on 127.0.0.1 (a free port) while the block runs; its ``url`` attribute is set."""
+async def serve_daemon(config: DaemonConfig | None = None, port: int = 0, **options: Any) -> AsyncIterator[Daemon]:
+    """Run a daemon on 127.0.0.1 (``port``; 0: a free one) while the block runs; its ``url`` attribute is set,
+    and its file announced where the config says."""
     daemon = Daemon(config, **options)
     try:
-        async with serve_in_process(daemon.app) as url:
+        async with serve_in_process(daemon.app, port=port) as url:
             daemon.url = url
             daemon.announce(url)
             yield daemon

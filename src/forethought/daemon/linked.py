@@ -39,7 +39,7 @@ from forethought.errors import ForethoughtError, ToolDefinitionError
 from forethought.mcp.daemon_link import LinkAnswer
 
 __all__ = ["CLAIM", "DEFAULT_TTL_S", "ClaimRun", "LinkedCall", "UnservableAnswer", "conversation_tool",
-           "server_tool"]
+           "early_reason", "server_tool"]
 
 PAYLOAD = "payload"
 DEFAULT_TTL_S = 30.0
@@ -127,6 +127,22 @@ def _build(name: str, shim: Shim, linked: LinkedTool, validators: tuple[Any, Any
     except ToolDefinitionError:
         return LinkedCall(Tool(name=name, fn=_runner(shim, linked.name, exact=True), parameters=_EXACT_PARAMETERS,
                                receives=Receives.JSON, validator=validators[1], **options), exact=True)
+
+
+def early_reason(shim: Shim, linked: LinkedTool, policy: Policy) -> tuple[bool, str]:
+    """Whether ``linked`` may run early under ``policy`` (what ``doctor`` shows), and why."""
+    server = shim.policy_name if shim.policy_name is not None else UNKNOWN_SERVER
+    decided = resolve(policy, linked.name, server=server, hints=linked.annotations)
+    if decided.unmatched:
+        return False, decided.unmatched
+    if not decided.speculate:
+        return False, decided.reason if "observable" in decided.reason else "the policy turns it off"
+    if decided.effect not in _EARLY:
+        return False, f"{decided.effect.value}: {decided.reason}"
+    tool = conversation_tool(linked.name, shim, linked, policy).tool
+    if tool.effect not in _EARLY:
+        return False, "its validator is not a read-only tool of the server"
+    return True, decided.reason
 
 
 def conversation_tool(model_name: str, shim: Shim, linked: LinkedTool, policy: Policy) -> LinkedCall:

@@ -114,13 +114,13 @@ class ReplayClient:
                     if event.data == DONE:
                         break
                     for out in decoder.feed(parse_json_data(event.data)):
-                        if isinstance(out, MessageDone) and out.usage is not None:
-                            tokens = out.usage.total_tokens
+                        tokens = _tokens(out, tokens)
                         yield out
                     if decoder.done:
                         break
                 if isinstance(decoder, ChatChunkDecoder):
                     for out in decoder.end():
+                        tokens = _tokens(out, tokens)
                         yield out
                 if not decoder.done:
                     raise StreamDroppedError("the speculator model's stream ended early")
@@ -129,6 +129,13 @@ class ReplayClient:
             raise UpstreamError(f"the speculator model's request failed: {type(exc).__name__}") from None
         finally:
             self.budget.add(replay.conversation, tokens)
+
+
+def _tokens(event: LLMEvent, so_far: int) -> int:
+    """The tokens a sample reports (its message's usage), else what was known."""
+    if isinstance(event, MessageDone) and event.usage is not None:
+        return event.usage.total_tokens
+    return so_far
 
 
 def _sample_body(replay: Replay, model: str, max_tokens: int) -> dict[str, Any]:

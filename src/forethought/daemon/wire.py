@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from forethought.llm.anthropic import AnthropicDecoder
 from forethought.llm.chat import ToolCallAssembler
-from forethought.llm.events import LLMEvent, MessageDone
+from forethought.llm.events import LLMEvent, MessageDone, Usage
 from forethought.llm.responses import ResponsesDecoder
 
 __all__ = ["ChatChunkDecoder", "StreamDecoder", "Wire", "decoder_for", "whole_events"]
@@ -87,7 +87,16 @@ class ChatChunkDecoder:
         if self._finish is None or self.done:
             return []
         self.done = True
-        return [MessageDone(self._finish, None, self._id)]
+        return [MessageDone(self._finish, _chat_usage(self._usage), self._id)]
+
+
+def _chat_usage(usage: Any) -> Usage | None:
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+                 int(usage.get("total_tokens") or 0), int(cached or 0))
 
 
 def decoder_for(wire: Wire) -> ResponsesDecoder | AnthropicDecoder | ChatChunkDecoder:

@@ -9,6 +9,7 @@ the "unchanged stream" check of the loop bench and of the daemon's tests.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import httpx2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["Exchange", "RecordingApp", "RecordingTransport"]
+__all__ = ["Exchange", "ModelRouter", "RecordingApp", "RecordingTransport"]
 
 
 @dataclass
@@ -103,3 +104,41 @@ class RecordingTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+class ModelRouter:
+    """An ASGI app that sends each request to the app of the model its JSON body names (else ``default``):
+    one upstream URL serving a main model and a faster speculator model, as a provider does."""
+
+    def __init__(self, default: ASGIApp, by_model: dict[str, ASGIApp]) -> None:
+        self.default = default
+        self.by_model = by_model
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.default(scope, receive, send)
+            return
+        parts: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(parts)
+        try:
+            model = json.loads(body).get("model")
+        except (ValueError, AttributeError):
+            model = None
+        app = self.by_model.get(model, self.default) if isinstance(model, str) else self.default
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await app(scope, replay, send)
