@@ -51,6 +51,7 @@ from forethought.daemon.speculator import REPLAY_KEY, Replay
 from forethought.daemon.token_file import DaemonTokenFile, new_token
 from forethought.daemon.transcript import read_request
 from forethought.daemon.wire import Wire
+from forethought.predictors.base import Predictor
 from forethought.predictors.patterns.store import MemoryPatternStore, PatternStore, SqlitePatternStore
 from forethought.serve.http import serve_in_process
 
@@ -82,7 +83,7 @@ class Daemon:
     """One ``forethought serve`` (see the module docstring)."""
 
     def __init__(self, config: DaemonConfig | None = None, *, runtime: Runtime | None = None,
-                 http: httpx2.AsyncClient | None = None) -> None:
+                 http: httpx2.AsyncClient | None = None, predictors: Sequence[Predictor] = ()) -> None:
         self.config = config or DaemonConfig()
         self.runtime = runtime or Runtime(policy=self.config.policy)
         self.started = time.time()
@@ -98,9 +99,9 @@ class Daemon:
                                     else MemoryPatternStore())
         if self.config.speculator is not None:
             self.guessers = Guessers.with_speculator(self.store, self.config.speculator, self._http,
-                                                     patterns=self.config.patterns)
+                                                     patterns=self.config.patterns, extra=predictors)
         else:
-            self.guessers = Guessers(self.store, patterns=self.config.patterns)
+            self.guessers = Guessers(self.store, patterns=self.config.patterns, extra=predictors)
         self.relay = ModelRelay(self.config.upstreams, self._http, self)
         self.link = LinkApi(self.token, self.shims, self.desk, self.status)
         self.app = Starlette(routes=[*self.relay.routes(), *self.link.routes(),

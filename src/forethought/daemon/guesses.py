@@ -14,7 +14,7 @@ none once the conversation spent its token budget).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +51,11 @@ class Guessers:
     """The predictors of every conversation's steps (see the module docstring)."""
 
     def __init__(self, store: PatternStore | None, speculator: ModelSpeculator | None = None,
-                 replay: ReplayClient | None = None, *, patterns: bool = True) -> None:
+                 replay: ReplayClient | None = None, *, patterns: bool = True,
+                 extra: Sequence[Predictor] = ()) -> None:
         self._store = store
+        self.extra = tuple(extra)
+        """Predictors every step also runs (the bench's oracle, a user's own)."""
         self._patterns: OrderedDict[str, PatternPredictor] = OrderedDict()
         self.patterns_on = patterns
         self.speculator = speculator
@@ -60,11 +63,11 @@ class Guessers:
 
     @classmethod
     def with_speculator(cls, store: PatternStore | None, settings: SpeculatorSettings, http: Any,
-                        *, patterns: bool = True) -> Guessers:
+                        *, patterns: bool = True, extra: Sequence[Predictor] = ()) -> Guessers:
         budget = TokenBudget(settings.budget_tokens)
         replay = ReplayClient(http, budget, settings.max_tokens)
         return cls(store, ModelSpeculator(replay, settings.model, samples=settings.samples), replay,
-                   patterns=patterns)
+                   patterns=patterns, extra=extra)
 
     @property
     def budget(self) -> TokenBudget | None:
@@ -72,7 +75,7 @@ class Guessers:
 
     def for_step(self, conversation: str, tools: Mapping[str, Mapping[str, Any]]) -> list[Predictor]:
         """The predictors of a step of ``conversation`` whose request offers ``tools``."""
-        out: list[Predictor] = []
+        out: list[Predictor] = list(self.extra)
         if self.patterns_on and tools:
             out.append(self._pattern(tools))
         budget = self.budget

@@ -123,17 +123,19 @@ async def _chat_step(client: Any, model: str, messages: list[dict[str, Any]],
 
 
 async def run_loop(wire: Wire, base_url: str, model: str, user_text: str, tools: Sequence[Mapping[str, Any]],
-                   router: ToolRouter, *, api_key: str = "sk-bench", system: str = "You are a coding agent."
-                   ) -> LoopRun:
+                   router: ToolRouter, *, api_key: str = "sk-bench", system: str = "You are a coding agent.",
+                   http_client: Any = None) -> LoopRun:
     """Run the loop until the model answers without a call (at most :data:`MAX_STEPS` steps).
 
     ``base_url``: the server's root (the Anthropic SDK appends ``/v1/messages``; ``/v1`` is added for the
     OpenAI SDK). ``tools``: ``{"name", "description", "parameters"}`` as the client offers them.
+    ``http_client``: the SDK's ``httpx2.AsyncClient`` (a recording one, say); closed with the SDK client.
     """
     run = LoopRun()
     started = time.monotonic()
     if wire is Wire.MESSAGES:
-        a_client: Any = anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, max_retries=0)
+        a_client: Any = anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, max_retries=0,
+                                                 http_client=http_client)
         messages: list[dict[str, Any]] = [{"role": "user", "content": user_text}]
         try:
             for _ in range(MAX_STEPS):
@@ -157,7 +159,8 @@ async def run_loop(wire: Wire, base_url: str, model: str, user_text: str, tools:
         finally:
             await a_client.close()
     else:
-        o_client: Any = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0)
+        o_client: Any = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0,
+                                           http_client=http_client)
         conversation: list[dict[str, Any]] = (
             [{"role": "user", "content": user_text}] if wire is Wire.RESPONSES
             else [{"role": "system", "content": system}, {"role": "user", "content": user_text}])

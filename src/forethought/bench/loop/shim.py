@@ -57,14 +57,15 @@ async def call_server(session: ClientSession, name: str, arguments: Mapping[str,
 async def open_server(command: Sequence[str], env: Mapping[str, str] | None = None,
                       cwd: str | None = None) -> AsyncIterator[tuple[ClientSession, list[dict[str, Any]], str]]:
     """A client session to a stdio MCP server (started with ``env``, default this process's environment, as a
-    client starts it): the session, its tools/list entries, its own name."""
+    client starts it; its stderr discarded): the session, its tools/list entries, its own name."""
     params = StdioServerParameters(command=command[0], args=list(command[1:]),
                                    env=dict(env if env is not None else os.environ), cwd=cwd)
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        init = await session.initialize()
-        listed = await session.list_tools()
-        tools = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]
-        yield session, tools, init.server_info.name
+    with open(os.devnull, "w") as quiet:  # noqa: ASYNC230 - opening /dev/null does not block
+        async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as session:
+            init = await session.initialize()
+            listed = await session.list_tools()
+            tools = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]
+            yield session, tools, init.server_info.name
 
 
 @dataclass(eq=False)
