@@ -172,5 +172,5 @@ def noisy_script(script: Mapping[str, Any], error_rate: float, seed: int) -> dic
                 key = sorted(arguments)[0]
                 arguments[key] = f"{arguments[key]}-guess" if isinstance(arguments[key], str) else arguments[key]
             calls.append({"name": call["name"], "arguments": arguments})
-        responses.append({**response, "calls": calls})
+        responses.append({**response, "calls": calls} if "calls" in response else dict(response))
     return {**script, "responses": responses}
