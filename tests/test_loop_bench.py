@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
-from forethought.bench.loop.arms import ARMS  # noqa: E402
-from forethought.bench.loop.command import format_loop_results  # noqa: E402
-from forethought.bench.loop.runner import LoopBenchConfig, run_loop_bench  # noqa: E402
-from forethought.bench.loop.workload import noisy_script, notes_tasks  # noqa: E402
+from forethought.bench.loop.arms import ARMS
+from forethought.bench.loop.command import format_loop_results
+from forethought.bench.loop.runner import LoopBenchConfig, run_loop_bench
+from forethought.bench.loop.workload import noisy_script, notes_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 
