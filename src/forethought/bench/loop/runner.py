@@ -134,6 +134,8 @@ class _ArmTotals:
     early_non_read: int = 0
     equivalent: bool = True
     stream_unchanged: bool = True
+    events: dict[str, int] = field(default_factory=dict)
+    """The daemon's speculation events by kind over the whole run, training included."""
 
 
 async def _one(stack: ArmStack, task: Task, recorder: RecordingApp, reset: Callable[[], None],
@@ -209,6 +211,11 @@ async def run_loop_bench(config: LoopBenchConfig, progress: Callable[[str], None
                         f"{arm} {outcomes[arm].run.seconds:.2f}s" for arm in config.arms))
                 for arm in config.arms:
                     totals[arm].seconds.append(per_arm[arm])
+            for arm in config.arms:
+                daemon = stacks[arm].daemon
+                if daemon is not None:
+                    totals[arm].events = {str(kind.value): n for kind, n in sorted(
+                        daemon.runtime.telemetry.counts.items(), key=lambda item: item[0].value)}
         load_end = list(os.getloadavg())
     return _document(config, totals, tasks, load_start, load_end, __version__)
 
@@ -222,7 +229,8 @@ def _document(config: LoopBenchConfig, totals: Mapping[str, _ArmTotals], tasks: 
         arms[arm] = {"seconds": _spread(t.seconds), "time_saved": _spread(saved),
                      "per_task_saved_median": round(statistics.median(t.per_task_saved), 4),
                      "hits": t.hits, "calls": t.calls, "early_non_read_runs": t.early_non_read,
-                     "equivalent": t.equivalent, "stream_unchanged": t.stream_unchanged if arm in DAEMON_ARMS else None}
+                     "equivalent": t.equivalent, "stream_unchanged": t.stream_unchanged if arm in DAEMON_ARMS else None,
+                     "speculation_events": t.events}
     ratios: dict[str, float | None] = {}
     daemon = arms.get("daemon", {}).get("time_saved", {}).get("median")
     for other in ("proxy", "oracle"):
