@@ -87,7 +87,8 @@ def _cut(body: bytes, cuts: list[int]) -> list[bytes]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=30), wire=st.sampled_from(["chat", "messages"]))
+@given(cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=30),
+       wire=st.sampled_from(["chat", "messages"]))
 def test_the_events_do_not_depend_on_where_the_bytes_are_cut(cuts: list[int], wire: str) -> None:
     body = CHAT if wire == "chat" else MESSAGES
     whole = asyncio.run(_read(Wire(wire), [body]))
