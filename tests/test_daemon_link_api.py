@@ -18,7 +18,9 @@ import pytest
 from forethought._core.calls import ToolCall
 from forethought._core.policy import Policy, ServerPolicy
 from forethought.daemon import Client, Daemon, DaemonConfig, Upstreams, serve_daemon
+from forethought.llm.events import MessageDone, ToolCallClosed, ToolCallStarted
 from forethought.mcp.daemon_link import LINK_PREFIX, TOKEN_HEADER, DaemonLink, LinkAnswer
+from forethought.predictors.base import Prediction
 
 READ = {"readOnlyHint": True}
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
@@ -50,7 +52,7 @@ class Notes:
         return DaemonLink(daemon.url, daemon.token, lambda n, a: self.run(n, a, True))
 
     async def call(self, link: DaemonLink, name: str, arguments: dict[str, Any]) -> LinkAnswer:
-        return await link.call(name, arguments, lambda: self.run(name, arguments, False))
+        return (await link.call(name, arguments, lambda: self.run(name, arguments, False))).answer
 
 
 @contextlib.asynccontextmanager
@@ -94,9 +96,9 @@ async def test_a_claim_takes_the_early_run_and_the_server_sees_the_call_once() -
         link = notes.link(daemon)
         await _registered(daemon, link, "notes", notes)
         _conversation_reading(daemon, "notes", "a")
-        answer = await notes.call(link, "read", {"path": "a"})
+        result = await link.call("read", {"path": "a"}, lambda: notes.run("read", {"path": "a"}, False))
         await link.aclose()
-    assert answer.result == {"content": [{"type": "text", "text": "alpha"}]}
+    assert result.hit and result.answer.result == {"content": [{"type": "text", "text": "alpha"}]}
     assert notes.calls == [("read", True)]
 
 
@@ -146,10 +148,10 @@ async def test_an_unknown_tool_runs_as_the_clients_own_call_under_an_untracked_w
     async with daemon_with() as daemon:
         link = notes.link(daemon)
         await _registered(daemon, link, "notes", notes)
-        answer = await link.call("not_listed", {"x": 1}, lambda: notes.run("not_listed", {"path": "x"}, False))
+        result = await link.call("not_listed", {"x": 1}, lambda: notes.run("not_listed", {"path": "x"}, False))
         await link.aclose()
         assert daemon.desk.counts.untracked == 1 and daemon.runtime.writes.world.token() is not None
-    assert answer.result is not None
+    assert result.answer.result is not None and not result.hit
 
 
 @pytest.fixture
@@ -231,3 +233,49 @@ async def test_keys_are_the_cores_one_rule_on_the_servers_schema() -> None:
         assert session.resolve(ToolCall("mcp__notes__read", {"path": "a"}))[2] == key
         assert session.has_speculation(key)
         await link.aclose()
+
+
+class _Always:
+    """A predictor that always guesses ``read(a)`` at a step's start."""
+
+    name = "always"
+
+    async def predict(self, context: Any) -> list[Prediction]:
+        return [Prediction(ToolCall("mcp__notes__read", {"path": "a"}), 1.0, self.name)]
+
+    def observe(self, context: Any, observed: Any) -> None:
+        """Nothing to learn."""
+
+
+@pytest.mark.parametrize("message_calls_it", [False, True])
+async def test_a_guess_the_message_does_not_call_is_dropped_when_the_message_ends(message_calls_it: bool) -> None:
+    """A step's guess outlives its message only as one of the message's calls: else a later claim (another
+    conversation's, after a change no shim sees: the user's editor) could be served what it read before."""
+    from forethought.daemon.transcript import read_request
+    from forethought.daemon.wire import Wire
+
+    notes = Notes({"a": "alpha"})
+    async with daemon_with() as daemon:
+        link = notes.link(daemon)
+        await _registered(daemon, link, "notes", notes)
+        body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"name": "mcp__notes__read", "input_schema": SCHEMA}]}
+        transcript = read_request(Wire.MESSAGES, body)
+        step = daemon.conversations.get(transcript.key).begin(transcript, [_Always()], 0.0)
+        for _ in range(200):
+            if notes.calls:
+                break
+            await asyncio.sleep(0.01)
+        assert notes.calls == [("read", True)]  # the guess ran at the step's start
+        if message_calls_it:
+            step.event(ToolCallStarted(0, "t0", "mcp__notes__read"))
+            step.event(ToolCallClosed(0, "t0", "mcp__notes__read", {"path": "a"}, '{"path": "a"}'))
+        step.event(MessageDone("tool_calls" if message_calls_it else "stop"))
+        notes.notes["a"] = "changed by the user's editor" if not message_calls_it else "alpha"
+        result = await link.call("read", {"path": "a"}, lambda: notes.run("read", {"path": "a"}, False))
+        await link.aclose()
+    if message_calls_it:
+        assert result.hit and notes.calls == [("read", True)]
+    else:
+        assert not result.hit and notes.calls == [("read", True), ("read", False)]
+        assert result.answer.result == {"content": [{"type": "text", "text": "changed by the user's editor"}]}

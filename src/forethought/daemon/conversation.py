@@ -10,7 +10,8 @@ Each model request of a conversation begins a *step* (:meth:`Conversation.begin`
 3. the predictors learn the calls whose results arrived with this request (private tools left out);
 4. the guesses of the step start (:class:`~forethought.agent.feed.GuessFeed`: the pattern predictor on the
    conversation, the speculator model if any);
-5. the response is read by a :class:`~forethought.daemon.dispatch.StepDispatch`.
+5. the response is read by a :class:`~forethought.daemon.dispatch.StepDispatch`; when its message ends,
+   every guess of the step that is not one of the message's calls is discarded (only those will be claimed).
 
 **Which server runs a conversation's calls.** A client starts its own MCP servers, so two clients on one
 machine each have a shim called ``git``. A conversation reaches the server of a name when exactly one live
@@ -28,6 +29,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from forethought._core.calls import ToolCall
+from forethought._core.entry import SpeculationTicket
 from forethought._core.policy import UNKNOWN_SERVER, resolve
 from forethought._core.runtime import Runtime
 from forethought._core.session import Session
@@ -39,6 +42,7 @@ from forethought.daemon.linked import LinkedCall, conversation_tool
 from forethought.daemon.naming import Client, Named, NameTable
 from forethought.daemon.shims import Shim, Shims
 from forethought.daemon.transcript import Transcript
+from forethought.errors import CallError
 from forethought.predictors.base import PredictionContext, Predictor
 
 __all__ = ["Conversation", "Conversations"]
@@ -73,6 +77,8 @@ class Conversation:
         self.last_active = now
         self.replay: str | None = None
         """The speculator's handle of this step's request (released at the step's end)."""
+        self._launched: set[str] = set()
+        """Keys of this step's guesses and early calls (kept until the message says which it calls)."""
         self._tools: dict[str, LinkedCall] = {}
         self._by_shim: dict[tuple[str, str], LinkedCall] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -89,12 +95,33 @@ class Conversation:
             self.feed.stop()
         self._ensure_tools(transcript, predictors)
         self.session.end_turn()
+        self._launched = set()
         self._learn(transcript)
         if self.feed is not None:
             self.feed.predictors = list(predictors)
             self.feed.start(self._context(transcript, request_extra or {}))
-        self.step = StepDispatch(self.session, self.kind_of, self.early.get, self.unseen_write, self.feed)
+        self.step = StepDispatch(self.session, self.kind_of, self.early.get, self.unseen_write, self.feed,
+                                 on_end=self._message_done, on_ticket=self._ticket)
         return self.step
+
+    def _ticket(self, ticket: SpeculationTicket) -> None:
+        if ticket.key is not None and ticket.status != "rejected":
+            self._launched.add(ticket.key)
+
+    def _message_done(self, calls: list[ToolCall]) -> None:
+        """The message has ended: its calls will be claimed, and nothing else this step guessed ever will be."""
+        keep: set[str] = set()
+        for call in calls:
+            linked = self._tools.get(call.name)
+            if linked is None:
+                continue
+            try:
+                keep.add(self.session.resolve(linked.call(call.arguments))[2])
+            except CallError:
+                continue
+        for key in self._launched - keep:
+            self.session.discard(key)
+        self._launched &= keep
 
     def _context(self, transcript: Transcript, extra: dict[str, Any]) -> PredictionContext:
         return PredictionContext(session_id=self.key, messages=transcript.messages,
@@ -180,7 +207,7 @@ class Conversation:
         task = asyncio.get_running_loop().create_task(old.close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
-        self.feed = GuessFeed(self.session, list(predictors))
+        self.feed = GuessFeed(self.session, list(predictors), on_ticket=self._ticket)
 
     def call_for(self, shim: Shim, tool: str) -> LinkedCall | None:
         """This conversation's linked tool for ``shim``'s ``tool`` (``None``: it does not reach it)."""

@@ -19,6 +19,11 @@ and the tools of servers that are not linked never pass through it. So, per mess
 
 Calls of linked tools that may not run early (writes) go through a shim, so the core sees them: they stop
 later calls of the message from starting early, and need no untracked write.
+
+When the message has ended, the client will claim the message's calls and nothing else: every guess of the
+step that is not one of them is dropped at once (``on_end`` gets the message's calls; the conversation
+discards the rest), so no early result outlives the message it was guessed for. A guess left alive could be
+claimed later by another conversation after a change no shim sees (the user's editor between two sessions).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forethought._core.calls import ToolCall
+from forethought._core.entry import SpeculationTicket
 from forethought._core.session import Session
 from forethought.agent.feed import GuessFeed
 from forethought.daemon.linked import LinkedCall
@@ -80,6 +86,10 @@ class StepDispatch:
     early: Callable[[str], LinkedCall | None]
     invisible: Callable[[str], None]
     feed: GuessFeed | None = None
+    on_end: Callable[[list[ToolCall]], None] | None = None
+    """Called once when the message has ended, with its well-formed calls (none when it could not be read)."""
+    on_ticket: Callable[[SpeculationTicket], None] | None = None
+    """Called with the ticket of each call started from the stream."""
     started: float = field(default_factory=time.monotonic)
     calls: dict[int, StreamedCall] = field(default_factory=dict)
     launched: int = 0
@@ -124,20 +134,24 @@ class StepDispatch:
         linked = self.early(event.name)
         if linked is None:
             return
-        self.session.speculate(linked.call(event.arguments), source=STREAM_SOURCE, confidence=1.0)
+        ticket = self.session.speculate(linked.call(event.arguments), source=STREAM_SOURCE, confidence=1.0)
         self.launched += 1
+        if self.on_ticket is not None:
+            self.on_ticket(ticket)
 
     def unreadable(self, why: str) -> None:
         self.blocked = True
         self.invisible(f"the response could not be read ({why})")
-        self._end(0)
+        self._end(0, readable=False)
 
-    def _end(self, tokens: int) -> None:
+    def _end(self, tokens: int, readable: bool = True) -> None:
         if self.done:
             return
         self.done = True
         if self.feed is not None:
             self.feed.stop(time.monotonic() - self.started, tokens, self._first_s)
+        if self.on_end is not None:
+            self.on_end(self.streamed_calls() if readable else [])
 
     def streamed_calls(self) -> list[ToolCall]:
         """The well-formed calls of the message so far, in the model's order."""

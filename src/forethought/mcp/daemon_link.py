@@ -41,7 +41,7 @@ import httpx2
 
 from forethought.llm.sse import SSEDecoder
 
-__all__ = ["DAEMON_FILE_ENV", "LINK_PREFIX", "TOKEN_HEADER", "DaemonLink", "LinkAnswer", "UpstreamCall",
+__all__ = ["DAEMON_FILE_ENV", "LINK_PREFIX", "TOKEN_HEADER", "DaemonLink", "LinkAnswer", "LinkResult", "UpstreamCall",
            "daemon_file", "read_daemon_file"]
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,15 @@ class LinkAnswer:
         return cls(result=result, error=error)
 
 
+@dataclass(frozen=True, slots=True)
+class LinkResult:
+    """How a client's call was answered through the link: the answer, and whether it was the daemon's early
+    result (``hit``) rather than the client's own request sent upstream."""
+
+    answer: LinkAnswer
+    hit: bool = False
+
+
 UpstreamCall = Callable[[str, Mapping[str, Any]], Awaitable[LinkAnswer]]
 """Sends ``tools/call`` of a tool with arguments upstream under the proxy's own id; returns the answer."""
 
@@ -163,35 +172,35 @@ class DaemonLink:
     # --- the client's calls ---------------------------------------------------------------------------
 
     async def call(self, name: str, arguments: Mapping[str, Any],
-                   forward: Callable[[], Awaitable[LinkAnswer]]) -> LinkAnswer:
+                   forward: Callable[[], Awaitable[LinkAnswer]]) -> LinkResult:
         """Answer one client ``tools/call``: the daemon's early result, or ``forward()`` (the client's own
         request sent upstream verbatim), reported to the daemon when it has ended."""
         if not self.linked:
-            return await forward()
+            return LinkResult(await forward())
         try:
             claim = await self._until_gone(self._post("claim", {"shim": self.shim, "name": name,
                                                                 "arguments": dict(arguments)}))
         except _LinkError as exc:
             self._lost(str(exc))
-            return await forward()
+            return LinkResult(await forward())
         kind = claim.get("kind") if isinstance(claim, Mapping) else None
         if kind == "hit":
             try:
                 answer = LinkAnswer.from_json(claim.get("answer"))
             except ValueError as exc:
                 self._lost(f"the daemon answered a claim with {exc}")
-                return await forward()
+                return LinkResult(await forward())
             self.hits += 1
-            return answer
+            return LinkResult(answer, hit=True)
         run = claim.get("run") if isinstance(claim, Mapping) else None
         if kind != "run" or not isinstance(run, str):
             self._lost("the daemon answered a claim with neither a hit nor a run")
-            return await forward()
+            return LinkResult(await forward())
         self.runs += 1
         answer = await forward()
         with contextlib.suppress(_LinkError):  # a daemon gone meanwhile learns nothing more; the call is done
             await self._until_gone(self._post("done", {"shim": self.shim, "run": run, **answer.to_json()}))
-        return answer
+        return LinkResult(answer)
 
     # --- jobs -----------------------------------------------------------------------------------------
 

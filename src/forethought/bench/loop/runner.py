@@ -134,6 +134,8 @@ class _ArmTotals:
     early_non_read: int = 0
     equivalent: bool = True
     stream_unchanged: bool = True
+    differences: list[str] = field(default_factory=list)
+    """Where a run differed from direct (the call's index and tool, never its content)."""
     events: dict[str, int] = field(default_factory=dict)
     """The daemon's speculation events by kind over the whole run, training included."""
 
@@ -161,6 +163,19 @@ async def _one(stack: ArmStack, task: Task, recorder: RecordingApp, reset: Calla
         sent = [e.sent for e in recorder.exchanges[before_requests:] if json.loads(e.body).get("model") == MAIN_MODEL]
         unchanged = sent == [b"".join(chunks) for chunks in transport.received]
     return _Outcome(run, state_of(), hits, early_non_read, unchanged)
+
+
+def _difference(outcome: _Outcome, base: _Outcome) -> str:
+    """Where ``outcome`` differs from the direct arm's ``base`` ('' if nowhere)."""
+    ours, theirs = outcome.run, base.run
+    for i, (a, b) in enumerate(zip(ours.answers, theirs.answers, strict=False)):
+        if a != b:
+            return f"answer {i} ({theirs.calls[i]}) differs"
+    if len(ours.answers) != len(theirs.answers) or ours.calls != theirs.calls:
+        return f"{len(ours.answers)} calls, direct made {len(theirs.answers)}"
+    if ours.final_text != theirs.final_text:
+        return "the final text differs"
+    return "the final state differs" if outcome.state != base.state else ""
 
 
 def _spread(values: Sequence[float]) -> dict[str, float]:
@@ -203,8 +218,10 @@ async def run_loop_bench(config: LoopBenchConfig, progress: Callable[[str], None
                         t.hits += outcome.hits
                         t.calls += len(outcome.run.answers)
                         t.early_non_read += outcome.early_non_read
-                        t.equivalent &= (outcome.run.answers == base.run.answers and outcome.state == base.state
-                                         and outcome.run.final_text == base.run.final_text)
+                        difference = _difference(outcome, base)
+                        if difference:
+                            t.equivalent = False
+                            t.differences.append(f"repeat {repeat + 1}, {task.name}: {difference}")
                         t.stream_unchanged &= outcome.stream_unchanged is not False
                         t.per_task_saved.append(1 - outcome.run.seconds / base.run.seconds)
                     progress(f"repeat {repeat + 1}, {task.name} ({task.wire}): " + ", ".join(
@@ -230,7 +247,7 @@ def _document(config: LoopBenchConfig, totals: Mapping[str, _ArmTotals], tasks: 
                      "per_task_saved_median": round(statistics.median(t.per_task_saved), 4),
                      "hits": t.hits, "calls": t.calls, "early_non_read_runs": t.early_non_read,
                      "equivalent": t.equivalent, "stream_unchanged": t.stream_unchanged if arm in DAEMON_ARMS else None,
-                     "speculation_events": t.events}
+                     "speculation_events": t.events, "differences": t.differences}
     ratios: dict[str, float | None] = {}
     daemon = arms.get("daemon", {}).get("time_saved", {}).get("median")
     for other in ("proxy", "oracle"):

@@ -95,7 +95,7 @@ class FakeShim:
         """The client's call: the daemon's early result, or the server's answer to the call itself."""
         if self.link is None:
             return await self._own(name, arguments)
-        return await self.link.call(name, arguments, lambda: self._own(name, arguments))
+        return (await self.link.call(name, arguments, lambda: self._own(name, arguments))).answer
 
     async def aclose(self) -> None:
         if self.link is not None:
