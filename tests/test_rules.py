@@ -332,3 +332,37 @@ async def test_policy_through_a_runtime_session(server: str | None) -> None:
         assert all("'r'" not in repr(e) and "status" not in e.tool for e in events)
     await session.close()
     runtime.close()
+
+
+async def test_policy_resolving_a_resolved_tool_again_never_grants_more() -> None:
+    """An edge that resolved a tool itself (speculation off, private) and hands it to a session resolving for
+    another server (or none) keeps what its resolution took away; a tool's own server wins over the session's."""
+    ran: list[str] = []
+
+    async def read(path: str) -> str:
+        ran.append(path)
+        return "x"
+
+    policy = Policy(servers={"fs": ServerPolicy(trusted=True, tools={"read": ToolPolicy(speculate=False)})})
+    runtime = Runtime(policy=policy)
+    base = Tool("read", read, {"type": "object", "properties": {"path": {"type": "string"}}},
+                annotations={"readOnlyHint": True})
+    resolved = resolve(policy, "read", server="fs", hints=base.annotations).apply(base)
+    assert not resolved.speculate
+    for server in (None, "other", UNKNOWN_SERVER):
+        session = runtime.session(tools=[resolved], server=server)
+        assert not session.speculate(ToolCall("read", {"path": "p"})).launched
+        await session.close()
+    own = Tool("read", read, base.parameters, annotations={"readOnlyHint": True}, server="fs")
+    session = runtime.session(tools=[own], server="other")  # its own server's table: speculation off
+    assert not session.speculate(ToolCall("read", {"path": "p"})).launched
+    await session.close()
+    trusted = Tool("read", read, base.parameters, annotations={"readOnlyHint": True}, server="git")
+    runtime_git = Runtime(policy=Policy(servers={"git": ServerPolicy(trusted=True)}))
+    session = runtime_git.session(tools=[trusted])  # no session server: the tool's own, trusted
+    assert session.speculate(ToolCall("read", {"path": "q"})).launched
+    await session.wait_speculations()
+    assert ran == ["q"]
+    await session.close()
+    runtime.close()
+    runtime_git.close()

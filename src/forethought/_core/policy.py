@@ -17,15 +17,17 @@ of that tool runs early and it is private (its arguments are never learnt or sto
 
 from __future__ import annotations
 
-import enum
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from forethought._core.tools import Effect, Tool
+from forethought._core.tools import UNKNOWN_SERVER, Effect, Server, Tool
 from forethought.errors import PolicyError
+
+__all__ = ["ANY_SERVER", "BACKOFF_ENV", "UNKNOWN_SERVER", "BreakerPolicy", "Policy", "Resolved", "Server",
+           "ServerPolicy", "ToolPolicy", "ValidatorSpec", "resolve"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,15 +217,6 @@ _DEFAULT_TOOL_POLICY = ToolPolicy()
 _DEFAULT_SERVER_POLICY = ServerPolicy()
 
 
-class _Unknown(enum.Enum):
-    SERVER = "unknown server"
-
-
-UNKNOWN_SERVER = _Unknown.SERVER
-"""The server a tool belongs to when the edge could not learn its name (policy tables cannot be matched)."""
-Server = str | _Unknown | None
-"""What an edge knows of a tool's server: its name, :data:`UNKNOWN_SERVER`, or ``None`` (no server: a tool
-the user's own code defines)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +245,8 @@ class Resolved:
         return self.speculate and self.effect in (Effect.PURE, Effect.READ_ONLY, Effect.ISOLATED_WRITE)
 
     def apply(self, t: Tool) -> Tool:
-        """``t`` with these decisions applied (privacy only ever added, never removed)."""
+        """``t`` with these decisions applied (privacy only ever added and speculation only ever turned off, so
+        resolving an already resolved tool again never grants it more)."""
         changes: dict[str, Any] = {}
         if self.effect is not t.effect:
             changes["effect"] = self.effect
@@ -266,8 +260,8 @@ class Resolved:
             changes["private"] = True
         if not self.private_arguments <= t.private_arguments:
             changes["private_arguments"] = t.private_arguments | self.private_arguments
-        if self.speculate is not t.speculate:
-            changes["speculate"] = self.speculate
+        if not self.speculate and t.speculate:  # like privacy, only ever taken away (never fails open)
+            changes["speculate"] = False
         return replace(t, **changes) if changes else t
 
 

@@ -78,7 +78,8 @@ class Runtime:
         failed closed is reported once per reason, in the log and as a POLICY event."""
         out = []
         for t in tools:
-            resolved = resolve(self.policy, t.name, server=server, declared=t.effect, hints=t.annotations)
+            own = t.server if t.server is not None else server
+            resolved = resolve(self.policy, t.name, server=own, declared=t.effect, hints=t.annotations)
             applied = resolved.apply(t)
             if resolved.unmatched:
                 self._report_unmatched(applied, resolved.unmatched)  # by its private label

@@ -46,6 +46,17 @@ class Effect(enum.Enum):
 _WRITING_EFFECTS = frozenset({Effect.ISOLATED_WRITE, Effect.DESTRUCTIVE})
 
 
+class _Unknown(enum.Enum):
+    SERVER = "unknown server"
+
+
+UNKNOWN_SERVER = _Unknown.SERVER
+"""The server a tool belongs to when the edge could not learn its name (policy tables cannot be matched)."""
+Server = str | _Unknown | None
+"""What an edge knows of a tool's server: its name, :data:`UNKNOWN_SERVER`, or ``None`` (no server: a tool
+the user's own code defines)."""
+
+
 @runtime_checkable
 class Snapshot(Protocol):
     """One snapshot of a stateful tool's state, taken at a base version."""
@@ -135,6 +146,10 @@ class Tool:
     untrusted, believed only where the policy trusts its server (:func:`~forethought._core.policy.resolve`)."""
     speculate: bool = True
     """Whether the policy lets it run early at all (set by policy resolution; its effect must allow it too)."""
+    server: Server = None
+    """The server the tool belongs to (an MCP server's name, :data:`UNKNOWN_SERVER`), or ``None`` for a tool of
+    the user's own code: which of the policy's tables it resolves against (``Runtime.session`` may give one
+    server for all the tools it opens with; a tool's own wins)."""
     arguments: ArgumentSpec = field(init=False, repr=False, compare=False)
     label: str = field(init=False, repr=False, compare=False)
     """The name telemetry and logs may show: ``"<private>"`` for a private tool."""
