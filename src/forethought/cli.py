@@ -2,23 +2,28 @@
 
 Configuration enters here (flags, a policy file) and flows inward as values. Every command takes
 ``--json PATH`` for machine-readable results. Errors of the forethought family are printed as one clear
-line with exit status 2; a bench whose arms are not equivalent to serial exits with status 1.
+line with exit status 2; a bench whose arms are not equivalent to serial exits with status 1. An interrupt
+(Ctrl-C, or SIGINT from a script) stops the command: its workers are stopped, one line says so, and the
+exit status is 130; a second interrupt while it stops changes nothing. Help is as wide as the terminal, or
+:data:`PIPED_WIDTH` columns when piped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import signal
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 try:
     import typer
+    import typer.rich_utils
     from rich.console import Console
     from typer.core import TyperGroup
 except ImportError as missing:  # the library installed without its command line
-    import sys
-
     print(f"error: the forethought command needs {missing.name}: pip install 'forethought[cli]'", file=sys.stderr)
     raise SystemExit(2) from None
 
@@ -29,14 +34,46 @@ from forethought.mcp.cli import app as mcp_proxy_app
 
 _DEBUG = False
 """``--debug``: let errors propagate with their traceback instead of one line."""
+INTERRUPTED = 130
+"""The exit status of a command stopped by an interrupt (128 + SIGINT, as shells report it)."""
+STOP_WAIT_S = 5.0
+"""How long a stopped worker process may take to exit before it is killed."""
+PIPED_WIDTH = 140
+"""Columns for tables and help when the output is not a terminal (rich would cut at 80)."""
+
+
+def stop_workers(wait_s: float = STOP_WAIT_S) -> int:
+    """Terminate this process's worker processes (then kill those that linger); returns how many there were."""
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(wait_s)
+        if child.is_alive():
+            child.kill()
+            child.join(wait_s)
+    return len(children)
+
+
+def interrupted() -> NoReturn:
+    """The way out after an interrupt: further interrupts are ignored, workers stopped, one line, status 130."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # asked once is enough: the rest of the way out is not cut short
+    stop_workers()
+    typer.echo("forethought: interrupted", err=True)
+    raise typer.Exit(INTERRUPTED)
 
 
 class _Commands(TyperGroup):
-    """The command group: an error of the forethought family (or an unreadable file) is one line, exit status 2."""
+    """The command group: an error of the forethought family (or an unreadable file) is one line, exit status 2;
+    an interrupt is one line, exit status 130."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            if _DEBUG:
+                raise
+            interrupted()
         except (ForethoughtError, OSError) as exc:
             if _DEBUG:
                 raise
@@ -44,10 +81,17 @@ class _Commands(TyperGroup):
             raise typer.Exit(2) from None
 
 
+def _piped() -> bool:
+    return not sys.stdout.isatty()
+
+
+if _piped() and typer.rich_utils.MAX_WIDTH is None:  # help boxes were cut at 80 columns when piped
+    typer.rich_utils.MAX_WIDTH = PIPED_WIDTH
+
 app = typer.Typer(help="forethought: speculative tool execution for tool-using LLM agents.",
                   no_args_is_help=True, add_completion=False, cls=_Commands, pretty_exceptions_enable=False)
 app.add_typer(mcp_proxy_app, name="mcp-proxy")
-console = Console(width=None if Console().is_terminal else 140)
+console = Console(width=PIPED_WIDTH if _piped() else None)
 T = TypeVar("T")
 
 JsonOption = Annotated[str | None, typer.Option("--json", help="Write machine-readable results here.")]

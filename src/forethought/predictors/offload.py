@@ -38,6 +38,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import tempfile
 import threading
 import weakref
@@ -68,6 +69,7 @@ def _exit_with_parent() -> None:
 
 def _load(path: str) -> None:
     global _worker_predictor
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent ends this worker
     with open(path, "rb") as handle:
         _worker_predictor = pickle.load(handle)
     gc.collect()

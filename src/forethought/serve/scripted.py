@@ -154,7 +154,8 @@ def parse_script(data: Any) -> Script:
         responses.append(ScriptedResponse(
             text, tuple(_call(call, f"{where}.calls[{j}]") for j, call in enumerate(calls)),
             _number(item.get("ttft_s"), f"{where}.ttft_s", ttft),
-            _number(item.get("chunk_s"), f"{where}.chunk_s", chunk), _count(item.get("fragment_chars"), f"{where}.fragment_chars", fragment)))
+            _number(item.get("chunk_s"), f"{where}.chunk_s", chunk),
+            _count(item.get("fragment_chars"), f"{where}.fragment_chars", fragment)))
     return Script(tuple(responses), loop)
 
 
