@@ -9,16 +9,19 @@ generous guard, never on a fixed delay.
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from forethought.bench.background import in_daemon_thread
 from forethought.cli import stop_workers
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process groups from /proc")
@@ -122,3 +125,30 @@ def test_help_is_not_cut_when_piped() -> None:
     assert done.returncode == 0, done.stderr
     assert "…" not in done.stdout  # rich's ellipsis: a cut line
     assert "serial,spec-model,spec-stream,spec-pattern,pattern+stream,all,oracle" in done.stdout
+
+
+async def test_a_step_in_a_daemon_thread_gives_its_result_or_its_error() -> None:
+    assert await in_daemon_thread(lambda: 6 * 7) == 42
+
+    def broken() -> int:
+        raise ValueError("no training data")
+
+    with pytest.raises(ValueError, match="no training data"):
+        await in_daemon_thread(broken)
+
+
+async def test_cancelling_a_step_in_a_daemon_thread_does_not_wait_for_it() -> None:
+    """What lets Ctrl-C stop the bench while it trains its predictor (17 s at load 6) at once."""
+    started, release = threading.Event(), threading.Event()
+
+    def step() -> bool:
+        started.set()
+        return release.wait(GUARD_S)
+
+    task = asyncio.create_task(in_daemon_thread(step))
+    assert await asyncio.to_thread(started.wait, GUARD_S)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, GUARD_S)  # a step that held the cancellation would time out here
+    assert not release.is_set()  # the step is still running: the await did not wait for it
+    release.set()

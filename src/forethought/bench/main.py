@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from forethought._core.policy import Policy
 from forethought.bench.arms import Arm, parse_arms
+from forethought.bench.background import in_daemon_thread
 from forethought.bench.cpuload import CpuLoad
 from forethought.bench.engine_sim.model_server import SpeculatorConfig, TimingConfig, create_model_server
 from forethought.bench.lag import LagMonitor, machine_snapshot
@@ -115,9 +116,9 @@ async def pattern_factory(workload: Workload, offload: bool = True) -> Callable[
     """Train once on the training fold's calls with their real outputs; each arm gets its own copy (in a
     worker process of its own with ``offload``: :class:`~forethought.predictors.offload.OffloadedPredictor`)."""
     sessions = await record_trajectories(workload.training(), lambda t: workload.session_tools(t, None).tools)
-    trained = PatternPredictor.trained_on(sessions)
+    trained = await in_daemon_thread(lambda: PatternPredictor.trained_on(sessions), "train-patterns")
     if offload:  # one snapshot, a worker of its own per arm; this process keeps only the bytes
-        snapshot, name = OffloadedPredictor.pickled(trained), trained.name
+        snapshot, name = await in_daemon_thread(lambda: OffloadedPredictor.pickled(trained)), trained.name
         return lambda: OffloadedPredictor.from_pickle(snapshot, name)
     factory: Callable[[], Predictor] = trained.copy
     return factory
