@@ -120,3 +120,34 @@ def test_unknown_policy_tools_are_named_with_a_suggestion() -> None:
     line = describe_unknown(unknown)
     assert "'serch' (did you mean 'search'?)" in line and "'zzz'" in line
     assert unknown_policy_tools(Policy(), ["search"]) == {}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["bench", "--agents", "x"], "Invalid value for '--agents': expected positive whole numbers"),  # was a traceback
+    (["bench", "--agents", "0,4"], "Invalid value for '--agents'"),
+    (["bench", "--time-scale", "-1"], "Invalid value for '--time-scale'"),  # was a traceback
+    (["bench", "--tool-latency", "-1"], "Invalid value for '--tool-latency'"),  # was a traceback
+    (["bench", "--trajectories", "-3"], "Invalid value for '--trajectories'"),  # ran
+    (["bench", "--repeats", "0"], "Invalid value for '--repeats'"),  # ran once
+    (["bench", "--load", "-2"], "Invalid value for '--load'"),  # failed after the whole run
+    (["bench", "--alpha", "1.5"], "Invalid value for '--alpha'"),
+    (["bench", "--latencies", "a,b"], "expected comma-separated numbers"),
+    (["bench", "--latencies", "nan"], "expected non-negative numbers"),
+    (["bench", "--grouping", "x"], "Invalid value for '--grouping'"),
+    (["bench", "--bogus"], "No such option: --bogus"),
+    (["serve-model", "--port", "70000"], "Invalid value for '--port'"),
+    (["serve-model", "--host", "0.0.0.0"], "binds loopback only"),
+    (["model", "--alpha", "7"], "alpha must be between 0 and 1"),
+    (["no-such-command"], "No such command 'no-such-command'"),
+])
+def test_a_bad_option_value_is_one_line_with_status_2(argv: list[str], message: str) -> None:
+    """Typer's usage errors were a boxed block of lines; some values were tracebacks or ran on regardless."""
+    line = _one_line_error(runner.invoke(app, argv))
+    assert message in line, line
+
+
+def test_a_report_directory_that_cannot_be_made_fails_before_the_run(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    line = _one_line_error(runner.invoke(app, ["bench", "--out", str(blocker / "reports")]))
+    assert str(blocker) in line  # at once: the bench would otherwise run to its end before failing to write

@@ -1,4 +1,5 @@
-"""Interrupting a command: one line, exit status 130, no worker left behind; help that is not cut when piped.
+"""Interrupting a command: one line, exit status 130 (143 for SIGTERM), no worker left behind; help that is not
+cut when piped.
 
 The bench is started in a session of its own (as a terminal's foreground job is) and interrupted once its
 workers exist — the engine process and the pattern predictor's worker processes — either the way a
@@ -84,8 +85,11 @@ def _start_bench(tmp_path: Path) -> subprocess.Popen[str]:
                             start_new_session=True, cwd=tmp_path)
 
 
-@pytest.mark.parametrize("how", ["terminal", "script"])
-def test_an_interrupted_bench_exits_130_with_one_line_and_leaves_no_worker(tmp_path: Path, how: str) -> None:
+@pytest.mark.parametrize(("how", "status", "line"), [("terminal", 130, "forethought: interrupted"),
+                                                     ("script", 130, "forethought: interrupted"),
+                                                     ("terminate", 143, "forethought: terminated")])
+def test_an_interrupted_bench_exits_with_one_line_and_leaves_no_worker(tmp_path: Path, how: str, status: int,
+                                                                        line: str) -> None:
     bench = _start_bench(tmp_path)
     try:
         # the engine and the predictor workers run beside the bench once the arms have started
@@ -93,16 +97,18 @@ def test_an_interrupted_bench_exits_130_with_one_line_and_leaves_no_worker(tmp_p
         assert bench.poll() is None, bench.communicate()[1][-3000:]
         if how == "terminal":  # Ctrl-C: every process of the foreground group gets SIGINT
             os.killpg(bench.pid, signal.SIGINT)
-        else:  # a script interrupts the command alone, and impatiently a second time
+        elif how == "script":  # a script interrupts the command alone, and impatiently a second time
             bench.send_signal(signal.SIGINT)
             bench.send_signal(signal.SIGINT)
+        else:  # kill, timeout, a service manager
+            bench.send_signal(signal.SIGTERM)
         _, err = bench.communicate(timeout=GUARD_S)
     finally:
         if bench.poll() is None:
             os.killpg(bench.pid, signal.SIGKILL)
             bench.wait()
-    assert bench.returncode == 130
-    assert err.strip().splitlines() == ["forethought: interrupted"], err[-3000:]
+    assert bench.returncode == status
+    assert err.strip().splitlines() == [line], err[-3000:]
     _wait_for(lambda: not _group(bench.pid), "the bench's workers to exit")
 
 
