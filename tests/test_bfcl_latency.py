@@ -138,3 +138,38 @@ async def test_same_latency_in_serial_and_speculative_arms() -> None:
     await session.close()
     await serial.close()
     runtime.close()
+
+
+@pytest.mark.parametrize(("lazy", "kind"), [(True, "hit"), (False, "miss")])
+async def test_lazy_snapshot_lets_a_parallel_call_commit_after_the_earlier_one(lazy: bool, kind: str) -> None:
+    """Two calls of one turn: the second, speculated while the first runs, commits only if its snapshot
+    is taken after the first finished (lazy); an eager snapshot predates the first call's write. Each tool is
+    held at its latency wait until released, so the order is the test's, not the machine's speed."""
+    entry = next(e for e in load_bfcl() if e.id == "multi_turn_base_0")
+    first, second = entry.ground_truth[0][0], entry.ground_truth[0][1]  # cd(document), mkdir(temp)
+    model = LatencyModel(mean_s=0.0, per_tool={"cd": 0.01, "mkdir": 0.08}, jitter=0.0)
+    gates = {0.01: Gate(), 0.08: Gate()}  # by the delay asked for: cd's, mkdir's
+
+    async def sleep(seconds: float) -> None:
+        await gates[seconds](seconds)
+
+    tools, state = build_session(entry, model, lazy=lazy, sleep=sleep)
+    runtime = Runtime()
+    session = runtime.session(tools=tools)
+    authoritative = asyncio.ensure_future(session.execute_detailed(first))
+    await gates[0.01].waiting.wait()  # cd is running, held before its write
+    session.speculate(second)
+    await gates[0.08].waiting.wait()  # mkdir's guess is running too, held before it touches state
+    gates[0.01].release.set()
+    one = await authoritative  # cd has written
+    gates[0.08].release.set()
+    two = await session.execute_detailed(second)
+    assert one.kind == "miss" and two.kind == kind
+    serial_tools, serial_state = build_session(entry)
+    serial = runtime.session(tools=serial_tools)
+    await serial.execute(first)
+    assert await serial.execute(second) == two.value
+    assert state_fingerprint(state) == state_fingerprint(serial_state)
+    await session.close()
+    await serial.close()
+    runtime.close()
