@@ -78,8 +78,16 @@ def _wait_for(condition: object, what: str) -> None:
         time.sleep(0.05)
 
 
-def _start_bench(tmp_path: Path) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "forethought.cli", "bench", "--trajectories", "4", "--agents", "2",
+INTERRUPTIBLE = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                 "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+"""Start a command with SIGINT's default action, as a terminal's foreground job has it, whatever this test
+inherited (a background ``make test`` started by a script runs with SIGINT ignored, and so would the bench)."""
+
+
+def _start_bench(tmp_path: Path, sigint_ignored: bool = False) -> subprocess.Popen[str]:
+    disposition = INTERRUPTIBLE.replace("SIG_DFL", "SIG_IGN") if sigint_ignored else INTERRUPTIBLE
+    prefix = [sys.executable, "-c", disposition]
+    argv = [*prefix, "-m", "forethought.cli", "bench", "--trajectories", "4", "--agents", "2",
             "--repeats", "2", "--time-scale", "0.05", "--out", str(tmp_path)]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, cwd=tmp_path)
@@ -87,10 +95,11 @@ def _start_bench(tmp_path: Path) -> subprocess.Popen[str]:
 
 @pytest.mark.parametrize(("how", "status", "line"), [("terminal", 130, "forethought: interrupted"),
                                                      ("script", 130, "forethought: interrupted"),
-                                                     ("terminate", 143, "forethought: terminated")])
+                                                     ("terminate", 143, "forethought: terminated"),
+                                                     ("terminate-background", 143, "forethought: terminated")])
 def test_an_interrupted_bench_exits_with_one_line_and_leaves_no_worker(tmp_path: Path, how: str, status: int,
                                                                         line: str) -> None:
-    bench = _start_bench(tmp_path)
+    bench = _start_bench(tmp_path, sigint_ignored=how == "terminate-background")
     try:
         # the engine and the predictor workers run beside the bench once the arms have started
         _wait_for(lambda: _workers_up(bench) or bench.poll() is not None, "the bench's workers")

@@ -62,12 +62,17 @@ _terminated = False
 """A SIGTERM arrived: it takes the interrupt's way out (see :func:`_on_sigterm`)."""
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
+def _on_sigterm(signum: int, frame: Any) -> None:
     """SIGTERM (``kill``, ``timeout``) stops the command as Ctrl-C does: the running bench is cancelled and its
-    workers stopped, rather than the process vanishing with its workers and their semaphores behind it."""
+    workers stopped, rather than the process vanishing with its workers and their semaphores behind it. It
+    does so even where SIGINT is ignored (a command started in the background by a script)."""
     global _terminated
     _terminated = True
-    signal.raise_signal(signal.SIGINT)
+    on_interrupt = signal.getsignal(signal.SIGINT)
+    if callable(on_interrupt):  # asyncio's (cancels the running job) or Python's own (raises KeyboardInterrupt)
+        on_interrupt(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
 
 
 def interrupted() -> NoReturn:
