@@ -63,7 +63,7 @@ def write_json(path: str | Path, doc: Mapping[str, Any]) -> Path:
 
 def arms_table(title: str, arms: Mapping[str, Mapping[str, Any]]) -> Table:
     table = Table(title=title)
-    table.add_column("arm", style="bold")
+    table.add_column("arm", style="bold", no_wrap=True, min_width=max([3, *(len(name) for name in arms)]))
     for _, header, _ in ARM_COLUMNS:
         table.add_column(header, justify="right")
     for name, values in arms.items():
