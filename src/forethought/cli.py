@@ -93,7 +93,8 @@ class _Commands(TyperGroup):
     line, exit status 2; an interrupt is one line, exit status 130."""
 
     def invoke(self, ctx: Any) -> Any:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        before = signal.getsignal(signal.SIGTERM)
+        if before is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             return super().invoke(ctx)
@@ -113,6 +114,9 @@ class _Commands(TyperGroup):
                 raise
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
+        finally:
+            if before is signal.SIG_DFL:  # the command ran in a process that lives on (a test's CliRunner)
+                signal.signal(signal.SIGTERM, before)
 
 
 def _piped() -> bool:
