@@ -85,22 +85,47 @@ def test_percentile_is_one_of_the_values_and_monotone(values: list[float], q: fl
     assert percentile(values, q) <= percentile(values, min(1.0, q + 0.1))
 
 
+class Ticks:
+    """The lag monitor's clock and sleep, driven by the test: each ``tick(late_s)`` ends one sleep that late."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.asleep: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+        self.slept = asyncio.Event()
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self.asleep.put(woken)
+        self.slept.set()
+        await woken
+
+    async def tick(self, interval_s: float, late_s: float) -> None:
+        """End the monitor's sleep ``late_s`` after its interval; return once it recorded that and slept again."""
+        woken = await self.asleep.get()
+        self.slept.clear()
+        self.now += interval_s + late_s
+        woken.set_result(None)
+        await self.slept.wait()
+
+
 async def test_lag_monitor_attributes_a_blocked_loop_to_the_running_arm() -> None:
-    async with LagMonitor(interval_s=0.001) as monitor:
+    """Lateness is measured against the monitor's clock and charged to the label in force (no real timing:
+    the test decides how late each wake-up comes, as a blocked loop would make it)."""
+    ticks, interval = Ticks(), 0.001
+    async with LagMonitor(interval_s=interval, clock=ticks.clock, sleep=ticks.sleep) as monitor:
         monitor.label = "idle"
-        await asyncio.sleep(0.02)
+        for _ in range(20):
+            await ticks.tick(interval, 0.0)
         monitor.label = "blocking"
-        await asyncio.sleep(0.002)
-        blocked = 0
-        for _ in range(3):  # hold the loop: the monitor wakes late, and the lateness is this arm's
-            deadline = asyncio.get_running_loop().time() + 0.03
-            while asyncio.get_running_loop().time() < deadline:
-                blocked += 1
-            await asyncio.sleep(0.002)
+        for late in (0.03, 0.0, 0.03, 0.0, 0.03):
+            await ticks.tick(interval, late)
         monitor.label = ""
-    assert monitor.samples["idle"] and monitor.samples["blocking"]
-    assert monitor.p99_ms("blocking") >= 20.0 > 0 <= monitor.p99_ms("idle")
-    assert monitor.p99_ms("blocking") > monitor.p99_ms("idle") and monitor.p99_ms() >= monitor.p99_ms("idle")
+    assert len(monitor.samples["idle"]) == 20 and len(monitor.samples["blocking"]) == 5
+    assert monitor.p99_ms("blocking") == pytest.approx(30.0) and monitor.p99_ms("idle") == pytest.approx(0.0, abs=1e-9)
+    assert monitor.p99_ms() == pytest.approx(30.0)
 
 
 def test_cpu_load_starts_and_always_stops_its_processes() -> None:
