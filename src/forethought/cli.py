@@ -156,7 +156,40 @@ def _policy(path: Path | None) -> Policy:
 
 
 def _run(job: Callable[[], Awaitable[T]]) -> T:
-    return asyncio.run(job())  # type: ignore[arg-type]  # errors: one line via _Commands
+    return asyncio.run(_stoppable(job))  # errors: one line via _Commands
+
+
+async def _stoppable(job: Callable[[], Awaitable[T]]) -> T:
+    """Run ``job``; the first SIGINT (unless ignored, as in a background job) or SIGTERM cancels it, and later
+    ones change nothing. A cancellation ends at the job's next await, never inside a synchronous step (a
+    worker half spawned would print a traceback of its own); the job's own cleanup stops its workers."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    stopping = False
+
+    def stop(terminate: bool) -> None:
+        nonlocal stopping
+        global _terminated
+        if not stopping:
+            stopping, _terminated = True, terminate
+            task.cancel()
+
+    signals = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else [])
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    for sig in signals:
+        loop.add_signal_handler(sig, stop, sig == signal.SIGTERM)
+    try:
+        return await job()
+    except asyncio.CancelledError:
+        if stopping:
+            raise KeyboardInterrupt from None  # the interrupt's way out: interrupted()
+        raise
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+            if before[sig] is not None:  # None: a handler installed outside Python, left as remove_ set it
+                signal.signal(sig, before[sig])
 
 
 def _check_policy_tools(config: Any) -> None:
