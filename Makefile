@@ -6,12 +6,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test clean sptc-venv bench-code vllm-venv mcp-servers redis-server
 
+BFCL := bfcl-eval==2026.3.23
+
+# The BFCL workload comes from bfcl-eval, installed without its dependencies: its multi-turn backends need only
+# mpmath (in the bench extra), while it declares ~30 others (numpy==1.26.4, torch via sentence-transformers, ...)
+# that forethought never imports. pip would list each as missing or conflicting after any install that touches
+# the venv, so bfcl-eval is taken out before the project is installed and put back last, with only that
+# install's check of its own declared requirements silenced; every other install reports conflicts as usual.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	if $(BIN)/python -m pip show -q bfcl-eval >/dev/null 2>&1; then $(BIN)/python -m pip uninstall -q -y bfcl-eval; fi
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
-	$(BIN)/python -m pip install -q --no-deps bfcl-eval==2026.3.23
-	$(BIN)/python -m pip install -q -c constraints.txt mpmath
+	$(BIN)/python -m pip install -q --no-deps --no-warn-conflicts $(BFCL)
 	touch $(STAMP)
 
 SPTC_PY ?= $(shell PYENV_VERSION=3.12.1 python3.12 --version >/dev/null 2>&1 && echo "env PYENV_VERSION=3.12.1 python3.12" || echo python3.12)

@@ -13,6 +13,7 @@ from forethought import Runtime, Tool, ToolCall
 from forethought.agent.loop import Agent, AgentResult
 from forethought.bench.engine_sim.model_server import SpeculatorConfig, TimingConfig, create_model_server
 from forethought.bench.main import BenchConfig, run_bench
+from forethought.bench.verdict import oracle_saved
 from forethought.bench.workloads.bfcl import build_session, load_bfcl, state_fingerprint, to_trajectory
 from forethought.bench.workloads.synthetic import lookup_tool
 from forethought.errors import StreamDroppedError
@@ -130,13 +131,16 @@ async def test_bench_runs_every_arm_and_checks_equivalence(tmp_path: Path) -> No
         fields = results["arms"][arm]
         assert {"wall_s", "time_saved", "speedup", "hits", "partial_hits", "misses", "wasted_tool_s", "alpha",
                 "efficiency"} <= fields.keys()
-    assert results["arms"]["spec-model"]["hits"] > 0
+    # How many guesses hit is a figure of the benchmark, not of this test: at time scale 0.01 it depends on the
+    # machine's speed. What holds whatever the speed: the oracle's guesses are registered before the model's
+    # answer can be read (its predictor answers without awaiting), so it never misses; a claim finds each
+    # guess finished (a hit) or still running (a partial hit).
+    oracle = results["arms"]["oracle"]
+    assert oracle["misses"] == 0 and oracle["hits"] + oracle["partial_hits"] == results["arms"]["serial"]["misses"]
     for name, arm in results["arms"].items():  # added in wave 2: spread over repeats, lag, oracle share
         low, high = arm["time_saved_spread"]
         assert low <= arm["time_saved"] <= high and arm["repeats"] == 2 and arm["lag_p99_ms"] >= 0.0
-        assert (arm["oracle_share"] is None) == (name == "serial" or results["arms"]["oracle"]["time_saved"] <= 0)
-    oracle = results["arms"]["oracle"]
-    assert oracle["misses"] == 0 and oracle["hits"] == results["arms"]["serial"]["misses"]  # every call foreseen
+        assert (arm["oracle_share"] is None) == (name == "serial" or not oracle_saved(oracle))
     assert results["repeats"] == 2 and results["machine"]["cores"] >= 1 and results["verdict"]
     assert json.loads((tmp_path / "bench.json").read_text())["command"] == "bench"
     assert (tmp_path / "report.html").exists() and (tmp_path / "outcomes.png").exists()
@@ -149,5 +153,5 @@ async def test_bench_with_the_pattern_predictor_in_a_worker_process(tmp_path: Pa
     assert config.offload
     doc = await run_bench(config, console=None, json_path=str(tmp_path / "bench.json"))
     results = doc["results"]
-    assert results["equivalent"] is True
-    assert results["arms"]["spec-pattern"]["hits"] > 0 and results["arms"]["spec-pattern"]["launched"] > 0
+    assert results["equivalent"] is True  # whether the worker's guesses came in time is the benchmark's figure;
+    # that they are the in-process predictor's own guesses is tests/test_offload.py's (no clock involved)

@@ -15,7 +15,7 @@ from forethought.bench.lag import LagMonitor, percentile
 from forethought.bench.main import aggregate
 from forethought.bench.metrics import ArmMetrics
 from forethought.bench.oracle import OraclePredictor
-from forethought.bench.verdict import BUSY_LAG_P99_MS, machine_busy, verdict
+from forethought.bench.verdict import BUSY_LAG_P99_MS, headline, machine_busy, oracle_saved, oracle_share, verdict
 from forethought.predictors.base import PredictionContext
 from forethought.predictors.trajectory import Trajectory, Turn
 
@@ -85,22 +85,47 @@ def test_percentile_is_one_of_the_values_and_monotone(values: list[float], q: fl
     assert percentile(values, q) <= percentile(values, min(1.0, q + 0.1))
 
 
+class Ticks:
+    """The lag monitor's clock and sleep, driven by the test: each ``tick(late_s)`` ends one sleep that late."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.asleep: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+        self.slept = asyncio.Event()
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self.asleep.put(woken)
+        self.slept.set()
+        await woken
+
+    async def tick(self, interval_s: float, late_s: float) -> None:
+        """End the monitor's sleep ``late_s`` after its interval; return once it recorded that and slept again."""
+        woken = await self.asleep.get()
+        self.slept.clear()
+        self.now += interval_s + late_s
+        woken.set_result(None)
+        await self.slept.wait()
+
+
 async def test_lag_monitor_attributes_a_blocked_loop_to_the_running_arm() -> None:
-    async with LagMonitor(interval_s=0.001) as monitor:
+    """Lateness is measured against the monitor's clock and charged to the label in force (no real timing:
+    the test decides how late each wake-up comes, as a blocked loop would make it)."""
+    ticks, interval = Ticks(), 0.001
+    async with LagMonitor(interval_s=interval, clock=ticks.clock, sleep=ticks.sleep) as monitor:
         monitor.label = "idle"
-        await asyncio.sleep(0.02)
+        for _ in range(20):
+            await ticks.tick(interval, 0.0)
         monitor.label = "blocking"
-        await asyncio.sleep(0.002)
-        blocked = 0
-        for _ in range(3):  # hold the loop: the monitor wakes late, and the lateness is this arm's
-            deadline = asyncio.get_running_loop().time() + 0.03
-            while asyncio.get_running_loop().time() < deadline:
-                blocked += 1
-            await asyncio.sleep(0.002)
+        for late in (0.03, 0.0, 0.03, 0.0, 0.03):
+            await ticks.tick(interval, late)
         monitor.label = ""
-    assert monitor.samples["idle"] and monitor.samples["blocking"]
-    assert monitor.p99_ms("blocking") >= 20.0 > 0 <= monitor.p99_ms("idle")
-    assert monitor.p99_ms("blocking") > monitor.p99_ms("idle") and monitor.p99_ms() >= monitor.p99_ms("idle")
+    assert len(monitor.samples["idle"]) == 20 and len(monitor.samples["blocking"]) == 5
+    assert monitor.p99_ms("blocking") == pytest.approx(30.0) and monitor.p99_ms("idle") == pytest.approx(0.0, abs=1e-9)
+    assert monitor.p99_ms() == pytest.approx(30.0)
 
 
 def test_cpu_load_starts_and_always_stops_its_processes() -> None:
@@ -133,13 +158,63 @@ def test_verdict_states_the_result_in_words_with_its_spread() -> None:
             "spec-model": _arm(-0.05, (-0.08, 0.01), -0.2), "oracle": _arm(0.31, (0.30, 0.33), 1.0)}
     words = verdict(arms, True, IDLE, 3)
     assert not machine_busy(IDLE) and not any(line.startswith("WARNING") for line in words)
-    assert words[0].startswith("Fastest arm: pattern+stream, +25.0%") and "+22.0% to +27.0%" in words[0]
-    assert "over 3 repeats" in words[0]
+    assert words[0].startswith("Speculation paid on this run: pattern+stream took 25.0% less wall time")
+    assert "every repeat faster: +22.0% to +27.0%" in words[0] and "the machine was idle" in words[0]
+    assert "load average up to 0.4 on 2 cores" in words[0]
+    assert words[1].startswith("Fastest arm: pattern+stream, +25.0%") and "+22.0% to +27.0%" in words[1]
+    assert "over 3 repeats" in words[1]
     assert any(line.startswith("Oracle") and "+31.0%" in line for line in words)
-    assert any("pattern+stream 80%" in line for line in words)
+    shares = [line for line in words if line.startswith("Share of the oracle's saving")]
+    assert shares == ["Share of the oracle's saving: pattern+stream 81%."]  # spec-model was slower: no share
     assert any(line.startswith("Slower than serial: spec-model -5.0%") for line in words)
     assert words[-1].startswith("Every arm")
     assert verdict(arms, False, IDLE, 3)[-1].startswith("NOT EQUIVALENT")
+
+
+def test_the_headline_says_when_speculation_paid_on_the_median_only() -> None:
+    arms = {"serial": _arm(0.0, (0.0, 0.0)), "x": _arm(0.04, (-0.01, 0.09))}
+    line = headline(arms, IDLE, 3)
+    assert line.startswith("Speculation paid on the median only: x took 4.0% less wall time")
+    assert "slower in some repeat (-1.0% to +9.0%)" in line
+
+
+def test_no_arm_slower_than_serial_is_called_fastest_nor_given_a_share_of_a_noise_saving() -> None:
+    """The case of the busy demo: every arm slower, an oracle at +0.06% (a share of -833%)."""
+    arms = {"serial": _arm(0.0, (0.0, 0.0)), "pattern+stream": _arm(-0.005, (-0.03, 0.02)),
+            "all": _arm(-0.19, (-0.20, 0.02)), "oracle": _arm(0.0006, (-0.01, 0.02))}
+    busy = {"cores": 2, "load_1m_start": 9.0, "load_1m_end": 8.1, "lag_p99_ms": 45.0}
+    words = verdict(arms, True, busy, 3)
+    assert words[0].startswith("Speculation did not pay on this run: no arm was faster than serial (the best, "
+                               "pattern+stream, -0.5%")
+    assert "the machine was busy (load average up to 9.0 on 2 cores, event-loop lag p99 45 ms)" in words[0]
+    assert "unreliable" in words[0] and words[1].startswith("WARNING: the machine was busy")
+    assert not any("Fastest" in line or "fastest" in line for line in words)
+    assert not any(line.startswith("Share of the oracle") for line in words)
+    assert any(line.startswith("Oracle") and "no arm's share" in line for line in words)
+    assert oracle_share(-0.005, arms["oracle"]) is None
+    out = aggregate([{"serial": _metrics(0.0), "x": _metrics(-0.005), "oracle": _metrics(0.0006)}])
+    assert out["x"]["oracle_share"] is None and out["oracle"]["oracle_share"] is None
+
+
+@given(st.dictionaries(st.sampled_from(["a", "b", "c", "oracle"]),
+                       st.tuples(st.floats(-0.9, 0.9), st.floats(0, 0.2), st.floats(0, 0.2)), min_size=1),
+       st.floats(0, 20), st.integers(1, 64))
+def test_the_headline_is_one_line_and_never_calls_a_slower_arm_fast(
+        spec: dict[str, tuple[float, float, float]], load: float, cores: int) -> None:
+    arms: dict[str, dict[str, object]] = {"serial": _arm(0.0, (0.0, 0.0))}
+    for name, (saved, below, above) in spec.items():
+        arms[name] = _arm(saved, (saved - below, saved + above))
+    machine = {"cores": cores, "load_1m_start": load, "load_1m_end": load, "lag_p99_ms": 1.0}
+    words = verdict(arms, True, machine, 3)
+    assert "\n" not in words[0] and ("busy" in words[0]) == machine_busy(machine)
+    real = {n: a for n, a in arms.items() if n not in ("serial", "oracle")}
+    paid = any(float(a["time_saved"]) > 0 for a in real.values())  # type: ignore[arg-type]
+    assert words[0].startswith("Speculation paid") == paid
+    fastest = [line for line in words if line.startswith("Fastest arm")]
+    assert bool(fastest) == paid
+    for line in words:
+        if line.startswith("Share of the oracle's saving"):
+            assert oracle_saved(arms["oracle"]) and "-" not in line.split(":", 1)[1]
 
 
 @pytest.mark.parametrize("machine", [
@@ -149,8 +224,8 @@ def test_verdict_states_the_result_in_words_with_its_spread() -> None:
 ])
 def test_a_busy_machine_is_said_first_and_plainly(machine: dict[str, float]) -> None:
     words = verdict({"serial": _arm(0.0, (0.0, 0.0)), "x": _arm(-0.4, (-0.8, 0.18))}, True, machine, 3)
-    assert machine_busy(machine) and words[0].startswith("WARNING: the machine was busy")
-    assert "unreliable" in words[0]
+    assert machine_busy(machine) and "the machine was busy" in words[0] and "unreliable" in words[0]
+    assert words[1].startswith("WARNING: the machine was busy") and "unreliable" in words[1]
 
 
 def test_the_verdict_says_when_and_where_speculation_backed_off() -> None:

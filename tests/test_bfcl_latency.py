@@ -80,6 +80,20 @@ def test_with_latency_keeps_threaded_tools_in_their_thread() -> None:
     assert t.threaded and t.fn(x=5) == 5 and seen
 
 
+class Gate:
+    """A latency wait that holds each tool until released, recording the delay asked for (no clock involved)."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+        self.waiting = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        self.waiting.set()
+        await self.release.wait()
+
+
 async def test_with_latency_passes_state_through_and_waits_before_touching_it() -> None:
     cell = ObjectState({"n": 0})
 
@@ -87,12 +101,14 @@ async def test_with_latency_passes_state_through_and_waits_before_touching_it() 
         target["n"] += 1
         return int(target["n"])
 
+    gate = Gate()
     t = with_latency(Tool(name="bump", fn=bump, effect=Effect.ISOLATED_WRITE, state=cell),
-                     LatencyModel(mean_s=0.05, jitter=0.0))
+                     LatencyModel(mean_s=0.05, jitter=0.0), sleep=gate)
     task = asyncio.ensure_future(t.fn(cell.live))
-    await asyncio.sleep(0.01)
-    assert cell.live == {"n": 0}
-    assert await task == 1
+    await gate.waiting.wait()
+    assert cell.live == {"n": 0} and gate.asked == [0.05]  # held at its wait, the state untouched
+    gate.release.set()
+    assert await task == 1 and cell.live == {"n": 1}
 
 
 async def test_same_latency_in_serial_and_speculative_arms() -> None:
@@ -100,23 +116,24 @@ async def test_same_latency_in_serial_and_speculative_arms() -> None:
     entry = load_bfcl()[0]
     model = LatencyModel(mean_s=0.02, jitter=0.5, seed=3)
     call = entry.calls[0]
-    tools, state = build_session(entry, model)
+    speculative_gate, serial_gate = Gate(), Gate()
+    tools, state = build_session(entry, model, sleep=speculative_gate)
     key_args = next(t for t in tools if t.name == call.name).arguments.canonical_arguments(call)
     expected = model.delay(call.name, call_key_text(key_args))
     runtime = Runtime()
     session = runtime.session(tools=tools)
     session.speculate(call)
-    await asyncio.sleep(0)
-    start = time.monotonic()
+    await speculative_gate.waiting.wait()
+    assert speculative_gate.asked == [expected]  # the speculation waits the call's own delay
+    speculative_gate.release.set()
+    await session.wait_speculations()
     outcome = await session.execute_detailed(call)
-    assert outcome.kind == "hit"
-    assert time.monotonic() - start <= expected + 0.5
-    assert outcome.saved_s <= expected + 0.01
-    serial_tools, serial_state = build_session(entry, model)
+    assert outcome.kind == "hit" and speculative_gate.asked == [expected]  # served: no second wait
+    serial_tools, serial_state = build_session(entry, model, sleep=serial_gate)
     serial = runtime.session(tools=serial_tools)
-    start = time.monotonic()
+    serial_gate.release.set()
     assert await serial.execute(call) == outcome.value
-    assert time.monotonic() - start >= expected * 0.9
+    assert serial_gate.asked == [expected]  # the serial arm waited exactly as long
     assert state_fingerprint(state) == state_fingerprint(serial_state)
     await session.close()
     await serial.close()
@@ -126,17 +143,26 @@ async def test_same_latency_in_serial_and_speculative_arms() -> None:
 @pytest.mark.parametrize(("lazy", "kind"), [(True, "hit"), (False, "miss")])
 async def test_lazy_snapshot_lets_a_parallel_call_commit_after_the_earlier_one(lazy: bool, kind: str) -> None:
     """Two calls of one turn: the second, speculated while the first runs, commits only if its snapshot
-    is taken after the first finished (lazy); an eager snapshot predates the first call's write."""
+    is taken after the first finished (lazy); an eager snapshot predates the first call's write. Each tool is
+    held at its latency wait until released, so the order is the test's, not the machine's speed."""
     entry = next(e for e in load_bfcl() if e.id == "multi_turn_base_0")
     first, second = entry.ground_truth[0][0], entry.ground_truth[0][1]  # cd(document), mkdir(temp)
     model = LatencyModel(mean_s=0.0, per_tool={"cd": 0.01, "mkdir": 0.08}, jitter=0.0)
-    tools, state = build_session(entry, model, lazy=lazy)
+    gates = {0.01: Gate(), 0.08: Gate()}  # by the delay asked for: cd's, mkdir's
+
+    async def sleep(seconds: float) -> None:
+        await gates[seconds](seconds)
+
+    tools, state = build_session(entry, model, lazy=lazy, sleep=sleep)
     runtime = Runtime()
     session = runtime.session(tools=tools)
     authoritative = asyncio.ensure_future(session.execute_detailed(first))
-    await asyncio.sleep(0)
+    await gates[0.01].waiting.wait()  # cd is running, held before its write
     session.speculate(second)
-    one = await authoritative
+    await gates[0.08].waiting.wait()  # mkdir's guess is running too, held before it touches state
+    gates[0.01].release.set()
+    one = await authoritative  # cd has written
+    gates[0.08].release.set()
     two = await session.execute_detailed(second)
     assert one.kind == "miss" and two.kind == kind
     serial_tools, serial_state = build_session(entry)

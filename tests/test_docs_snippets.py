@@ -1,11 +1,14 @@
 """The documentation runs: every ```python block of README.md, CONTRIBUTING.md and docs/*.md, and every
 script in examples/.
 
-Each block is executed in a fresh namespace (as ``__main__``, in an empty working directory) by one child
-interpreter, started with the examples, with a per-block time limit; a block that awaits
-at top level runs under ``asyncio.run``. The examples run as scripts, each in its own child process. Both
-may import forethought only through its public surface (``forethought`` and ``forethought.integrations``).
-Blocks that are not meant to run are fenced as ``text``, ``sh`` and so on.
+Every README block runs as a reader would run it: saved as a file and started with the project's
+interpreter (``python block.py``, in an empty directory), so a top-level ``await`` is a failure there. Each
+is followed by an ```output block holding exactly what it prints (``...`` matches anything, as in doctest).
+The other pages' blocks are executed in a fresh namespace (as ``__main__``, in an empty working directory)
+by one child interpreter, started with the examples, with a per-block time limit; a block that awaits at
+top level runs under ``asyncio.run``. The examples run as scripts, each in its own child process. All of
+them may import forethought only through its public surface (``forethought`` and
+``forethought.integrations``). Blocks that are not meant to run are fenced as ``text``, ``sh`` and so on.
 
 The docs also cite tests by ``tests/test_x.py::test_name`` and link files by relative path: each cited
 test and each linked file must exist, so the design document cannot drift away from the suite.
@@ -14,6 +17,7 @@ test and each linked file must exist, so the design document cannot drift away f
 from __future__ import annotations
 
 import ast
+import doctest
 import json
 import os
 import pathlib
@@ -26,7 +30,8 @@ from typing import Any
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = [p for p in (ROOT / "README.md", ROOT / "CONTRIBUTING.md") if p.exists()] + sorted((ROOT / "docs").glob("*.md"))
+README = ROOT / "README.md"
+DOCS = [p for p in (README, ROOT / "CONTRIBUTING.md") if p.exists()] + sorted((ROOT / "docs").glob("*.md"))
 MARKDOWN = DOCS + [p for p in [ROOT / "CHANGELOG.md"] if p.exists()]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 PYTHON_TAGS = {"python", "py", "python3"}
@@ -45,6 +50,8 @@ class Block:
     """1-based line of the opening fence."""
     tag: str
     code: str
+    end: int = 0
+    """1-based line of the closing fence."""
 
     @property
     def id(self) -> str:
@@ -69,13 +76,31 @@ def fenced_blocks(path: pathlib.Path) -> list[Block]:
         while j < len(lines) and not closing.match(lines[j]):
             body.append(lines[j][indent:] if lines[j][:indent].strip() == "" else lines[j])
             j += 1
-        blocks.append(Block(path, i + 1, tag, "\n".join(body) + "\n"))
+        blocks.append(Block(path, i + 1, tag, "\n".join(body) + "\n", j + 1))
         i = j + 1
     return blocks
 
 
 def python_blocks() -> list[Block]:
     return [b for path in DOCS for b in fenced_blocks(path) if b.tag in PYTHON_TAGS]
+
+
+def readme_blocks() -> list[tuple[Block, Block | None]]:
+    """Each python block of the README with the ```output block right after it (blank lines between), if any."""
+    blocks = fenced_blocks(README)
+    lines = README.read_text(encoding="utf-8").splitlines()
+    pairs = []
+    for block, after in zip(blocks, [*blocks[1:], None], strict=True):
+        if block.tag not in PYTHON_TAGS:
+            continue
+        adjacent = after is not None and after.tag == "output" and not "".join(lines[block.end:after.line - 1]).strip()
+        pairs.append((block, after if adjacent else None))
+    return pairs
+
+
+def output_matches(expected: str, printed: str) -> bool:
+    """Whether ``printed`` is ``expected``, where ``...`` in ``expected`` matches any text (doctest's ELLIPSIS)."""
+    return doctest.OutputChecker().check_output(expected, printed, doctest.ELLIPSIS)
 
 
 def private_imports(source: str, filename: str) -> list[str]:
@@ -166,6 +191,11 @@ def children(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.C
     examples = {path.name: subprocess.Popen([sys.executable, str(path)], cwd=tmp_path_factory.mktemp(path.stem),
                                             **pipes)  # type: ignore[call-overload]
                 for path in EXAMPLES}
+    for block, _ in README_BLOCKS:  # as a reader runs one: saved as a file, in a directory of its own
+        where = tmp_path_factory.mktemp(f"readme_{block.line}")
+        (where / f"readme_{block.line}.py").write_text(block.code, encoding="utf-8")
+        examples[block.id] = subprocess.Popen([sys.executable, f"readme_{block.line}.py"], cwd=where,
+                                              **pipes)  # type: ignore[call-overload]
     done = {"@blocks": _finish(runner, SNIPPET_TIMEOUT_S * len(BLOCKS) + 30)}
     done.update({name: _finish(process, EXAMPLE_TIMEOUT_S) for name, process in examples.items()})
     return done
@@ -179,11 +209,48 @@ def doc_runs(children: dict[str, subprocess.CompletedProcess[str]]) -> dict[str,
     return results
 
 
-BLOCKS = python_blocks()
+README_BLOCKS = readme_blocks()
+BLOCKS = [b for b in python_blocks() if b.path != README]
+"""The blocks of the other pages (the README's run as files)."""
 
 
-def test_the_docs_have_python_blocks_and_the_readme_one_is_among_them() -> None:
-    assert any(b.path.name == "README.md" for b in BLOCKS), "the README's usage example is not a python block"
+def test_the_readme_has_python_blocks_each_followed_by_its_output() -> None:
+    assert README_BLOCKS, "the README's usage examples are not python blocks"
+    missing = [block.id for block, output in README_BLOCKS if output is None]
+    assert not missing, f"README python blocks without an ```output block right after them: {missing}"
+
+
+@pytest.mark.parametrize(("block", "output"), README_BLOCKS, ids=[b.id for b, _ in README_BLOCKS])
+def test_a_readme_block_runs_as_a_file_and_prints_its_output(
+        block: Block, output: Block | None, children: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    done = children[block.id]
+    assert done.returncode == 0, (
+        f"{block.id}, saved as a file and run, exited {done.returncode}:\n{done.stderr[-3000:]}")
+    assert output is not None, f"{block.id} has no ```output block after it"
+    assert output_matches(output.code, done.stdout), (
+        f"{block.id} printed:\n{done.stdout}\nbut its ```output block (line {output.line}) says:\n{output.code}")
+
+
+@pytest.mark.parametrize(("expected", "printed", "matches"), [
+    ("hit after 0.0 s\n", "hit after 0.0 s\n", True),
+    ("24 C.\nOslo: 24 C\n", "24 C.Oslo: 24 C\n", False),  # two outputs run together
+    ("took ... s\n", "took 0.52 s\n", True),
+    ("['Oslo: 24 C']\n", "[]\n", False),
+])
+def test_output_blocks_match_exactly_but_for_ellipses(expected: str, printed: str, matches: bool) -> None:
+    assert output_matches(expected, printed) is matches
+
+
+def test_the_readme_blocks_are_plain_python_files() -> None:
+    """A top-level ``await`` or ``async with`` is a SyntaxError in a file (it was in five of six blocks)."""
+    for block, _ in README_BLOCKS:
+        compile(block.code, block.id, "exec")  # no PyCF_ALLOW_TOP_LEVEL_AWAIT: as `python file.py` compiles it
+
+
+@pytest.mark.parametrize("block", [b for b, _ in README_BLOCKS], ids=[b.id for b, _ in README_BLOCKS])
+def test_a_readme_block_imports_only_public_names(block: Block) -> None:
+    bad = private_imports(block.code, block.id)
+    assert not bad, f"{block.id} imports private forethought names: {bad} (use forethought's public surface)"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])

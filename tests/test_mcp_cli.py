@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import sys
-import tomllib
 from pathlib import Path
 
 import httpx2
@@ -17,7 +16,6 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install '
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from forethought.cli import app
-from forethought.mcp.config import server_name, snippet
 
 PROBE = Path(__file__).with_name("mcp_servers") / "probe_server.py"
 FORETHOUGHT = Path(sys.executable).with_name("forethought")
@@ -54,18 +52,6 @@ async def test_proxy_subprocess_serves_metrics_summary_and_stats(tmp_path: Path)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["total"]["calls"] == 4 and doc["total"]["sessions"] == 1
-
-
-def test_config_snippets_parse_and_name_the_proxy() -> None:
-    command = ["uvx", "mcp-server-git", "--repository", "/r"]
-    for client in ("claude-code", "cursor"):
-        result = CliRunner().invoke(app, ["mcp-proxy", "config", "--client", client, "--", *command])
-        assert result.exit_code == 0, result.output
-        entry = json.loads(result.stdout)["mcpServers"]["git"]
-        assert entry == {"command": "forethought", "args": ["mcp-proxy", "--", *command]}
-    codex = tomllib.loads(snippet("codex", command))
-    assert codex["mcp_servers"]["git"]["args"] == ["mcp-proxy", "--", *command]
-    assert server_name(["npx", "-y", "@modelcontextprotocol/server-filesystem", "/tmp"]) == "filesystem"
 
 
 def test_config_and_run_errors_are_one_line() -> None:

@@ -2,23 +2,29 @@
 
 Configuration enters here (flags, a policy file) and flows inward as values. Every command takes
 ``--json PATH`` for machine-readable results. Errors of the forethought family are printed as one clear
-line with exit status 2; a bench whose arms are not equivalent to serial exits with status 1.
+line with exit status 2; a bench whose arms are not equivalent to serial exits with status 1. An interrupt
+(Ctrl-C, or SIGINT from a script) stops the command: its workers are stopped, one line says so, and the
+exit status is 130; a second interrupt while it stops changes nothing. Help is as wide as the terminal, or
+:data:`PIPED_WIDTH` columns when piped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import multiprocessing
+import signal
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 try:
     import typer
+    import typer.rich_utils
     from rich.console import Console
     from typer.core import TyperGroup
 except ImportError as missing:  # the library installed without its command line
-    import sys
-
     print(f"error: the forethought command needs {missing.name}: pip install 'forethought[cli]'", file=sys.stderr)
     raise SystemExit(2) from None
 
@@ -30,25 +36,101 @@ from forethought.mcp.cli import app as mcp_proxy_app
 
 _DEBUG = False
 """``--debug``: let errors propagate with their traceback instead of one line."""
+INTERRUPTED = 130
+"""The exit status of a command stopped by an interrupt (128 + SIGINT, as shells report it)."""
+TERMINATED = 143
+"""The exit status of a command stopped by SIGTERM (128 + SIGTERM)."""
+STOP_WAIT_S = 5.0
+"""How long a stopped worker process may take to exit before it is killed."""
+PIPED_WIDTH = 140
+"""Columns for tables and help when the output is not a terminal (rich would cut at 80)."""
+
+
+def stop_workers(wait_s: float = STOP_WAIT_S) -> int:
+    """Terminate this process's worker processes (then kill those that linger); returns how many there were."""
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(wait_s)
+        if child.is_alive():
+            child.kill()
+            child.join(wait_s)
+    return len(children)
+
+
+_terminated = False
+"""A SIGTERM arrived: it takes the interrupt's way out (see :func:`_on_sigterm`)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (``kill``, ``timeout``) stops the command as Ctrl-C does: the running bench is cancelled and its
+    workers stopped, rather than the process vanishing with its workers and their semaphores behind it. It
+    does so even where SIGINT is ignored (a command started in the background by a script)."""
+    global _terminated
+    _terminated = True
+    on_interrupt = signal.getsignal(signal.SIGINT)
+    if callable(on_interrupt):  # asyncio's (cancels the running job) or Python's own (raises KeyboardInterrupt)
+        on_interrupt(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
+
+
+def interrupted() -> NoReturn:
+    """The way out after an interrupt: further interrupts are ignored, workers stopped, one line, status 130."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # asked once is enough: the rest of the way out is not cut short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    stop_workers()
+    typer.echo(f"forethought: {'terminated' if _terminated else 'interrupted'}", err=True)
+    raise typer.Exit(TERMINATED if _terminated else INTERRUPTED)
+
+
+_USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+"""click's UsageError (typer vendors click as a private module in recent releases, imports it in older ones)."""
 
 
 class _Commands(TyperGroup):
-    """The command group: an error of the forethought family (or an unreadable file) is one line, exit status 2."""
+    """The command group: an error of the forethought family, a bad option value or an unreadable file is one
+    line, exit status 2; an interrupt is one line, exit status 130."""
 
     def invoke(self, ctx: Any) -> Any:
+        before = signal.getsignal(signal.SIGTERM)
+        if before is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            if _DEBUG:
+                raise
+            interrupted()
+        except _USAGE_ERROR as exc:
+            if _DEBUG:
+                raise
+            failed = getattr(exc, "ctx", None)
+            where = f" (see: {failed.command_path} --help)" if failed is not None else ""
+            typer.echo(f"error: {exc.format_message()}{where}", err=True)  # type: ignore[attr-defined]
+            raise typer.Exit(2) from None
         except (ForethoughtError, OSError) as exc:
             if _DEBUG:
                 raise
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
+        finally:
+            if before is signal.SIG_DFL:  # the command ran in a process that lives on (a test's CliRunner)
+                signal.signal(signal.SIGTERM, before)
 
+
+def _piped() -> bool:
+    return not sys.stdout.isatty()
+
+
+if _piped() and typer.rich_utils.MAX_WIDTH is None:  # help boxes were cut at 80 columns when piped
+    typer.rich_utils.MAX_WIDTH = PIPED_WIDTH
 
 app = typer.Typer(help="forethought: speculative tool execution for tool-using LLM agents.",
                   no_args_is_help=True, add_completion=False, cls=_Commands, pretty_exceptions_enable=False)
 app.add_typer(mcp_proxy_app, name="mcp-proxy")
-console = Console(width=None if Console().is_terminal else 140)
+console = Console(width=PIPED_WIDTH if _piped() else None)
 T = TypeVar("T")
 
 JsonOption = Annotated[str | None, typer.Option("--json", help="Write machine-readable results here.")]
@@ -75,7 +157,40 @@ def _policy(path: Path | None) -> Policy:
 
 
 def _run(job: Callable[[], Awaitable[T]]) -> T:
-    return asyncio.run(job())  # type: ignore[arg-type]  # errors: one line via _Commands
+    return asyncio.run(_stoppable(job))  # errors: one line via _Commands
+
+
+async def _stoppable(job: Callable[[], Awaitable[T]]) -> T:
+    """Run ``job``; the first SIGINT (unless ignored, as in a background job) or SIGTERM cancels it, and later
+    ones change nothing. A cancellation ends at the job's next await, never inside a synchronous step (a
+    worker half spawned would print a traceback of its own); the job's own cleanup stops its workers."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    stopping = False
+
+    def stop(terminate: bool) -> None:
+        nonlocal stopping
+        global _terminated
+        if not stopping:
+            stopping, _terminated = True, terminate
+            task.cancel()
+
+    signals = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else [])
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    for sig in signals:
+        loop.add_signal_handler(sig, stop, sig == signal.SIGTERM)
+    try:
+        return await job()
+    except asyncio.CancelledError:
+        if stopping:
+            raise KeyboardInterrupt from None  # the interrupt's way out: interrupted()
+        raise
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+            if before[sig] is not None:  # None: a handler installed outside Python, left as remove_ set it
+                signal.signal(sig, before[sig])
 
 
 def _check_policy_tools(config: Any) -> None:
@@ -95,9 +210,24 @@ def _check_policy_tools(config: Any) -> None:
 
 def _floats(text: str) -> tuple[float, ...]:
     try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
+        values = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise typer.BadParameter(f"expected comma-separated numbers, got {text!r}") from None
+    if any(not math.isfinite(v) or v < 0 for v in values):
+        raise typer.BadParameter(f"expected non-negative numbers, got {text!r}")
+    return values
+
+
+def _counts(text: str, option: str) -> list[int]:
+    """A comma-separated list of positive whole numbers (``--agents 1,8,32``)."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"expected positive whole numbers separated by commas, got {text!r}",
+                                 param_hint=f"'{option}'")
+    return values
 
 
 @app.command()
@@ -105,20 +235,23 @@ def bench(
     workload: Annotated[str, typer.Option(help="bfcl, synthetic, sweep, paper-table, code or mcp.")] = "bfcl",
     arms: Annotated[str, typer.Option(help="Comma-separated arms (serial is always run; oracle is the limit).")] =
         "serial,spec-model,spec-stream,spec-pattern,pattern+stream,all,oracle",
-    trajectories: Annotated[int, typer.Option(help="Trajectories to run (spread over domains).")] = 8,
+    trajectories: Annotated[int, typer.Option(min=1, help="Trajectories to run (spread over domains).")] = 8,
     full: Annotated[bool, typer.Option("--full", help="Run the whole test fold (100 BFCL trajectories).")] = False,
     agents: Annotated[str, typer.Option(help="Concurrent agents; a list such as 1,8,32 runs the multi-agent "
                                              "benchmark.")] = "4",
-    tool_latency: Annotated[float, typer.Option(help="Mean tool latency in seconds (before scaling).")] = 1.0,
+    tool_latency: Annotated[float, typer.Option(min=0.0, help="Mean tool latency in seconds (before scaling).")]
+        = 1.0,
     latencies: Annotated[str, typer.Option(help="Extra mean latencies for the time-saved plot, e.g. 0.5,1,2 "
                                                 "(one run each, not repeated).")] = "",
-    time_scale: Annotated[float | None, typer.Option(help="Multiplies every latency and generation time "
+    time_scale: Annotated[float | None, typer.Option(min=0.0, help="Multiplies every latency and generation time "
                                                            "(default 0.1; 0.4 for the multi-agent run).")] = None,
-    tasks_per_agent: Annotated[int, typer.Option(help="Multi-agent run: tasks (trajectories) per agent.")] = 2,
-    alpha: Annotated[float, typer.Option(help="Stand-in speculator's probability of the true call.")] = 0.7,
-    samples: Annotated[int, typer.Option(help="Speculator samples per step (lambda).")] = 3,
-    chain_depth: Annotated[int, typer.Option(help="Chained speculation: levels of predicted successors of a "
-                                                  "speculated read (0: none).")] = 1,
+    tasks_per_agent: Annotated[int, typer.Option(min=1, help="Multi-agent run: tasks (trajectories) per agent.")]
+        = 2,
+    alpha: Annotated[float, typer.Option(min=0.0, max=1.0, help="Stand-in speculator's probability of the true "
+                                                                "call.")] = 0.7,
+    samples: Annotated[int, typer.Option(min=1, help="Speculator samples per step (lambda).")] = 3,
+    chain_depth: Annotated[int, typer.Option(min=0, help="Chained speculation: levels of predicted successors of "
+                                                         "a speculated read (0: none).")] = 1,
     offload: Annotated[bool, typer.Option("--offload/--in-process", help="The pattern predictor in a worker "
                                           "process (default) or on the agents' event loop (with --workload "
                                           "mcp: the proxies').")] = True,
@@ -126,18 +259,18 @@ def bench(
                                                "message.")] = "step",
     seed: int = 0,
     out: Annotated[str, typer.Option(help="Report directory.")] = "reports",
-    code_latency: Annotated[float, typer.Option(help="code workload: tool latency (s).")] = 0.4,
-    code_rate: Annotated[float, typer.Option(help="code workload: stream rate (tokens/s).")] = 60.0,
-    repeats: Annotated[int, typer.Option(help="Repeats (medians with spread): of the interleaved arms, or per "
-                                              "program for the code workload.")] = 3,
-    load: Annotated[int, typer.Option(help="Also run beside N bounded CPU-burning processes (results.under_load)."
-                                      )] = 0,
+    code_latency: Annotated[float, typer.Option(min=0.0, help="code workload: tool latency (s).")] = 0.4,
+    code_rate: Annotated[float, typer.Option(min=0.001, help="code workload: stream rate (tokens/s).")] = 60.0,
+    repeats: Annotated[int, typer.Option(min=1, help="Repeats (medians with spread): of the interleaved arms, or "
+                                                     "per program for the code workload.")] = 3,
+    load: Annotated[int, typer.Option(min=0, help="Also run beside N bounded CPU-burning processes "
+                                                  "(results.under_load).")] = 0,
     program: Annotated[list[str] | None, typer.Option(help="code workload: only these programs.")] = None,
     spec_ptc: Annotated[bool, typer.Option("--spec-ptc/--no-spec-ptc", help="code workload: spec-ptc arm.")] = True,
     sptc_python: Annotated[str | None, typer.Option(help="code workload: Python 3.12 with spec-ptc.")] = None,
     engine: Annotated[str, typer.Option(help="simulated, or vllm: the multi-agent arms on a real vLLM (CPU, "
                                              "tiny random model; `make vllm-venv`; time scale 0.3).")] = "simulated",
-    workers: Annotated[int, typer.Option(help="Worker processes sharing a store (with --store redis).")] = 0,
+    workers: Annotated[int, typer.Option(min=0, help="Worker processes sharing a store (with --store redis).")] = 0,
     store: Annotated[str, typer.Option(help="redis: --workers processes share Redis vs each alone.")] = "local",
     redis_url: Annotated[str | None, typer.Option(help="--store redis: use this server (default: start one).")] = None,
     mcp_suite: Annotated[str, typer.Option(help="mcp workload: bfcl (BFCL backends as an MCP server), repo (real "
@@ -153,8 +286,9 @@ def bench(
     from forethought.bench.main import BenchConfig, run_bench
 
     if grouping not in ("step", "turn"):
-        raise typer.BadParameter("grouping must be 'step' or 'turn'")
-    agent_counts = [int(a) for a in agents.split(",") if a.strip()]
+        raise typer.BadParameter("grouping must be 'step' or 'turn'", param_hint="'--grouping'")
+    agent_counts = _counts(agents, "--agents")
+    Path(out).mkdir(parents=True, exist_ok=True)  # a report directory that cannot be made fails now, not at the end
     config = BenchConfig(workload=workload, arms=arms, trajectories=0 if full else trajectories,
                          agents=agent_counts[0], tool_latency_s=tool_latency, latencies=_floats(latencies),
                          time_scale=time_scale if time_scale is not None else 0.1, alpha=alpha, samples=samples,
@@ -214,11 +348,11 @@ def bench(
 @app.command("serve-model")
 def serve_model(
     host: str = "127.0.0.1",
-    port: int = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
     workload: Annotated[str, typer.Option(help="bfcl or synthetic.")] = "bfcl",
     grouping: str = "step",
-    alpha: float = 0.7,
-    time_scale: float = 1.0,
+    alpha: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.7,
+    time_scale: Annotated[float, typer.Option(min=0.0)] = 1.0,
     seed: int = 0,
     script: Annotated[Path | None, typer.Option(help="Serve this script of model responses (JSON: text, tool "
                                                      "calls, timing) instead of a workload, on the Chat "
@@ -259,7 +393,7 @@ def serve_model(
 def gateway(
     upstream: Annotated[str, typer.Option(help="Upstream OpenAI-compatible base URL, including /v1.")],
     host: str = "127.0.0.1",
-    port: int = 8100,
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8100,
     post_wait_s: Annotated[float, typer.Option(help="How long a closed call waits for a late cache post.")] = 0.05,
     max_keep_alive_s: Annotated[float, typer.Option(help="Upper bound on a cached entry's keep_alive.")] = 300.0,
     mark_continuations: bool = True,

@@ -26,11 +26,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
+if TYPE_CHECKING:  # prometheus_client is imported when the Prometheus view is first built, not at import
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
 
 _log = logging.getLogger(__name__)
 
@@ -39,8 +39,6 @@ class MonotonicClock(Protocol):
     """What telemetry reads time from: any clock with ``monotonic()`` (the runtime passes its own)."""
 
     def monotonic(self) -> float: ...
-
-_go_float: Callable[[float], str] = floatToGoString
 
 
 class EventKind(enum.Enum):
@@ -201,6 +199,10 @@ class _Collector:
         self._telemetry = telemetry
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
+
+        go_float: Callable[[float], str] = floatToGoString  # untyped upstream
         t = self._telemetry
         outcomes = CounterMetricFamily("forethought_speculations", "Speculation outcomes",
                                        labels=["outcome", "tool"])
@@ -213,7 +215,7 @@ class _Collector:
             cumulative, buckets = 0, []
             for bound, n in zip((*WAIT_BUCKETS, float("inf")), hist.counts, strict=True):
                 cumulative += n
-                buckets.append((_go_float(bound), cumulative))
+                buckets.append((go_float(bound), cumulative))
             wait.add_metric([outcome], buckets, hist.total)
         yield wait
         saved = CounterMetricFamily("forethought_saved_seconds", "Tool seconds hidden by speculation")
@@ -239,8 +241,18 @@ class Telemetry:
         """Wasted tool seconds per guess source."""
         self.transition_watchers: list[TransitionSubscriber] = []
         """Subscribers of lifecycle moves (:meth:`subscribe_transitions`); empty on the hot path."""
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(_Collector(self))
+        self._registry: CollectorRegistry | None = None
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """This runtime's Prometheus registry (built, with prometheus_client imported, on first use)."""
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry
+
+            registry = CollectorRegistry(auto_describe=True)
+            registry.register(_Collector(self))
+            self._registry = registry
+        return self._registry
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call ``subscriber`` with every event; returns a function that unsubscribes it."""
@@ -332,4 +344,6 @@ class Telemetry:
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition of this runtime's metrics."""
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)

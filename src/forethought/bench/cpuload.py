@@ -8,6 +8,7 @@ file or socket: it only takes CPU time from everything else on the machine, as o
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import time
 from types import TracebackType
 
@@ -16,6 +17,7 @@ MAX_BURN_S = 900.0
 
 
 def _burn(deadline: float) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops us
     x = 0
     while time.monotonic() < deadline:
         for _ in range(10_000):

@@ -1,7 +1,8 @@
 """Event-loop lag and machine load: how busy the machine was while the bench measured.
 
 :class:`LagMonitor` wakes every ``interval_s`` on the bench's event loop and records how late it woke
-(the lag every agent on that loop suffered at that moment), attributed to the arm running then.
+(the lag every agent on that loop suffered at that moment), attributed to the arm running then (its clock
+and its sleep can be injected, so a test decides how late each wake-up is).
 :func:`machine_snapshot` reads the load average and core count. Together they let the report say
 plainly when the machine was too busy for its figures to mean much.
 """
@@ -13,7 +14,7 @@ import contextlib
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 LAG_INTERVAL_S = 0.01
@@ -33,11 +34,13 @@ class LagMonitor:
     """Samples event-loop lag while it runs; ``label`` names the arm the samples belong to."""
 
     def __init__(self, interval_s: float = LAG_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.interval_s = interval_s
         self.label = ""
         self.samples: defaultdict[str, list[float]] = defaultdict(list)
         self._clock = clock
+        self._sleep = sleep
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LagMonitor:
@@ -53,7 +56,7 @@ class LagMonitor:
     async def _run(self) -> None:
         while True:
             before = self._clock()
-            await asyncio.sleep(self.interval_s)
+            await self._sleep(self.interval_s)
             late = self._clock() - before - self.interval_s
             self.samples[self.label].append(max(0.0, late))
 

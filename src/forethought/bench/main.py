@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from forethought._core.policy import Policy
 from forethought.bench.arms import Arm, parse_arms
+from forethought.bench.background import in_daemon_thread
 from forethought.bench.cpuload import CpuLoad
 from forethought.bench.engine_sim.model_server import SpeculatorConfig, TimingConfig, create_model_server
 from forethought.bench.lag import LagMonitor, machine_snapshot
@@ -36,12 +37,13 @@ from forethought.bench.report import (
     plot_efficiency,
     plot_latency_sweep,
     plot_outcomes,
+    plot_time_saved,
     print_arms,
     write_html,
     write_json,
 )
 from forethought.bench.runner import ArmRun, open_arm, run_arm, run_batch
-from forethought.bench.verdict import verdict
+from forethought.bench.verdict import oracle_share, verdict
 from forethought.bench.workloads.base import Workload
 from forethought.bench.workloads.latency import LatencyModel
 from forethought.errors import ForethoughtError
@@ -114,9 +116,9 @@ async def pattern_factory(workload: Workload, offload: bool = True) -> Callable[
     """Train once on the training fold's calls with their real outputs; each arm gets its own copy (in a
     worker process of its own with ``offload``: :class:`~forethought.predictors.offload.OffloadedPredictor`)."""
     sessions = await record_trajectories(workload.training(), lambda t: workload.session_tools(t, None).tools)
-    trained = PatternPredictor.trained_on(sessions)
+    trained = await in_daemon_thread(lambda: PatternPredictor.trained_on(sessions), "train-patterns")
     if offload:  # one snapshot, a worker of its own per arm; this process keeps only the bytes
-        snapshot, name = OffloadedPredictor.pickled(trained), trained.name
+        snapshot, name = await in_daemon_thread(lambda: OffloadedPredictor.pickled(trained)), trained.name
         return lambda: OffloadedPredictor.from_pickle(snapshot, name)
     factory: Callable[[], Predictor] = trained.copy
     return factory
@@ -216,11 +218,8 @@ def aggregate(per_repeat: Sequence[Mapping[str, ArmMetrics]]) -> dict[str, dict[
         arm["repeats"] = len(rows)
         out[name] = arm
     oracle = out.get("oracle")
-    for name, arm in out.items():
-        share = None
-        if oracle is not None and name != "serial" and float(oracle["time_saved"]) > 0:
-            share = float(arm["time_saved"]) / float(oracle["time_saved"])
-        arm["oracle_share"] = share
+    for name, arm in out.items():  # a share only where the oracle saved time (verdict.oracle_saved)
+        arm["oracle_share"] = None if name == "serial" else oracle_share(float(arm["time_saved"]), oracle)
     return out
 
 
@@ -289,6 +288,7 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
         "repeats": len(repeats),
         "machine": machine,
         "verdict": words,
+        "headline": words[0],
         "trajectories": [t.id for t in trajectories],
         "latency_sweep": sweep,
         "measured": _measured(repeats[0]),
@@ -319,12 +319,12 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
     doc = document("bench", config.params(), results)
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once per run, before any plot is written
-    images = [plot_outcomes(out_dir / "outcomes.png", arms_out),
+    images = [plot_time_saved(out_dir / "time_saved.png", arms_out),
+              plot_outcomes(out_dir / "outcomes.png", arms_out),
               plot_efficiency(out_dir / "efficiency.png", arms_out)]
     if len(config.latencies) > 1:
-        images.insert(0, plot_latency_sweep(out_dir / "time_saved_by_latency.png", sweep))
-    notes = [*words,
-             f"medians over {len(repeats)} repeats, arms interleaved by batch of {config.agents} trajectories",
+        images.insert(1, plot_latency_sweep(out_dir / "time_saved_by_latency.png", sweep))
+    notes = [f"medians over {len(repeats)} repeats, arms interleaved by batch of {config.agents} trajectories",
              f"time scale {config.time_scale:g}: every latency and generation time is multiplied by it",
              "alpha = fraction of authoritative calls overlapped with generation (hits, partial hits, early dispatch)"]
     html_path = write_html(out_dir / "report.html", doc, images, notes)
@@ -342,8 +342,10 @@ async def run_bench(config: BenchConfig, console: Console | None = None,
                               + ", ".join(f"{source} {seconds:.2f}" for source, seconds in sorted(split.items()))
                               + f"; guesses withdrawn: {arm.get('withdrawn', 0)}, deferred: {arm.get('deferred', 0)}")
         console.print(f"equivalence with serial: {'[green]OK[/green]' if equivalent else '[red]DIFFERS[/red]'}")
-        for line in words:
-            console.print(("[bold red]" if line.startswith(("WARNING", "NOT")) else "") + line, markup=True)
+        for number, line in enumerate(words):
+            style = "bold red" if line.startswith(("WARNING", "NOT", "Speculation did not")) else \
+                "bold" if number == 0 else None
+            console.print(line, style=style, markup=False)
         console.print(f"report: {html_path}   json: {json_file}")
     return doc
 

@@ -20,12 +20,14 @@ import typer
 from typer.core import TyperGroup
 
 from forethought.errors import ForethoughtError
-from forethought.mcp.config import CLIENTS, WHERE, snippet
+from forethought.mcp.config import CLIENTS, relative_paths, snippet
 from forethought.mcp.effects import load_mcp_policy
 from forethought.mcp.errors import McpProxyError
 
 UPSTREAM_KEY = "forethought_upstream"
 STORE_FILE = "mcp-patterns.sqlite"
+PROBE_TIMEOUT_S = 10.0
+"""How long ``--upstream-url`` may take to answer at start-up."""
 
 
 class _ProxyGroup(TyperGroup):
@@ -53,6 +55,37 @@ def default_store() -> Path:
 def _fail(exc: ForethoughtError) -> typer.Exit:
     print(f"error: {exc}", file=sys.stderr)
     return typer.Exit(2)
+
+
+def probe_url(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Fail now, in one line, when nothing answers HTTP at ``url``: the SDK's client connects only at the
+    client's first request, so a dead upstream would otherwise show as a silent exit or a traceback later.
+    Any HTTP answer will do (an MCP endpoint may well answer a plain GET with 405)."""
+    import httpx2
+
+    try:
+        with httpx2.Client(timeout=timeout_s) as client, client.stream("GET", url,
+                                                                      headers={"Accept": "text/event-stream"}):
+            pass  # the status line arrived: something serves HTTP there
+    except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
+        raise McpProxyError(f"cannot reach the upstream at {url}: {exc or type(exc).__name__}") from None
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception that is not a group, inside ``exc`` (the SDK's task groups wrap the real one)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _lost_upstream(exc: BaseException, where: str) -> McpProxyError | None:
+    """A one-line error for an upstream connection lost while serving (``None`` for anything else)."""
+    import httpx2
+
+    leaf = _leaf(exc)
+    if isinstance(leaf, httpx2.HTTPError | OSError):
+        return McpProxyError(f"lost the upstream at {where}: {leaf or type(leaf).__name__}")
+    return None
 
 
 @app.callback()
@@ -84,6 +117,8 @@ def proxy(
     from forethought.mcp.proxy import Proxy, ProxyConfig, run_stdio_until_stopped
 
     try:
+        if upstream_url is not None:
+            probe_url(upstream_url)
         mcp_policy = load_mcp_policy(policy)
         config = ProxyConfig(command=tuple(command), url=upstream_url,
                              policy=mcp_policy.trusting() if trust else mcp_policy,
@@ -105,6 +140,11 @@ def proxy(
         raise _fail(exc) from None
     except KeyboardInterrupt:
         pass
+    except Exception as exc:  # the SDK's task groups: a lost upstream connection is one line, anything else raises
+        lost = _lost_upstream(exc, upstream_url or " ".join(command))
+        if lost is None:
+            raise
+        raise _fail(lost) from None
     finally:
         if stop is not None:
             stop()
@@ -146,11 +186,32 @@ def config(
     client: Annotated[str, typer.Option(help=f"One of {', '.join(CLIENTS)}.")],
     command: Annotated[list[str] | None, typer.Argument(help="The server's command, after --.")] = None,
     name: Annotated[str | None, typer.Option(help="The server's entry name (default: from the command).")] = None,
+    trust: Annotated[bool | None, typer.Option("--trust/--no-trust", help="Write --trust into the entry: the "
+                                               "server's readOnlyHint annotations are believed, so its read-only "
+                                               "tools run early (without it, only a policy can make them).")] = None,
+    policy: Annotated[Path | None, typer.Option(help="A policy file for the proxy (written as an absolute path).")]
+        = None,
+    store: Annotated[Path | None, typer.Option(help="The proxy's store (written as an absolute path).")] = None,
+    in_process: Annotated[bool, typer.Option("--in-process", help="Write --in-process into the entry.")] = False,
 ) -> None:
     """Print the snippet that puts the proxy in front of a server in a client's configuration."""
+    options = ["--trust"] if trust else []
+    options += ["--policy", str(policy.absolute())] if policy is not None else []
+    options += ["--store", str(store.absolute())] if store is not None else []
+    options += ["--in-process"] if in_process else []
     try:
-        text = snippet(client, command or [], name)
+        if policy is not None:
+            load_mcp_policy(policy)  # a policy the proxy would refuse is refused now, not when the client starts it
+        text = snippet(client, command or [], name, options)
     except ForethoughtError as exc:
         raise _fail(exc) from None
-    print(f"# paste into {WHERE[client]}", file=sys.stderr)
+    print(f"# {CLIENTS[client].title}: paste into {CLIENTS[client].where}", file=sys.stderr)
+    if trust is None:
+        print("# no --trust: this server's tools run early only where a policy (--policy) trusts them; add --trust "
+              "to believe its readOnlyHint annotations (or --no-trust to say you chose not to)", file=sys.stderr)
+    relative = relative_paths(command or [])
+    if relative:
+        print(f"# the server's relative path{'s' if len(relative) > 1 else ''} {', '.join(relative)} will be "
+              f"resolved in the directory {CLIENTS[client].title} starts it in: give absolute paths if that is "
+              "not the project", file=sys.stderr)
     print(text, end="")

@@ -38,6 +38,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import tempfile
 import threading
 import weakref
@@ -72,6 +73,7 @@ WORKER_NICENESS = 5
 
 def _load(path: str) -> None:
     global _worker_predictor
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent ends this worker
     with contextlib.suppress(OSError, AttributeError):  # no nice() on this platform: same priority
         os.nice(WORKER_NICENESS)
     with open(path, "rb") as handle:

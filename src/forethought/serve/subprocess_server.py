@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pickle
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -64,6 +65,9 @@ async def _serve_from_stdin() -> None:
 
 
 if __name__ == "__main__":
+    # Ctrl-C in a terminal reaches the whole process group; the parent decides when this engine stops (it
+    # closes our stdin or terminates us), so an interrupt here would only print a second traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         asyncio.run(_serve_from_stdin())
     except Exception as exc:

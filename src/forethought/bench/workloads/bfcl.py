@@ -31,7 +31,7 @@ from typing import Any, Literal, NamedTuple
 
 from forethought._core.calls import ToolCall, compile_arguments, dumps_canonical
 from forethought._core.tools import Effect, Tool
-from forethought.bench.workloads.latency import LatencyModel, call_key_text
+from forethought.bench.workloads.latency import LatencyModel, Sleep, call_key_text
 from forethought.errors import InvalidArgumentsError, WorkloadError
 from forethought.predictors.trajectory import Trajectory, Turn
 from forethought.sandbox.fingerprint import fingerprint, render_state
@@ -394,7 +394,7 @@ def new_backend(class_name: str, config: Mapping[str, Any], long_context: bool =
 
 
 def _method_tool(name: str, class_name: str, schema: Mapping[str, Any], cell: ObjectState,
-                 latency: LatencyModel | None) -> Tool:
+                 latency: LatencyModel | None, sleep: Sleep) -> Tool:
     function = schema["function"]
 
     def call_method(target: Any, arguments: Mapping[str, Any]) -> Any:
@@ -410,7 +410,7 @@ def _method_tool(name: str, class_name: str, schema: Mapping[str, Any], cell: Ob
         async def fn(target: Any, **arguments: Any) -> Any:
             seconds = model.delay(name, call_key_text(arguments))
             if seconds > 0:
-                await asyncio.sleep(seconds)
+                await sleep(seconds)
             return call_method(target, arguments)
 
     fn.__name__ = name
@@ -419,11 +419,12 @@ def _method_tool(name: str, class_name: str, schema: Mapping[str, Any], cell: Ob
                 parameter_order=method_parameters(class_name, name))
 
 
-def build_session(entry: BfclEntry, latency: LatencyModel | None = None, lazy: bool = True) -> BfclSession:
+def build_session(entry: BfclEntry, latency: LatencyModel | None = None, lazy: bool = True,
+                  sleep: Sleep = asyncio.sleep) -> BfclSession:
     """Fresh backends for ``entry`` and one ISOLATED_WRITE tool per offered function, bound to them.
 
-    With ``latency`` each tool sleeps its seeded delay before touching state. ``lazy`` snapshots copy the
-    state only when a speculative call first touches it (after its delay).
+    With ``latency`` each tool waits its seeded delay (``sleep``) before touching state. ``lazy`` snapshots
+    copy the state only when a speculative call first touches it (after its delay).
     """
     cells = {c: ObjectState(new_backend(c, entry.initial_config.get(c, {}), entry.long_context), lazy=lazy)
              for c in entry.involved_classes}
@@ -432,7 +433,7 @@ def build_session(entry: BfclEntry, latency: LatencyModel | None = None, lazy: b
     for schema in entry.tools:
         name = schema["function"]["name"]
         class_name = docs[name][0]
-        tools.append(_method_tool(name, class_name, schema, cells[class_name], latency))
+        tools.append(_method_tool(name, class_name, schema, cells[class_name], latency, sleep))
     return BfclSession(tools, BfclState(cells))
 
 

@@ -5,7 +5,8 @@ a relative standard deviation, clipped at zero, then scaled by ``time_scale``. T
 seed, the tool name, the call's canonical key and an occurrence number, never on wall-clock time or the
 order calls happen to run in: the same call gets the same latency in the serial arm and in every
 speculative arm. :func:`with_latency` wraps any :class:`~forethought._core.tools.Tool` so that it waits before
-doing its work (the wait comes before the tool touches any state).
+doing its work (the wait comes before the tool touches any state); the wait is ``asyncio.sleep`` unless a
+test passes its own (:data:`Sleep`), which lets it hold a tool at its wait or record the delays asked for.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import inspect
 import random
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from forethought._core.calls import dumps_canonical
 from forethought._core.tools import Tool
+
+Sleep = Callable[[float], Awaitable[None]]
+"""How an async tool waits out its latency (``asyncio.sleep``, or a test's gate)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +72,10 @@ def call_key_text(arguments: Mapping[str, Any]) -> str:
         return repr(sorted(arguments.items()))
 
 
-def with_latency(t: Tool, model: LatencyModel) -> Tool:
+def with_latency(t: Tool, model: LatencyModel, sleep: Sleep = asyncio.sleep) -> Tool:
     """``t`` with ``model``'s delay injected before its function runs.
 
-    Async and unthreaded tools get an async wrapper (``asyncio.sleep``); threaded sync tools keep running
+    Async and unthreaded tools get an async wrapper (awaiting ``sleep``); threaded sync tools keep running
     in a worker thread and sleep there. For stateful tools the state target is passed through untouched.
     """
     fn = t.fn
@@ -92,7 +96,7 @@ def with_latency(t: Tool, model: LatencyModel) -> Tool:
     async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
         seconds = delay_for(kwargs)
         if seconds > 0:
-            await asyncio.sleep(seconds)
+            await sleep(seconds)
         value = fn(*args, **kwargs)
         if inspect.isawaitable(value):
             value = await value
