@@ -19,9 +19,11 @@ Three more kinds of evidence, with the same scoring:
 A value backed by several pieces of evidence scores higher than by its best one alone (a damped
 noisy-or), and every value offered is checked against (or coerced to) the parameter's schema.
 A rule found for the first time is also scored on the last few calls of its tool, so its record does
-not start with the one success it was found by. A rule reading a fixed position of an output (``files[0]``,
-the second id of a listing) keeps a record apart for messages that name an ordinal ("the third one"):
-there the position the message names is the better bet, and the usual one has to earn its place anew.
+not start with the one success it was found by (a rule reading outputs only on those calls whose outputs
+are still indexed: :func:`~forethought.predictors.patterns.derive_outputs.output_index` keeps the latest).
+A rule reading a fixed position of an output (``files[0]``, the second id of a listing) keeps a record apart
+for messages that name an ordinal ("the third one"): there the position the message names is the better bet,
+and the usual one has to earn its place anew.
 
 The learning and the prediction are here; the counter keys are named in :mod:`args_keys`, the records,
 scores and rule tables kept in :mod:`args_records`, the pseudo rules (enums, vocabulary, abbreviations,
@@ -55,10 +57,10 @@ from forethought.predictors.patterns.args_keys import (
     SEP,
     VOCAB_FIRST_RULE,
     VOCAB_RULE,
-    parse_constant,
 )
 from forethought.predictors.patterns.args_pseudo import PseudoRules
 from forethought.predictors.patterns.args_records import DEFAULT_RATE, MAX_TABLE_RULES, PRIOR_WEIGHT
+from forethought.predictors.patterns.budgets import RECENT_OBSERVATIONS as KEPT_OBSERVATIONS
 from forethought.predictors.patterns.counts import Counts, wilson_lower
 from forethought.predictors.patterns.derive_ordinal import message_ordinal
 from forethought.predictors.patterns.derive_rules import Sources
@@ -132,10 +134,13 @@ class ArgumentModel(PseudoRules):
 
     def __init__(self, counts: Counts, z: float = 1.0) -> None:
         super().__init__(counts, z)
-        self._recent: dict[tuple[str, str], deque[tuple[Sources, str]]] = {}
+        self._recent: dict[tuple[str, str], deque[tuple[int, Sources, str]]] = {}
+        """(tool, parameter) -> its latest points of sessions: (serial, sources, the value it took)."""
+        self._recent_order: deque[tuple[int, tuple[str, str]]] = deque()
+        """Every point kept, oldest first: (serial, (tool, parameter))."""
+        self._serial = 0
         self._checkers: dict[str, Callable[[Any], Any]] = {}
         self._checker_of: dict[tuple[str, str], tuple[Mapping[str, Any], Callable[[Any], Any]]] = {}
-        self._stored: dict[tuple[str, str], tuple[int, tuple[tuple[str, str, Any, str], ...]]] = {}
 
     def _checker(self, tool: str, param: str, schema: Mapping[str, Any]) -> Callable[[Any], Any]:
         """The schema check of one parameter (looked up by the schema's text only when the schema changed)."""
@@ -148,21 +153,6 @@ class ArgumentModel(PseudoRules):
             checker = self._checkers[text] = schema_checker(schema)
         self._checker_of[(tool, param)] = (schema, checker)
         return checker
-
-    def _stored_values(self, tool: str, param: str) -> tuple[tuple[str, str, Any, str], ...]:
-        """The values stored for the parameter (in the order of the set holding them): stored key, key of
-        its count, the value (None when absent, :data:`MUTABLE` for a list or object), its value key. Kept
-        until a value is added."""
-        level = (tool, param)
-        truths = self._values.get(level, set())
-        cached = self._stored.get(level)
-        if cached is None or cached[0] != len(truths):
-            prefix = SEP.join(("c", tool, param, ""))
-            entries = tuple((truth, prefix + truth,
-                             *((None, ABSENT_KEY) if truth == ABSENT_KEY else parse_constant(truth)))
-                            for truth in truths)
-            cached = self._stored[level] = (len(truths), entries)
-        return cached[1]
 
     # --- learning -------------------------------------------------------------------------------------
 
@@ -184,11 +174,12 @@ class ArgumentModel(PseudoRules):
                     found_now.add(rule.key)
                     if rule.key in known:
                         continue
-                    known.add(rule.key)
                     self._parsed.setdefault(rule.key, rule)
-                    for level in self._levels(tool, param, rule.key)[1:]:
-                        self._rules.setdefault(level, set()).add(rule.key)
-                    for past, past_truth in recent:
+                    for level in self._levels(tool, param, rule.key):
+                        self._add_rule(level, rule.key, cut=False)
+                    for _, past, past_truth in recent:
+                        if rule.reads_outputs and not past.outputs_indexed():
+                            continue  # its outputs' indexes are forgotten: not worth indexing them again
                         self._trial(tool, param, rule.key, past.apply_keyed(rule), past_truth,
                                     message_ordinal(past.user_message) is not None)
             tried = known if len(known) <= MAX_TABLE_RULES else {*self._table(tool, param).keys, *found_now}
@@ -199,11 +190,27 @@ class ArgumentModel(PseudoRules):
                 if parsed is None:
                     produced = self._pseudo_keyed(key, tool, param, schema, sources)
                 if self._trial(tool, param, key, produced, truth, ordinal) and key in PSEUDO_RULES:
-                    known.add(key)
-            recent.append((sources, truth))
+                    self._add_rule((tool, param), key, cut=False)
+            for level in sorted({level for key in found_now for level in self._levels(tool, param, key)}):
+                self._cut_rules(level)
+            self._remember(tool, param, sources, truth)
             self._count_constant(tool, param, truth, words)
             self._table(tool, param)  # brought up to date here, not in the next prediction
         sources.forget_values()  # kept in the recent observations: without what this step remembered
+
+    def _remember(self, tool: str, param: str, sources: Sources, truth: str) -> None:
+        """Keep one point of a session (with the value the parameter took there) to score rules found
+        later on: the last :data:`RECENT_OBSERVATIONS` of the parameter, and of all parameters together the
+        last :data:`~forethought.predictors.patterns.budgets.RECENT_OBSERVATIONS` (each holds its session's
+        outputs)."""
+        self._serial += 1
+        self._recent[(tool, param)].append((self._serial, sources, truth))
+        self._recent_order.append((self._serial, (tool, param)))
+        while len(self._recent_order) > KEPT_OBSERVATIONS:
+            serial, level = self._recent_order.popleft()
+            kept = self._recent.get(level)
+            if kept and kept[0][0] == serial:
+                kept.popleft()
 
     def _trial(self, tool: str, param: str, key: str, produced: tuple[Any, str] | None, truth: str,
                ordinal: bool = False) -> bool:
@@ -218,16 +225,23 @@ class ArgumentModel(PseudoRules):
         return hit
 
     def _count_constant(self, tool: str, param: str, truth: str, words: frozenset[str]) -> None:
+        level = (tool, param)
         prefix = SEP.join(("k", tool, param, ""))
         self.counts.add_ones([SEP.join(("c", tool, param)), *[prefix + word for word in words]])
-        if len(truth) > MAX_CONSTANT_CHARS:
-            return
-        self._values.setdefault((tool, param), set()).add(truth)
-        cues = self._cues.setdefault((tool, param), {})
-        suffix = SEP + truth
-        self.counts.add_ones([SEP.join(("c", tool, param, truth)), *[prefix + word + suffix for word in words]])
+        cues = self._cues.setdefault(level, {})
         for word in words:
-            cues.setdefault(word, set()).add(truth)
+            if word not in cues:
+                cues[word] = set()
+        if len(truth) <= MAX_CONSTANT_CHARS:
+            self._store_value(level, truth)
+            suffix = SEP + truth
+            self.counts.add_ones([SEP.join(("c", tool, param, truth)), *[prefix + word + suffix for word in words]])
+            for word in sorted(words):
+                self._pair(level, word, truth)
+                self._cut_pairs(level, word)
+            self._cut_values(level)
+            self._rank_value(level, truth)
+        self._cut_cue_words(level)
 
     # --- prediction -----------------------------------------------------------------------------------
 
@@ -328,7 +342,22 @@ class ArgumentModel(PseudoRules):
                     cue_bound = stored[k] * scale / (seen + z2)
                     if truth not in cue_bounds or cue_bound > cue_bounds[truth]:
                         cue_bounds[truth] = cue_bound
-        for truth, count_key, value, value_id in self._stored_values(tool, param):
+        entries = self._values.get((tool, param), {})
+        forms = self._forms.get((tool, param), {})
+        # The values worth scoring: the most used, those a cue word of the message goes with, those a rule
+        # gives here (their constant share agrees with the rule), absence. Any other scores below the most
+        # used (by the Wilson bound of a smaller share), so it could only matter were they all refused.
+        chosen = dict.fromkeys(self._top.get((tool, param), ()))
+        chosen.update(dict.fromkeys(sorted({truth for _, _, truths in cue_words for truth in truths})))
+        for value_id in evidence:
+            chosen.update(dict.fromkeys(forms.get(value_id, ())))
+        if not required and ABSENT_KEY in entries:
+            chosen[ABSENT_KEY] = None
+        for truth in chosen:
+            if truth not in entries:
+                continue
+            stored_value = entries[truth]
+            count_key, value, value_id = stored_value.count_key, stored_value.value, stored_value.value_id
             if truth == ABSENT_KEY:
                 if required:
                     continue

@@ -34,7 +34,7 @@ def _atom_values(atom: Atom) -> Iterator[tuple[str, Any]]:
         yield from date_variants(atom.date)
 
 
-_alnum = functools.lru_cache(maxsize=1 << 14)(alnum)
+_alnum = functools.lru_cache(maxsize=4096)(alnum)
 """Source texts repeat at every step of a session: each is reduced once."""
 
 

@@ -27,7 +27,7 @@ MESSAGE_INDEXES = 64
 """Messages whose atom index is remembered."""
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=1024)
 def atoms_by_kind(text: str) -> Mapping[str, tuple[Atom, ...]]:
     """The atoms of ``text`` by kind (every kind of :data:`ATOM_KINDS` present), in order."""
     grouped: dict[str, list[Atom]] = {kind: [] for kind in ATOM_KINDS}
@@ -97,7 +97,7 @@ def message_memo(text: str) -> dict[str, tuple[Any, str] | None]:
     return {}
 
 
-@functools.lru_cache(maxsize=1 << 14)
+@functools.lru_cache(maxsize=8192)
 def atom_value(text: str, date: dt.date | dt.time | None, transform: str, wrap: bool) -> tuple[Any, str] | None:
     """An atom's value under ``transform`` (in a list if ``wrap``) with its value key, or None."""
     value = apply_transform(transform, text, date)

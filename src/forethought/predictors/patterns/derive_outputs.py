@@ -1,9 +1,10 @@
 """Whole tool outputs, indexed once each, bounded by bytes, so that finding a value in them costs O(1).
 
 Argument values often sit in earlier outputs: an id in a listing, a price in a quote, a path in a
-directory tree. An output is parsed once (:func:`output_index`, a bounded LRU keyed by the output text)
-into an :class:`OutputIndex`: every JSON node with its path (``items[3].id``; list items also from the
-end, ``items[-1]``), walked until :data:`MAX_INDEX_BYTES` of scalar text, and the atoms
+directory tree. An output is parsed once (:func:`output_index`, remembered for the most recent outputs up
+to :data:`INDEXED_BYTES` of output text: a history of any length holds no more) into an
+:class:`OutputIndex`: every JSON node with its path (``items[3].id``; list items also from the end,
+``items[-1]``), walked until :data:`MAX_INDEX_BYTES` of scalar text, and the atoms
 (:mod:`~forethought.predictors.patterns.text`) inside its text fields, tokenized up to
 :data:`MAX_TOKEN_BYTES` in all. Each leaf is filed under *lookup keys*: forms that every transform of
 :mod:`~forethought.predictors.patterns.derive_values` preserves (a string's alphanumeric characters,
@@ -24,6 +25,8 @@ import functools
 import json
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -46,8 +49,10 @@ MAX_KEYED_BYTES = 2048
 MIN_DATE_DIGITS = 5
 MAX_WALK_ITEMS = 2000
 """Items of one list whose values are noted for walking it."""
-OUTPUT_INDEXES = 1024
-"""Outputs whose index is remembered (those of the calls in the sessions served)."""
+OUTPUT_INDEXES = 4096
+"""Outputs whose index is remembered, at most (the latest outputs of the sessions served) ..."""
+INDEXED_BYTES = 8 * 1024 * 1024
+"""... and at most this much output text in all (an index takes a few times its output's size)."""
 TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention")
 """Atom kinds looked for inside an output's text fields (those
 :func:`~forethought.predictors.patterns.text.output_atoms` finds)."""
@@ -115,7 +120,7 @@ _NUMERIC = re.compile(r"\s*[-+]?\$?\s*[\d.]")
 MAX_NUMBER_WORD = 10
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=8192)
 def _string_keys(text: str) -> tuple[str, ...]:
     keys = ["s:" + alnum(text)]
     pieces = text.split()
@@ -185,6 +190,9 @@ class OutputIndex:
     in_lists: dict[str, tuple[str, int, str | None]] = field(default_factory=dict)
     """:func:`walk_key` of a scalar -> where it first sits in a list: the list's path, the item's place,
     and the field of the item holding it (None: the item itself)."""
+    facts: dict[str, Any] = field(default_factory=dict)
+    """What other modules work out once per output (its first date, the codes of its lists), kept with the
+    index so that it is forgotten with it."""
 
     def candidates(self, keys: tuple[str, ...]) -> list[int]:
         """Positions of the addressable leaves filed under any of ``keys``, in document order."""
@@ -203,52 +211,60 @@ class OutputIndex:
 
 def _walk(index: OutputIndex, value: Any) -> None:
     """File every node of ``value`` (depth first, in document order) until the byte budget is spent."""
-    leaves, addressable_flags, by_key = index.leaves, index.addressable, index.by_key
-    first_by_path, last_by_path = index.first_by_path, index.last_by_path
-    first_by_name, first_path_by_name = index.first_by_name, index.first_path_by_name
-    budget = MAX_INDEX_BYTES
+    _Walk(index).visit("$", value, True, "$")
 
-    def visit(path: str, node: Any, addressable: bool, name: str) -> int:
+
+class _Walk:
+    """One walk of an output (a class, not a closure: a recursive closure is a reference cycle that keeps
+    the walk's locals until the garbage collector finds it)."""
+
+    __slots__ = ("budget", "index")
+
+    def __init__(self, index: OutputIndex) -> None:
+        self.index = index
+        self.budget = MAX_INDEX_BYTES
+
+    def visit(self, path: str, node: Any, addressable: bool, name: str) -> int:
         """File ``node`` and what it holds; its size in bytes, roughly (containers: their contents')."""
-        nonlocal budget
-        if budget <= 0:
+        if self.budget <= 0:
             return MAX_KEYED_BYTES + 1  # not walked in full: too big to file whole
+        index = self.index
+        leaves = index.leaves
         position = len(leaves)
         leaves.append((path, node))
-        addressable_flags.append(addressable)
-        if path not in first_by_path:
-            first_by_path[path] = node
-        last_by_path[path] = node
-        if name not in first_by_name:
-            first_by_name[name] = node
-            first_path_by_name[name] = path
+        index.addressable.append(addressable)
+        if path not in index.first_by_path:
+            index.first_by_path[path] = node
+        index.last_by_path[path] = node
+        if name not in index.first_by_name:
+            index.first_by_name[name] = node
+            index.first_path_by_name[name] = path
         kind = node.__class__
         size = 2
         if kind is dict:
             prefix = path + "." if path != "$" else ""
             for k, v in node.items():
-                size += len(k) + visit(prefix + str(k), v, addressable, str(k))
+                size += len(k) + self.visit(prefix + str(k), v, addressable, str(k))
         elif kind is list:
             _file_list(index, path, node)
             base = path if path != "$" else ""
             shown = node[:MAX_LIST_INDEX] if addressable else ()
             for i, v in enumerate(shown):
                 item = f"{base}[{i}]"
-                size += visit(item, v, True, leaf_name(item))
+                size += self.visit(item, v, True, leaf_name(item))
             if len(node) > len(shown):
                 size += MAX_KEYED_BYTES  # not every item walked: too big to file whole
             for back in range(1, min(len(node), MAX_FROM_END) + 1):
                 item = f"{base}[-{back}]"
-                visit(item, node[-back], addressable, leaf_name(item))
+                self.visit(item, node[-back], addressable, leaf_name(item))
         else:
             size = len(node) if kind is str else 8
-            budget -= size
+            self.budget -= size
         if addressable and (size <= MAX_KEYED_BYTES or (kind is not dict and kind is not list)):
+            by_key = index.by_key
             for key in _leaf_keys(node):
                 cast(list[int], by_key.setdefault(key, [])).append(position)
         return size
-
-    visit("$", value, True, "$")
 
 
 def walk_key(value: Any) -> str | None:
@@ -312,9 +328,8 @@ def _tokenize(index: OutputIndex, path: str, leaf: str, text: str) -> None:
                 cast(list[TokenAtom], index.tokens_by_key.setdefault(key, [])).append(token)
 
 
-@functools.lru_cache(maxsize=OUTPUT_INDEXES)
-def output_index(output: str) -> OutputIndex:
-    """The index of one output (JSON, or else plain text as one field ``$``), worked out once."""
+def _index(output: str) -> OutputIndex:
+    """The index of one output, worked out."""
     index = OutputIndex()
     try:
         value = json.loads(output)
@@ -328,6 +343,53 @@ def output_index(output: str) -> OutputIndex:
     index.by_key = {key: tuple(found) for key, found in index.by_key.items()}
     index.tokens_by_key = {key: tuple(found) for key, found in index.tokens_by_key.items()}
     return index
+
+
+class _RecentIndexes:
+    """The indexes of the latest outputs asked for, bounded by count and by the bytes of their outputs."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[str, OutputIndex] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, output: str) -> OutputIndex:
+        with self._lock:
+            index = self._kept.get(output)
+            if index is not None:
+                self._kept.move_to_end(output)
+                return index
+        index = _index(output)
+        with self._lock:
+            if output not in self._kept:
+                self._kept[output] = index
+                self._bytes += len(output)
+                while self._kept and (len(self._kept) > self.max_entries or self._bytes > self.max_bytes):
+                    dropped, _ = self._kept.popitem(last=False)
+                    self._bytes -= len(dropped)
+        return index
+
+    def holds(self, output: str) -> bool:
+        """Whether the index of ``output`` is kept (asking does not make it recent)."""
+        with self._lock:
+            return output in self._kept
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self._bytes = 0
+
+    @property
+    def kept_bytes(self) -> int:
+        """The bytes of output text whose indexes are kept."""
+        return self._bytes
+
+
+output_index = _RecentIndexes(OUTPUT_INDEXES, INDEXED_BYTES)
+"""The index of one output (JSON, or else plain text as one field ``$``), worked out once while it is among
+the latest outputs asked for (:data:`OUTPUT_INDEXES`, :data:`INDEXED_BYTES`)."""
 
 
 def first_leaf_by_path(output: str) -> Mapping[str, Any]:

@@ -102,6 +102,12 @@ class SourceView:
                 self._used.update(argument_keys(observed))
         return self._used
 
+    def outputs_indexed(self) -> bool:
+        """Whether the index of every output of the calls so far is still kept (:func:`output_index`): a
+        rule reading outputs then costs lookups here, not the indexing of outputs since forgotten."""
+        holds = output_index.holds
+        return all(holds(observed.output) for observed in self.history)
+
     def used_elsewhere(self, value: Any, param: str) -> bool:
         """Whether a call of this turn already used ``value`` (strings compared lower-cased) for a
         parameter other than ``param``."""

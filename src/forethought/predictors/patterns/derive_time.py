@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forethought.predictors.patterns.derive_index import atoms_by_kind
+from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.text import Atom, first_date
 
 WHEN = "when"
@@ -78,10 +79,14 @@ def _first_date(text: str) -> dt.date | None:
     return first_date(text[:MAX_WHEN_CHARS] if len(text) > MAX_WHEN_CHARS else text)
 
 
-@functools.lru_cache(maxsize=4096)
 def first_output_date(output: str) -> dt.date | None:
-    """The first full date of an output (remembered: every later step of its session reads it)."""
-    return _first_date(output)
+    """The first full date of an output (remembered with its index: every later step of its session reads
+    it)."""
+    facts = output_index(output).facts
+    if "first_date" not in facts:
+        facts["first_date"] = _first_date(output)
+    found: dt.date | None = facts["first_date"]
+    return found
 
 
 def _strings(value: Any) -> Iterable[str]:

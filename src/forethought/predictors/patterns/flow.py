@@ -21,6 +21,8 @@ Each candidate tool gets a few features, combined by a small softmax whose weigh
 * ``unseen``: the tool has never been observed.
 
 All counts are decayed counters (:mod:`pattern_counts`), so the model follows a workload that drifts.
+The words associated with tools and the call contexts counted have budgets (:mod:`budgets`): the most
+seen are kept, the others cut with their counters.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
+from forethought.predictors.patterns.budgets import FLOW_WORDS, NGRAM_CONTEXTS, over, weakest
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts
 from forethought.predictors.patterns.describe import description_match
 from forethought.predictors.patterns.flow_maxent import ToolScorer, context_features
@@ -101,7 +104,8 @@ class FlowModel:
         self._followers: dict[str, set[str]] = {}
         """n-gram context key -> tools counted after it (every other tool's count there is 0)."""
         self._word_tools: dict[str, set[str]] = {}
-        """user word -> tools counted in a turn with it (every other tool's joint count is 0)."""
+        """user word -> tools counted in a turn with it (every other tool's joint count is 0); every word
+        counted is a key (the words' table, whose budget is :data:`~.budgets.FLOW_WORDS`)."""
         self._word_firsts: dict[str, set[str]] = {}
         """user word -> tools counted as the first call of a turn with it."""
         self.maxent = ToolScorer(counts)
@@ -133,8 +137,43 @@ class FlowModel:
             self._info(parts[1])
         elif parts[0] == "w" and len(parts) == 3:
             self._word_tools.setdefault(parts[1], set()).add(parts[2])
+        elif parts[0] == "w" and len(parts) == 2:
+            self._word_tools.setdefault(parts[1], set())
         elif parts[0] == "wf" and len(parts) == 3:
+            self._word_tools.setdefault(parts[1], set())
             self._word_firsts.setdefault(parts[1], set()).add(parts[2])
+
+    def keep_budgets(self) -> None:
+        """Cut the words and the call contexts back to their budgets when over them (after loading a store,
+        which may hold more; learning keeps them so)."""
+        self._cut_words()
+        self._cut_contexts()
+        self.maxent.keep_budget()
+
+    def _cut_words(self) -> None:
+        """Cut the words associated with tools back to :data:`~.budgets.FLOW_WORDS`, keeping the most seen
+        at a turn's start."""
+        if not over(len(self._word_tools), FLOW_WORDS):
+            return
+        stored = self.counts.stored()
+        discarded = []
+        for word in weakest(self._word_tools, FLOW_WORDS, lambda w: stored.get(SEP.join(("w", w)), 0.0)):
+            discarded.append(SEP.join(("w", word)))
+            discarded += [SEP.join(("w", word, tool)) for tool in self._word_tools.pop(word)]
+            discarded += [SEP.join(("wf", word, tool)) for tool in self._word_firsts.pop(word, ())]
+            self._word_keys.pop(word, None)
+        self.counts.discard(discarded)
+
+    def _cut_contexts(self) -> None:
+        """Cut the call contexts back to :data:`~.budgets.NGRAM_CONTEXTS`, keeping the most seen."""
+        if not over(len(self._followers), NGRAM_CONTEXTS):
+            return
+        stored = self.counts.stored()
+        discarded = []
+        for base in weakest(self._followers, NGRAM_CONTEXTS, lambda key: stored.get(key, 0.0)):
+            discarded.append(base)
+            discarded += [base + SEP + "=" + tool for tool in self._followers.pop(base)]
+        self.counts.discard(discarded)
 
     def _info(self, tool: str) -> tuple[str, str, frozenset[str], int]:
         """What is fixed about ``tool``: the keys of its call count and turn count, its name words and how
@@ -328,9 +367,12 @@ class FlowModel:
                 for word in view.words:
                     keys.append(SEP.join(("w", word)))
                     keys.append(SEP.join(("wf", word, tool)))
+                    self._word_tools.setdefault(word, set())
                     self._word_firsts.setdefault(word, set()).add(tool)
             keys.append(self._info(tool)[1])
             for word in view.words:
                 keys.append(SEP.join(("w", word, tool)))
                 self._word_tools.setdefault(word, set()).add(tool)
         self.counts.add_ones(keys)
+        self._cut_words()
+        self._cut_contexts()

@@ -205,7 +205,7 @@ def _date_spans(text: str) -> Iterator[tuple[int, int, dt.date]]:
                 continue
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def first_date(text: str) -> dt.date | None:
     """The first date written with its year in ``text`` (the earliest-listed spelling that has one)."""
     for _, _, date in _date_spans(text):
