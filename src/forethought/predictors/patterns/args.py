@@ -231,7 +231,7 @@ class ArgumentModel(PseudoRules):
         cues = self._cues.setdefault(level, {})
         for word in words:
             if word not in cues:
-                cues[word] = set()
+                cues[word] = {}
         if len(truth) <= MAX_CONSTANT_CHARS:
             self._store_value(level, truth)
             suffix = SEP + truth
@@ -250,20 +250,21 @@ class ArgumentModel(PseudoRules):
         return sorted(set(properties) | self._params.get(tool, set()))
 
     def _cue_words(self, tool: str, param: str, words: frozenset[str], stored: Mapping[str, float], scale: float
-                   ) -> list[tuple[str, float, set[str]]]:
+                   ) -> list[tuple[str, float, Mapping[str, None]]]:
         """The cue words of the message seen often enough with the parameter: the prefix of their joint
         counts' keys, their count, the values seen with them (``stored``, ``scale``: the counts')."""
         cues = self._cues.get((tool, param))
         if not cues:
             return []
         prefix = SEP.join(("k", tool, param, ""))
-        out = []
+        out: list[tuple[str, float, Mapping[str, None]]] = []
         for word in words & cues.keys():
             if (key := prefix + word) in stored and stored[key] * scale >= MIN_CUE_TRIALS:
                 out.append((key + SEP, stored[key] * scale, cues[word]))
         return out
 
-    def _constant_score(self, truth: str, share: tuple[float, float], cues: Sequence[tuple[str, float, set[str]]],
+    def _constant_score(self, truth: str, share: tuple[float, float],
+                        cues: Sequence[tuple[str, float, Mapping[str, None]]],
                         stored: Mapping[str, float], scale: float) -> float:
         """A stored value's score: the Wilson bound of its share of the parameter's uses, or of its share
         given a cue word of the message (:meth:`_cue_words`) if one scores higher."""
@@ -325,7 +326,8 @@ class ArgumentModel(PseudoRules):
                 evidence[value_id] = [(score * USED_ELSEWHERE_FACTOR, rule, value) for score, rule, value in pieces]
         return self._best(tool, param, schema, evidence, lazy, exact, limit)
 
-    def _add_constants(self, tool: str, param: str, required: bool, cue_words: Sequence[tuple[str, float, set[str]]],
+    def _add_constants(self, tool: str, param: str, required: bool,
+                       cue_words: Sequence[tuple[str, float, Mapping[str, None]]],
                        evidence: dict[str, list[tuple[float, str, Any]]], stored: Mapping[str, float], scale: float
                        ) -> dict[str, tuple[str, tuple[float, float]]]:
         """Add the values stored for the parameter to ``evidence``, after the rules' (absence too, unless

@@ -109,9 +109,10 @@ class RuleRecords:
         """(tool, parameter) -> its stored values (stored key -> :class:`StoredValue`), in the order stored."""
         self._forms: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
         """(tool, parameter) -> value key -> the stored keys of that value."""
-        self._cues: dict[tuple[str, str], dict[str, set[str]]] = {}
-        """(tool, parameter) -> each word counted with it -> the values counted with that word."""
-        self._value_words: dict[tuple[str, str], dict[str, set[str]]] = {}
+        self._cues: dict[tuple[str, str], dict[str, dict[str, None]]] = {}
+        """(tool, parameter) -> each word counted with it -> the values counted with that word (as dict keys:
+        a dict of strings is not tracked by the garbage collector, a set is)."""
+        self._value_words: dict[tuple[str, str], dict[str, dict[str, None]]] = {}
         """(tool, parameter) -> each value -> the words counted with it (what cutting a value discards)."""
         self._params: dict[str, set[str]] = {}
         self._parsed: dict[str, Rule] = {}
@@ -144,7 +145,7 @@ class RuleRecords:
             self._store_value((parts[1], parts[2]), parts[3])
             self._params.setdefault(parts[1], set()).add(parts[2])
         elif parts[0] == "k" and len(parts) == 4:
-            self._cues.setdefault((parts[1], parts[2]), {}).setdefault(parts[3], set())
+            self._cues.setdefault((parts[1], parts[2]), {}).setdefault(parts[3], {})
         elif parts[0] == "k" and len(parts) == 5:
             self._pair((parts[1], parts[2]), parts[3], parts[4])
 
@@ -195,8 +196,8 @@ class RuleRecords:
 
     def _pair(self, level: tuple[str, str], word: str, truth: str) -> None:
         """Note that ``word`` was counted with value ``truth`` of a parameter."""
-        self._cues.setdefault(level, {}).setdefault(word, set()).add(truth)
-        self._value_words.setdefault(level, {}).setdefault(truth, set()).add(word)
+        self._cues.setdefault(level, {}).setdefault(word, {})[truth] = None
+        self._value_words.setdefault(level, {}).setdefault(truth, {})[word] = None
 
     def _cut_pairs(self, level: tuple[str, str], word: str) -> None:
         """Cut the values counted with a cue word back to their budget, keeping those seen with it most."""
@@ -208,9 +209,9 @@ class RuleRecords:
         words_of = self._value_words.get(level, {})
         cut = weakest(truths, VALUES_PER_CUE_WORD, lambda truth: stored.get(base + truth, 0.0))
         for truth in cut:
-            truths.discard(truth)
+            truths.pop(truth, None)
             if truth in words_of:
-                words_of[truth].discard(word)
+                words_of[truth].pop(word, None)
         self.counts.discard([base + truth for truth in cut])
 
     def _add_rule(self, level: tuple[str, str], rule: str, cut: bool = True) -> bool:
@@ -253,7 +254,7 @@ class RuleRecords:
             for word in words_of.pop(truth, ()):
                 discarded.append(SEP.join(("k", *level, word, truth)))
                 if word in cues:
-                    cues[word].discard(truth)
+                    cues[word].pop(truth, None)
         self.counts.discard(discarded)
         self._value_generation[level] = self._value_generation.get(level, 0) + 1
 
@@ -271,7 +272,7 @@ class RuleRecords:
             for truth in cues.pop(word):
                 discarded.append(prefix + word + SEP + truth)
                 if truth in words_of:
-                    words_of[truth].discard(word)
+                    words_of[truth].pop(word, None)
         self.counts.discard(discarded)
 
     def _level_score(self, level: tuple[str, str], rule: str) -> float:

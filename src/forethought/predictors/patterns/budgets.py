@@ -24,15 +24,15 @@ from typing import TypeVar
 SLACK = 2
 """A table is cut when it holds more than this many times its budget."""
 
-VALUES_PER_PARAMETER = 128
+VALUES_PER_PARAMETER = 64
 """Values (constants) stored per (tool, parameter): the most used. Values used once each (ids, names)
 come and go; values used again stay."""
 CUE_WORDS_PER_PARAMETER = 256
 """Message words counted per (tool, parameter) as cues for its constants: the most seen with it."""
-VALUES_PER_CUE_WORD = 8
+VALUES_PER_CUE_WORD = 4
 """Values counted with one cue word of a parameter: those seen with it most (a word seen with many values
 names none of them)."""
-TOP_VALUES = 16
+TOP_VALUES = 8
 """Stored values of a parameter offered as constants on their own share of its uses: the most used (a value
 the message cues, or that a rule derives, is offered too)."""
 RULES_PER_PARAMETER = 192
