@@ -13,7 +13,7 @@ to): a date written without its year is its next occurrence on or after today; a
 next week" are that weekday of the week (Monday to Sunday) after this one; "N nights" from a day end N
 days later; "the third day" of a stay or trip is two days after its first; a bare clock time takes am or
 pm from the words around it ("in the afternoon", "tonight", a "pm" of the same range), else is read as
-written. A derived time ("30 minutes before" a stated time, a meeting's end "for 45 minutes") is stated
+written; "tonight" and "this afternoon" also state today. A derived time ("30 minutes before" a stated time, a meeting's end "for 45 minutes") is stated
 where its words are.
 
 :func:`date_suite` gives the cases; :func:`answer` is what the predictor's date derivation reads in a
@@ -74,7 +74,8 @@ def _day_text(rng: random.Random, day: dt.date, with_month: bool = True) -> str:
     if not with_month:
         return rng.choice((f"the {n}{sfx}", f"{n}{sfx}"))
     return rng.choice((f"{month} {n}{sfx}", f"{month} {n}", f"{short} {n}", f"the {n}{sfx} of {month}",
-                       f"{n} {month}", f"{month} the {n}{sfx}"))
+                       f"{n} {month}", f"{month} the {n}{sfx}", f"{short}. {n}{sfx}", f"{n}{sfx} {short}",
+                       f"{month.lower()} {n}"))
 
 
 def _future(rng: random.Random, today: dt.date, low: int = 2, high: int = 200) -> dt.date:
@@ -234,30 +235,32 @@ def clock(rng: random.Random, today: dt.date) -> Phrase:
     return Phrase(f"at {_clock(rng, t)}", times=(t,))
 
 
-def clock_context(rng: random.Random, today: dt.date) -> Phrase:
-    """A bare clock time whose am / pm the surrounding words give."""
-    choice = rng.randrange(5)
+def clock_context(rng: random.Random, today: dt.date, same_day: bool = True) -> Phrase:
+    """A bare clock time whose am / pm the surrounding words give ("tonight" and "this afternoon" also
+    state today; not offered when ``same_day`` is false)."""
+    choice = rng.randrange(4)
     if choice == 0:
         t = _time(rng, (13, 17))
-        return Phrase(rng.choice((f"at {_clock(rng, t, False)} in the afternoon", f"in the afternoon at "
-                                  f"{_clock(rng, t, False)}", f"this afternoon at {_clock(rng, t, False)}")),
-                      times=(t,))
+        bare = _clock(rng, t, False)
+        if same_day and rng.random() < 0.4:
+            return Phrase(f"this afternoon at {bare}", (today,), (t,))
+        return Phrase(rng.choice((f"at {bare} in the afternoon", f"in the afternoon at {bare}")), times=(t,))
     if choice == 1:
         t = _time(rng, (18, 22))
-        return Phrase(rng.choice((f"at {_clock(rng, t, False)} in the evening", f"tonight at {_clock(rng, t, False)}",
-                                  f"at {_clock(rng, t, False)} tonight", f"this evening at {_clock(rng, t, False)}")),
-                      times=(t,))
+        bare = _clock(rng, t, False)
+        if same_day and rng.random() < 0.5:
+            return Phrase(rng.choice((f"tonight at {bare}", f"at {bare} tonight", f"this evening at {bare}")),
+                          (today,), (t,))
+        return Phrase(rng.choice((f"at {bare} in the evening", f"in the evening at {bare}")), times=(t,))
     if choice == 2:
         t = _time(rng, (6, 11))
         bare = _clock(rng, t, False)
-        return Phrase(rng.choice((f"at {bare} in the morning", f"in the morning at {bare}", f"at {bare} this morning")),
-                      times=(t,))
-    if choice == 3:
-        lunch = dt.time(rng.choice((12, 13)), rng.choice((0, 30)))
-        t = _time(rng, (lunch.hour + 1, 17))
-        return Phrase(f"after my {_clock(rng, lunch)} lunch, at {_clock(rng, t, False)}", times=(lunch, t))
-    t = _time(rng, (13, 18))
-    return Phrase(f"after lunch, around {_clock(rng, t, False)} in the afternoon", times=(t,))
+        if same_day and rng.random() < 0.3:
+            return Phrase(f"at {bare} this morning", (today,), (t,))
+        return Phrase(rng.choice((f"at {bare} in the morning", f"in the morning at {bare}")), times=(t,))
+    lunch = dt.time(rng.choice((12, 13)), rng.choice((0, 30)))
+    t = _time(rng, (lunch.hour + 1, 17))
+    return Phrase(f"after my {_clock(rng, lunch)} lunch, at {_clock(rng, t, False)}", times=(lunch, t))
 
 
 def before_after(rng: random.Random, today: dt.date) -> Phrase:
@@ -300,15 +303,36 @@ def duration(rng: random.Random, today: dt.date) -> Phrase:
 
 def day_and_time(rng: random.Random, today: dt.date) -> Phrase:
     day_phrase = rng.choice((relative, weekday, absolute))(rng, today)
-    time_phrase = rng.choice((clock, clock_context))(rng, today)
+    time_phrase = clock(rng, today) if rng.random() < 0.5 else clock_context(rng, today, same_day=False)
     return Phrase(f"{day_phrase.text} {time_phrase.text}", day_phrase.dates, time_phrase.times)
+
+
+def distractor(rng: random.Random, today: dt.date) -> Phrase:
+    """Numbers that are neither dates nor times, around one that is (or none)."""
+    party, room, stars = rng.randint(2, 9), rng.randint(100, 999), rng.randint(1, 5)
+    noise = rng.choice((f"for {party} people", f"in room {room}", f"with {stars} stars", f"version {party}.{room % 10}",
+                        f"{party} to {party + rng.randint(1, 5)} guests", f"order #{room}", f"{room}-{party}",
+                        f"at {party}% off", f"about {party * 10} dollars", f"floor {party}"))
+    if rng.random() < 0.3:
+        return Phrase(noise)
+    real = rng.choice((absolute, clock, weekday, relative))(rng, today)
+    return Phrase(f"{noise}, {real.text}" if rng.random() < 0.5 else f"{real.text}, {noise}", real.dates, real.times)
+
+
+def mixed(rng: random.Random, today: dt.date) -> Phrase:
+    """Several expressions in one sentence: a stay, an arrival time, a reminder before it."""
+    stay = rng.choice((nights, date_range))(rng, today)
+    arrival = clock(rng, today)
+    reminder = before_after(rng, today)
+    return Phrase(f"{stay.text}, arriving {arrival.text}; remind me {reminder.text}", stay.dates,
+                  (*arrival.times, *reminder.times))
 
 
 FAMILIES: dict[str, Callable[[random.Random, dt.date], Phrase]] = {
     "absolute": absolute, "absolute_year": absolute_year, "range": date_range, "relative": relative,
     "later": later, "nights": nights, "trip_day": trip_day, "weekday": weekday, "clock": clock,
     "clock_context": clock_context, "before_after": before_after, "time_range": time_range,
-    "duration": duration, "day_and_time": day_and_time,
+    "duration": duration, "day_and_time": day_and_time, "distractor": distractor, "mixed": mixed,
 }
 """Family name -> its phrase generator."""
 
