@@ -10,11 +10,11 @@ computed by the generator itself (calendar arithmetic), never by the code under 
 The conventions the expected values follow (and :mod:`~forethought.predictors.patterns.derive_time` is held
 to): a date written without its year is its next occurrence on or after today; a weekday alone ("Friday",
 "this Friday", "on Friday", "coming Friday") is the first such day after today; "next Friday" and "Friday
-next week" are that weekday of the week (Monday to Sunday) after this one; "N nights" from a day end N
-days later; "the third day" of a stay or trip is two days after its first; a bare clock time takes am or
-pm from the words around it ("in the afternoon", "tonight", a "pm" of the same range), else is read as
-written; "tonight" and "this afternoon" also state today. A derived time ("30 minutes before" a stated time, a meeting's end "for 45 minutes") is stated
-where its words are.
+next week" are that weekday of the week (Monday to Sunday) after this one; "N nights" from a day end N days
+later; "the third day" of a stay or trip is two days after its first; a bare clock time takes am or pm from
+the words around it ("in the afternoon", "tonight", a "pm" of the same range), else is read as written;
+"tonight" and "this afternoon" also state today. A derived time ("30 minutes before" a stated time, a
+meeting's end "for 45 minutes") is stated where its words are.
 
 :func:`date_suite` gives the cases; :func:`answer` is what the predictor's date derivation reads in a
 case (its dates and times, in order); :func:`score_suite` compares the two. The same phrasings feed the

@@ -6,14 +6,14 @@
 span of its words, in the order the text states them.
 
 Conventions (held by the generated suite of :mod:`forethought.bench.date_suite`): a time with am or pm, a
-24-hour time (an hour from 13, or written with a leading zero: ``08:15``), noon and midnight are as
-written. Any other clock time ("at 8", "2:30", the "2" of "from 2 to 4 pm") takes its half from the
-nearest word of the day within reach ("morning": am; "afternoon", "evening", "tonight", "at night": pm),
-else the reading nearer to the nearest time stated with its half within reach (both in the same clause) (the "2" of "from 2 to 4 pm" is 14:00,
-the "8" of "between 8 and 11 am" is 08:00), else is read as written. A duration after a time ("for 45
-minutes", "lasting an hour and a half") gives the time it ends; "N minutes before / after" a time stated
-just after gives that time moved, placed where its words are. Plain English only; nothing here knows a
-tool.
+24-hour time (an hour from 13, or written with a leading zero: ``08:15``), noon and midnight are as written.
+Any other clock time ("at 8", "2:30", the "2" of "from 2 to 4 pm") takes its half from the nearest word of
+the day within reach ("morning": am; "afternoon", "evening", "tonight", "at night": pm), else the reading
+nearer to the nearest time stated with its half within reach and in the same clause (the "2" of "from 2 to 4
+pm" is 14:00, the "8" of "between 8 and 11 am" is 08:00), else is read as written. A duration after a time
+("for 45 minutes", "lasting an hour and a half") gives the time it ends; "N minutes before / after" a time
+stated just after gives that time moved, placed where its words are. Plain English only; nothing here knows
+a tool.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ _O_CLOCK = re.compile(r"\b(\d{1,2})\s+o'clock\b", re.I)
 _NOON = re.compile(r"\b(noon|midday|midnight)\b", re.I)
 _FOLLOWED_BY_TIME = r"(?=\d{1,2}(?::[0-5]\d)?\s*(?:[ap]\.?\s?m\b|o'clock)|\d{1,2}:[0-5]\d)"
 _RANGE_START = re.compile(r"\b(?:from|between)\s+(\d{1,2})(?::([0-5]\d))?\s*(?:to|and|until|till|-|–)\s*"
-                          + _FOLLOWED_BY_TIME, re.I)
-_DASH_START = re.compile(r"(?<![\d:/\-])(\d{1,2})(?::([0-5]\d))?\s*[-–]\s*(?=\d{1,2}(?::[0-5]\d)?\s*[ap]\.?\s?m\b)", re.I)
+                          + _FOLLOWED_BY_TIME, re.IGNORECASE)
+_DASH_START = re.compile(r"(?<![\d:/\-])(\d{1,2})(?::([0-5]\d))?\s*[-–]\s*"
+                         r"(?=\d{1,2}(?::[0-5]\d)?\s*[ap]\.?\s?m\b)", re.I)
 _DAYPART = re.compile(r"\b(morning|afternoon|evening|tonight|at\s+night)\b", re.I)
 """Words of the day that tell am from pm ("night" alone counts stays: "one night")."""
 _DURATION = (r"(half\s+an\s+hour|an?\s+hour\s+and\s+a\s+half|(?:(\d{1,3}(?:\.\d)?)|(" + "|".join(

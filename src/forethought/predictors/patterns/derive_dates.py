@@ -131,7 +131,8 @@ def _stated(text: str, today: dt.date | None, anchor: dt.date | None) -> list[Sp
     for m in _IN_DAYS.finditer(text):
         n = count(m.group(1))
         if n is not None:
-            found.append((m.start(), m.end(), today + dt.timedelta(days=n * (7 if m.group(2).lower() == "week" else 1))))
+            days = n * (7 if m.group(2).lower() == "week" else 1)
+            found.append((m.start(), m.end(), today + dt.timedelta(days=days)))
     for m in _WEEKDAY.finditer(text):
         weekday = WEEKDAYS[m.group(2).lower()]
         lead = " ".join((m.group(1) or "").lower().split())
@@ -172,12 +173,12 @@ def _ranges(text: str, found: list[Span], today: dt.date | None) -> list[Span]:
         following = _after(found, m.end(), NEAR)
         if following is None or _overlaps(found, m.start(1), m.end()):
             continue
-        end = following[2]
-        start = make_date(end.year, end.month, int(m.group(1)))
-        if start is not None and start > end:
-            start = make_date(end.year - (end.month == 1), 12 if end.month == 1 else end.month - 1, int(m.group(1)))
-        if start is not None:
-            extra.append((m.start(1), m.end(), start))
+        last, day = following[2], int(m.group(1))
+        first = make_date(last.year, last.month, day)
+        if first is not None and first > last:  # the month before the end's
+            first = make_date(last.year - (last.month == 1), 12 if last.month == 1 else last.month - 1, day)
+        if first is not None:
+            extra.append((m.start(1), m.end(), first))
     return extra
 
 

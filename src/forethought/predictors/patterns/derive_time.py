@@ -112,7 +112,8 @@ def when_atoms(text: str, reference: Reference) -> tuple[Atom, ...]:
     dates = date_spans(text, reference.today, reference.anchor)
     times = clock_spans(text)
     atoms: dict[tuple[int, str], Atom] = {}
-    for order, start, end, when in [*dates, *times]:
+    spans: list[tuple[int, int, int, When]] = [*dates, *times]
+    for order, start, end, when in spans:
         atoms.setdefault((order, type(when).__name__), Atom(text[start:end], WHEN, order, date=when))
     for _, d_start, d_end, day in dates:
         for _, t_start, t_end, clock in times:
