@@ -25,7 +25,7 @@ MAX_EXPLAINED_LEAVES = 6
 """A value found in more leaves of one output is credited to the first ones only (a value found all
 over an output says little about where it came from, and every rule credited is replayed from then on)."""
 LIST_TRANSFORMS = ("all.id", "untag", "hash", "at", "num.id", "all.lower", "all.upper")
-_TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention")
+_TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention", "email")
 
 
 def _atom_values(atom: Atom) -> Iterator[tuple[str, Any]]:

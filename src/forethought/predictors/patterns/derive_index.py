@@ -36,7 +36,7 @@ def atoms_by_kind(text: str) -> Mapping[str, tuple[Atom, ...]]:
     return {kind: tuple(atoms) for kind, atoms in grouped.items()}
 
 
-RUN_KINDS = ("quoted", "file", "number", "id", "hashtag", "mention", "url", "path", "date", "proper")
+RUN_KINDS = ("quoted", "file", "number", "id", "hashtag", "mention", "url", "path", "date", "proper", "email")
 """Kinds whose atoms form enumerations."""
 MAX_RUNS = 4
 """Enumerations of a kind addressed from the start (and from the end)."""

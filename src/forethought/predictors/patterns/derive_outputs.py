@@ -53,7 +53,7 @@ OUTPUT_INDEXES = 4096
 """Outputs whose index is remembered, at most (the latest outputs of the sessions served) ..."""
 INDEXED_BYTES = 8 * 1024 * 1024
 """... and at most this much output text in all (an index takes a few times its output's size)."""
-TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention")
+TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention", "email")
 """Atom kinds looked for inside an output's text fields (those
 :func:`~forethought.predictors.patterns.text.output_atoms` finds)."""
 
