@@ -67,6 +67,7 @@ from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.derive_schema import schema_checker
 from forethought.predictors.patterns.derive_values import value_key
 from forethought.predictors.patterns.select import best_first
+from forethought.predictors.patterns.shapes import DATE_SHAPES, TIME_SHAPES, ShapeModel
 
 __all__ = [
     "ABBR_FIRST_RULE",
@@ -134,6 +135,7 @@ class ArgumentModel(PseudoRules):
 
     def __init__(self, counts: Counts, z: float = 1.0) -> None:
         super().__init__(counts, z)
+        self.shapes = ShapeModel(counts)
         self._recent: dict[tuple[str, str], deque[tuple[int, Sources, str]]] = {}
         """(tool, parameter) -> its latest points of sessions: (serial, sources, the value it took)."""
         self._recent_order: deque[tuple[int, tuple[str, str]]] = deque()
@@ -195,6 +197,8 @@ class ArgumentModel(PseudoRules):
                 self._cut_rules(level)
             self._remember(tool, param, sources, truth)
             self._count_constant(tool, param, truth, words)
+            if not absent:
+                self.shapes.learn(tool, param, value)
             self._table(tool, param)  # brought up to date here, not in the next prediction
         sources.forget_values()  # kept in the recent observations: without what this step remembered
 
@@ -314,7 +318,7 @@ class ArgumentModel(PseudoRules):
                 else:
                     evidence[value_id] = [piece]
         cue_words = self._cue_words(tool, param, words, stored, scale)
-        lazy = self._add_constants(tool, param, required, cue_words, evidence, stored, scale)
+        lazy = self._add_constants(tool, param, required, cue_words, evidence, stored, scale, sources)
 
         def exact(item: tuple[str, str, Any]) -> float:
             return self._constant_score(*lazy[item[0]], cue_words, stored, scale)
@@ -328,8 +332,8 @@ class ArgumentModel(PseudoRules):
 
     def _add_constants(self, tool: str, param: str, required: bool,
                        cue_words: Sequence[tuple[str, float, Mapping[str, None]]],
-                       evidence: dict[str, list[tuple[float, str, Any]]], stored: Mapping[str, float], scale: float
-                       ) -> dict[str, tuple[str, tuple[float, float]]]:
+                       evidence: dict[str, list[tuple[float, str, Any]]], stored: Mapping[str, float], scale: float,
+                       sources: Sources) -> dict[str, tuple[str, tuple[float, float]]]:
         """Add the values stored for the parameter to ``evidence``, after the rules' (absence too, unless
         ``required``). A value with no other evidence gets an upper bound of its score instead of the score
         (when ``z`` >= 0); returned: value key -> (stored key, share of uses) of each such value."""
@@ -349,6 +353,7 @@ class ArgumentModel(PseudoRules):
         # The values worth scoring: the most used, those a cue word of the message goes with, those a rule
         # gives here (their constant share agrees with the rule), absence. Any other scores below the most
         # used (by the Wilson bound of a smaller share), so it could only matter were they all refused.
+        states_date, states_time = sources.states_when()
         chosen = dict.fromkeys(self._top.get((tool, param), ()))
         chosen.update(dict.fromkeys(sorted({truth for _, _, truths in cue_words for truth in truths})))
         for value_id in evidence:
@@ -360,6 +365,9 @@ class ArgumentModel(PseudoRules):
                 continue
             stored_value = entries[truth]
             count_key, value, value_id = stored_value.count_key, stored_value.value, stored_value.value_id
+            if value_id not in evidence and ((states_date and stored_value.shape in DATE_SHAPES)
+                                             or (states_time and stored_value.shape in TIME_SHAPES)):
+                continue  # never a date (or time) remembered from elsewhere when the message states one
             if truth == ABSENT_KEY:
                 if required:
                     continue
@@ -390,21 +398,27 @@ class ArgumentModel(PseudoRules):
         """The ``limit`` best-scored values that pass the schema check, best first (the score of a value
         in ``lazy`` is ``exact((key, rule, value))``; its one piece holds an upper bound of it)."""
         items: list[tuple[float, bool, tuple[str, str, Any]]] = []
+        fits: dict[str, float] = {}  # value key -> its shape's factor (:mod:`shapes`)
         for key, pieces in evidence.items():
+            fit = fits[key] = 1.0 if key == ABSENT_KEY else self.shapes.factor(tool, param, pieces[0][2])
             if key in lazy:
-                items.append((pieces[0][0], False, (key, pieces[0][1], pieces[0][2])))
+                items.append((pieces[0][0] * fit, False, (key, pieces[0][1], pieces[0][2])))
                 continue
             if pieces[1:]:
                 pieces.sort(key=_SCORE, reverse=True)
             score, rule, value = pieces[0]
             for other, _, _ in pieces[1:]:
                 score = 1.0 - (1.0 - score) * (1.0 - AGREEMENT_WEIGHT * other)
-            items.append((score, True, (key, rule, value)))
+            items.append((score * fit, True, (key, rule, value)))
         out: list[ArgCandidate] = []
         if limit <= 0:
             return out
         check: Callable[[Any], Any] | None = None
-        for score, (key, rule, value) in best_first(items, exact):
+
+        def fitted(item: tuple[str, str, Any]) -> float:
+            return exact(item) * fits[item[0]]
+
+        for score, (key, rule, value) in best_first(items, fitted):
             if key == ABSENT_KEY:
                 out.append(ArgCandidate(value, score, rule, absent=True, key=ABSENT_KEY))
             else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from forethought.predictors.patterns.args_keys import (
     ANY,
     ENUM_FIRST_RULE,
     ENUM_RULE,
+    MUTABLE,
     ORDINAL_MARK,
     PSEUDO_RULES,
     SEP,
@@ -41,6 +43,7 @@ from forethought.predictors.patterns.budgets import (
 from forethought.predictors.patterns.counts import Counts, wilson_lower
 from forethought.predictors.patterns.derive_rule import Rule
 from forethought.predictors.patterns.mentions import alnum_words, is_code
+from forethought.predictors.patterns.shapes import shape
 
 PRIOR_WEIGHT = 2.0
 DEFAULT_RATE = 0.2
@@ -71,6 +74,7 @@ class StoredValue:
     value_id: str
     form: str | None
     code: bool
+    shape: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +192,8 @@ class RuleRecords:
         value, value_id = (None, ABSENT_KEY) if truth == ABSENT_KEY else parse_constant(truth)
         mentionable = isinstance(value, str) and len(value) >= 2
         values[truth] = StoredValue(SEP.join(("c", *level, truth)), value, value_id,
-                                    alnum_words(value) if mentionable else None, is_code(value))
+                                    alnum_words(value) if mentionable else None, is_code(value),
+                                    "empty" if truth == ABSENT_KEY else shape(json.loads(truth) if value is MUTABLE else value))
         forms = self._forms.setdefault(level, {})
         forms[value_id] = (*forms.get(value_id, ()), truth)
         self._value_generation[level] = self._value_generation.get(level, 0) + 1

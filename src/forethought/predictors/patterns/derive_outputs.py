@@ -93,6 +93,12 @@ def _date_of(text: str) -> dt.date | None:
     return None
 
 
+def date_of(text: str) -> dt.date | None:
+    """``text`` read as a whole date in one of the spellings of
+    :data:`~forethought.predictors.patterns.derive_values.DATE_FORMATS`, or None."""
+    return _date_of(text)
+
+
 def target_keys(value: Any) -> tuple[str, ...]:
     """The lookup keys under which a leaf that can give ``value`` (or ``[value]``) is filed."""
     single = value[0] if isinstance(value, list) and len(value) == 1 else None

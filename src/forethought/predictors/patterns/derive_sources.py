@@ -9,6 +9,7 @@ being walked. Learning (:mod:`derive_explain`) and replaying (:mod:`derive_rules
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +102,12 @@ class SourceView:
             for observed in self.history[self.turn_start:]:
                 self._used.update(argument_keys(observed))
         return self._used
+
+    def states_when(self) -> tuple[bool, bool]:
+        """Whether the latest user message states a date (a datetime too), and a time of day."""
+        atoms = self._atoms("user").get(WHEN, ())
+        return (any(isinstance(a.date, dt.date) for a in atoms),
+                any(isinstance(a.date, dt.time | dt.datetime) for a in atoms))
 
     def outputs_indexed(self) -> bool:
         """Whether the index of every output of the calls so far is still kept (:func:`output_index`): a
