@@ -191,9 +191,9 @@ class RuleRecords:
             return False
         value, value_id = (None, ABSENT_KEY) if truth == ABSENT_KEY else parse_constant(truth)
         mentionable = isinstance(value, str) and len(value) >= 2
+        kind = "empty" if truth == ABSENT_KEY else shape(json.loads(truth) if value is MUTABLE else value)
         values[truth] = StoredValue(SEP.join(("c", *level, truth)), value, value_id,
-                                    alnum_words(value) if mentionable else None, is_code(value),
-                                    "empty" if truth == ABSENT_KEY else shape(json.loads(truth) if value is MUTABLE else value))
+                                    alnum_words(value) if mentionable else None, is_code(value), kind)
         forms = self._forms.setdefault(level, {})
         forms[value_id] = (*forms.get(value_id, ()), truth)
         self._value_generation[level] = self._value_generation.get(level, 0) + 1

@@ -43,7 +43,8 @@ RARE_SHARE = 0.02
 MIN_EVIDENCE = 10.0
 """Values the parameter must have taken (decayed) before its shapes count."""
 
-_TIME = re.compile(r"^\s*([01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d)?(?:\s*[ap]\.?m\.?)?\s*$|^\s*\d{1,2}\s*[ap]\.?m\.?\s*$", re.I)
+_TIME = re.compile(r"^\s*([01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d)?(?:\s*[ap]\.?m\.?)?\s*$"
+                   r"|^\s*\d{1,2}\s*[ap]\.?m\.?\s*$", re.I)
 _DATETIME = re.compile(r"^\s*\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 _EMAIL = re.compile(r"^[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+$")
 _URL = re.compile(r"^[a-z][a-z0-9+.\-]*://", re.I)
