@@ -81,3 +81,4 @@ def test_a_remembered_date_never_stands_in_for_one_the_message_states() -> None:
     days = [p.call.arguments.get("day") for p in stated]
     assert "2026-05-01" not in days
     assert days[0] == dt.date(2026, 6, 3).isoformat()
+

@@ -42,6 +42,7 @@ from forethought.predictors.patterns.distinct import (
 )
 from forethought.predictors.patterns.flow import TURN_MARK, FlowModel, FlowView, call_token
 from forethought.predictors.patterns.numbers import NumberSpelling
+from forethought.predictors.patterns.pairs import PairOrder
 from forethought.predictors.patterns.repeats import RECENT_CALLS, RecentCalls, RepeatModel, recent_calls
 from forethought.predictors.patterns.replay import RecordedSession, from_trajectory, train
 from forethought.predictors.patterns.store import CompactingStore, PatternStore, tool_set_fingerprint
@@ -156,6 +157,7 @@ class PatternPredictor:
         self.numbers = NumberSpelling()
         self.repeats = RepeatModel(self.counts)
         self.distinct = DistinctModel(self.counts)
+        self.pairs = PairOrder(self.counts)
         self._canonical_of: OrderedDict[int, tuple[ToolCall, tuple[str, Mapping[str, Any]]]] = OrderedDict()
         self._descriptions: tuple[object, Mapping[str, frozenset[str]]] = ((), {})
         """The tools offered in the latest context (as given) and their description words."""
@@ -421,7 +423,7 @@ class PatternPredictor:
             for param in sorted(clashing(choices)):
                 choices[param] = self.args.candidates(tool, param, properties.get(param) or {}, param in required,
                                                       step.sources, step.words, alternatives + 1)
-        picks = assign(choices, distinct)
+        picks = self.pairs.reorder(tool, choices, assign(choices, distinct), step.sources.user_message)
         base = {param: found[picks[param]] for param, found in choices.items()}
         # An alternative value counts only as far as the values ranked above it may be wrong: the k-th value
         # of a parameter is weighed by the product of (1 - score) of the ones before it.
@@ -491,6 +493,7 @@ class PatternPredictor:
         self.numbers.learn(call.name, call.arguments, step.sources.user_message)
         self.repeats.learn(call.name, arguments, step.recent)
         self.distinct.learn(call.name, arguments)
+        self.pairs.learn(call.name, arguments, step.sources.user_message)
         self.counts.tick()
         output_index(observed.output)  # indexed now, while learning, rather than in the next prediction
         first_output_date(observed.output)
