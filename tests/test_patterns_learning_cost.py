@@ -143,3 +143,22 @@ def test_learning_right_after_a_prediction_learns_what_learning_alone_does() -> 
             predicting.observe(context, observed)
             learning.observe(context, observed)
     assert predicting.counts.state() == learning.counts.state()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.dictionaries(st.sampled_from(["id", "name", "n", "tags"]),
+                    st.one_of(st.text(max_size=6), st.integers(-3, 3), st.floats(allow_nan=False), st.booleans(),
+                              st.none(), st.lists(st.integers(0, 2), max_size=2)), max_size=4),
+    st.text(max_size=6), st.integers(-3, 3), st.booleans()), max_size=12))
+def test_list_items_are_filed_under_their_walk_keys(items: list[object]) -> None:
+    from forethought.predictors.patterns.derive_outputs import walk_key
+
+    index = output_index(json.dumps({"items": items}))
+    expected: dict[str, tuple[str, int, str | None]] = {}
+    for i, item in enumerate(items):
+        for name, value in (item.items() if isinstance(item, dict) else ((None, item),)):
+            key = walk_key(value)
+            if key is not None:
+                expected.setdefault(key, ("items", i, name))
+    assert {k: v for k, v in index.in_lists.items() if v[0] == "items"} == expected

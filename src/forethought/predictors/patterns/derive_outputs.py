@@ -64,6 +64,8 @@ def leaf_name(path: str) -> str:
 
 
 _NOT_ALNUM = re.compile(r"[\W_]+")
+_json_string = json.encoder.encode_basestring
+"""What :func:`~forethought.predictors.patterns.derive_values.value_key` gives for a string."""
 
 
 def alnum(text: str) -> str:
@@ -287,8 +289,15 @@ def _file_list(index: OutputIndex, path: str, node: list[Any]) -> None:
     for i, item in enumerate(node[:MAX_WALK_ITEMS]):
         pairs = item.items() if item.__class__ is dict else ((None, item),)
         for name, value in pairs:
-            key = walk_key(value)
-            if key is not None and key not in in_lists:
+            # walk_key, written out (this loop runs over every field of every item of every list):
+            kind = value.__class__
+            if kind is str:
+                key = _json_string(value.lower())
+            elif kind is list or kind is dict:
+                continue
+            else:
+                key = value_key(value)
+            if key not in in_lists:
                 in_lists[key] = (path, i, name)
 
 
@@ -311,8 +320,12 @@ _TOKEN_HINT = re.compile(r"[\d'\"`./#@_\-‘“]")
 
 
 def _worth_tokenizing(text: str) -> bool:
-    """Whether a text field may hold atoms other than itself (a digit, quote or separator)."""
-    return _TOKEN_HINT.search(text) is not None
+    """Whether a text field may hold atoms other than itself: words apart (one token, an id or a date, is
+    filed whole already) and a digit, quote or separator."""
+    return _SPACE.search(text) is not None and _TOKEN_HINT.search(text) is not None
+
+
+_SPACE = re.compile(r"\s")
 
 
 def _tokenize(index: OutputIndex, path: str, leaf: str, text: str) -> None:

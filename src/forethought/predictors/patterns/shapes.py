@@ -45,6 +45,8 @@ MIN_EVIDENCE = 10.0
 
 _TIME = re.compile(r"^\s*([01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d)?(?:\s*[ap]\.?m\.?)?\s*$"
                    r"|^\s*\d{1,2}\s*[ap]\.?m\.?\s*$", re.I)
+_DATE_LIKE = re.compile(r"^\d{4}[-/]\d{1,2}[-/]\d{1,2}$|^\d{1,2}[-/]\d{1,2}[-/]\d{4}$|^\d{8}$|\d{4}$")
+"""What a whole date in one of the spellings read has (cheap to test before parsing it)."""
 _DATETIME = re.compile(r"^\s*\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 _EMAIL = re.compile(r"^[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+$")
 _URL = re.compile(r"^[a-z][a-z0-9+.\-]*://", re.I)
@@ -70,7 +72,7 @@ def _text_shape(text: str) -> str:
         return "time"
     if stripped.isdigit():
         return "digits"  # (before dates: strptime reads "897362" as the year 8973)
-    if len(stripped) <= 24 and date_of(stripped) is not None:
+    if len(stripped) <= 24 and _DATE_LIKE.search(stripped) and date_of(stripped) is not None:
         return "date"
     if _EMAIL.match(stripped):
         return "email"
