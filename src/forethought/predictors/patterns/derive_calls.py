@@ -50,11 +50,12 @@ def output_codes(observed: ObservedCall) -> tuple[str, ...]:
         return known
     codes: dict[str, None] = {}
     budget = MAX_LISTED_CODES
-    lists = index.lists
     # Shallow lists first (a listing's own list before the lists inside its records); lists of containers
     # hold no codes and cost nothing.
-    for path in sorted(lists, key=lambda p: p.count("[") + p.count(".")):
-        items = lists[path]
+    paths = sorted(dict.fromkeys(index.list_paths), key=lambda p: p.count("[") + p.count("."))
+    lists = index.lists_at(paths) if paths else {}
+    for path in paths:
+        items = lists.get(path, [])
         if not items or isinstance(items[0], list | dict):
             continue
         for item in items[:budget]:

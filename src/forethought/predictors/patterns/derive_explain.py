@@ -168,7 +168,7 @@ class Explaining(SourceView):
         keys = target.lookup_keys()
         ordinal = message_ordinal(self.user_message)
         for position in index.candidates(keys)[:MAX_EXPLAINED_LEAVES]:
-            path, leaf = index.leaves[position]
+            path, leaf = index.paths[position], index.nodes[position]
             name = leaf_name(path)
             locators = [(*loc, path) for loc in call_locators]
             if index.first_path_by_name.get(name) == path and not any(

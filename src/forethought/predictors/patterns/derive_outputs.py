@@ -27,9 +27,9 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, cast, overload
 
 from forethought.predictors.patterns.derive_index import MAX_FROM_END as ATOM_FROM_END
 from forethought.predictors.patterns.derive_index import MAX_ORDINAL as ATOM_ORDINAL
@@ -128,8 +128,18 @@ _NUMERIC = re.compile(r"\s*[-+]?\$?\s*[\d.]")
 MAX_NUMBER_WORD = 10
 
 
+def _string_keys(text: str) -> list[str]:
+    """The lookup keys of a short text (remembered joined in one string: a cached tuple would be one more
+    object for the garbage collector to visit, per distinct text)."""
+    return _joined_string_keys(text).split(_KEY_SEP)
+
+
+_KEY_SEP = "\x1d"
+"""Joins the lookup keys of one text (no key holds it: they are made of alphanumerics and digits)."""
+
+
 @functools.lru_cache(maxsize=8192)
-def _string_keys(text: str) -> tuple[str, ...]:
+def _joined_string_keys(text: str) -> str:
     keys = ["s:" + alnum(text)]
     pieces = text.split()
     if len(pieces) > 1:
@@ -139,7 +149,7 @@ def _string_keys(text: str) -> tuple[str, ...]:
         number = parse_number(text)
         if number is not None and math.isfinite(number) and abs(number) <= 1e15:
             keys.append(f"n:{math.floor(number)}")
-    return tuple(dict.fromkeys(keys))
+    return _KEY_SEP.join(dict.fromkeys(keys))
 
 
 def _long_string_keys(text: str) -> tuple[str, ...]:
@@ -154,7 +164,7 @@ def _long_string_keys(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
-def _leaf_keys(leaf: Any) -> tuple[str, ...]:
+def _leaf_keys(leaf: Any) -> Sequence[str]:
     if isinstance(leaf, str):
         return _string_keys(leaf) if len(leaf) <= MAX_KEYED_BYTES else _long_string_keys(leaf)
     if isinstance(leaf, int | float) and not isinstance(leaf, bool):
@@ -178,8 +188,10 @@ class TokenAtom:
 class OutputIndex:
     """One output's leaves, by path, by field name and by lookup key; the atoms of its text fields."""
 
-    leaves: list[tuple[str, Any]] = field(default_factory=list)
-    """``(path, node)`` for every node walked, containers too, in document order."""
+    paths: list[str] = field(default_factory=list)
+    """The path of every node walked, containers too, in document order ..."""
+    nodes: list[Any] = field(default_factory=list)
+    """... and the node (two lists, not a tuple per node: fewer objects for the garbage collector)."""
     addressable: list[bool] = field(default_factory=list)
     """Per leaf: whether rules may name its path (list indices within reach)."""
     first_by_path: dict[str, Any] = field(default_factory=dict)
@@ -193,14 +205,59 @@ class OutputIndex:
     truncated: set[str] = field(default_factory=set)
     """Text fields tokenized only in part."""
     tokens_by_key: dict[str, Sequence[TokenAtom]] = field(default_factory=dict)
-    lists: dict[str, list[Any]] = field(default_factory=dict)
-    """Path -> a list node walked (whole, however long)."""
-    in_lists: dict[str, tuple[str, int, str | None]] = field(default_factory=dict)
-    """:func:`walk_key` of a scalar -> where it first sits in a list: the list's path, the item's place,
-    and the field of the item holding it (None: the item itself)."""
+    list_paths: list[str] = field(default_factory=list)
+    """The paths of the list nodes walked, in document order (:meth:`list_at` reads one whole)."""
+    text: str = ""
+    """The output (the parsed document is not kept: its every record would be an object for the garbage
+    collector to visit; a list is parsed again when a walk needs it)."""
+    places: dict[str, str] = field(default_factory=dict)
+    """:func:`walk_key` of a scalar -> where it first sits in a list, as :func:`_place` writes it (a string:
+    a dict of strings is one object the garbage collector never visits, a tuple per item would not be)."""
     facts: dict[str, Any] = field(default_factory=dict)
     """What other modules work out once per output (its first date, the codes of its lists), kept with the
     index so that it is forgotten with it."""
+
+    @property
+    def leaves(self) -> Sequence[tuple[str, Any]]:
+        """``(path, node)`` for every node walked, containers too, in document order."""
+        return _Leaves(self.paths, self.nodes)
+
+    @property
+    def in_lists(self) -> Mapping[str, tuple[str, int, str | None]]:
+        """:func:`walk_key` of a scalar -> where it first sits in a list: the list's path, the item's place,
+        and the field of the item holding it (None: the item itself)."""
+        return _Places(self.places)
+
+    def lists_at(self, paths: Iterable[str]) -> dict[str, list[Any]]:
+        """The list nodes at ``paths`` (of :attr:`list_paths`), whole, parsed again from the output (not
+        kept: the caller keeps what it needs)."""
+        try:
+            value = json.loads(self.text)
+        except ValueError:
+            value = self.text if self.text.strip() else None
+        found: dict[str, list[Any]] = {}
+        _collect_lists(value, "$", True, set(paths), found)
+        return found
+
+    def walk_values(self, path: str, name: str | None) -> tuple[Any, ...]:
+        """The values a walk of the list at ``path`` reads, item by item: the item itself (``name`` None),
+        else its field ``name`` (None where an item is no object or lacks it); worked out once per list and
+        field, and kept with the index."""
+        key = f"walk\x1f{path}\x1f{name}"
+        known: tuple[Any, ...] | None = self.facts.get(key)
+        if known is None:
+            items = self.lists_at((path,)).get(path, [])[:MAX_WALK_ITEMS]
+            if name is None:
+                known = tuple(items)
+            else:
+                known = tuple(item.get(name) if item.__class__ is dict else None for item in items)
+            self.facts[key] = known
+        return known
+
+    def in_list(self, key: str) -> tuple[str, int, str | None] | None:
+        """Where the scalar of :func:`walk_key` ``key`` first sits in a list (:attr:`in_lists`), or None."""
+        place = self.places.get(key)
+        return None if place is None else _unplace(place)
 
     def candidates(self, keys: tuple[str, ...]) -> list[int]:
         """Positions of the addressable leaves filed under any of ``keys``, in document order."""
@@ -237,9 +294,9 @@ class _Walk:
         if self.budget <= 0:
             return MAX_KEYED_BYTES + 1  # not walked in full: too big to file whole
         index = self.index
-        leaves = index.leaves
-        position = len(leaves)
-        leaves.append((path, node))
+        position = len(index.paths)
+        index.paths.append(path)
+        index.nodes.append(node)
         index.addressable.append(addressable)
         if path not in index.first_by_path:
             index.first_by_path[path] = node
@@ -282,12 +339,89 @@ def walk_key(value: Any) -> str | None:
     return None if isinstance(value, list | dict) else value_key(value)
 
 
+_PLACE_SEP = "\x1f"
+_ITEM = "\x00"
+"""The field name written for a scalar that is a list's item itself."""
+
+
+def _place(path: str, position: int, name: str | None) -> str:
+    """A place in a list as one string: the path's length, the path, the position, the field (any text)."""
+    return f"{len(path)}{_PLACE_SEP}{path}{position}{_PLACE_SEP}{_ITEM if name is None else name}"
+
+
+def _unplace(place: str) -> tuple[str, int, str | None]:
+    length, rest = place.split(_PLACE_SEP, 1)
+    path, rest = rest[:int(length)], rest[int(length):]
+    position, name = rest.split(_PLACE_SEP, 1)
+    return path, int(position), None if name == _ITEM else name
+
+
+class _Leaves(Sequence[tuple[str, Any]]):
+    """The paths and nodes of an index read as ``(path, node)`` pairs (a view: nothing is copied)."""
+
+    def __init__(self, paths: list[str], nodes: list[Any]) -> None:
+        self._paths = paths
+        self._nodes = nodes
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[tuple[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[str, Any] | Sequence[tuple[str, Any]]:
+        if isinstance(i, slice):
+            return list(zip(self._paths[i], self._nodes[i], strict=True))
+        return self._paths[i], self._nodes[i]
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+class _Places(Mapping[str, tuple[str, int, str | None]]):
+    """The places of an index read as (path, position, field) (a view: nothing is copied)."""
+
+    def __init__(self, places: Mapping[str, str]) -> None:
+        self._places = places
+
+    def __getitem__(self, key: str) -> tuple[str, int, str | None]:
+        return _unplace(self._places[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._places)
+
+    def __len__(self) -> int:
+        return len(self._places)
+
+
+def _collect_lists(node: Any, path: str, addressable: bool, wanted: set[str], out: dict[str, list[Any]]) -> None:
+    """The list nodes of ``wanted`` paths in a parsed output, found by the paths :class:`_Walk` gives them."""
+    kind = node.__class__
+    if kind is dict:
+        prefix = path + "." if path != "$" else ""
+        for k, v in node.items():
+            if v.__class__ is dict or v.__class__ is list:
+                _collect_lists(v, prefix + str(k), addressable, wanted, out)
+    elif kind is list:
+        if path in wanted:
+            out.setdefault(path, node)
+        base = path if path != "$" else ""
+        for i, v in enumerate(node[:MAX_LIST_INDEX] if addressable else ()):
+            if v.__class__ is dict or v.__class__ is list:
+                _collect_lists(v, f"{base}[{i}]", True, wanted, out)
+        for back in range(1, min(len(node), MAX_FROM_END) + 1):
+            v = node[-back]
+            if v.__class__ is dict or v.__class__ is list:
+                _collect_lists(v, f"{base}[-{back}]", addressable, wanted, out)
+
+
 def _file_list(index: OutputIndex, path: str, node: list[Any]) -> None:
     """Note where each scalar of a list (or of its items' fields) first sits, for walking the list."""
-    index.lists[path] = node
-    in_lists = index.in_lists
+    index.list_paths.append(path)
+    in_lists = index.places
+    head = f"{len(path)}{_PLACE_SEP}{path}"  # _place, written out
     for i, item in enumerate(node[:MAX_WALK_ITEMS]):
         pairs = item.items() if item.__class__ is dict else ((None, item),)
+        at = f"{head}{i}{_PLACE_SEP}"
         for name, value in pairs:
             # walk_key, written out (this loop runs over every field of every item of every list):
             kind = value.__class__
@@ -298,12 +432,12 @@ def _file_list(index: OutputIndex, path: str, node: list[Any]) -> None:
             else:
                 key = value_key(value)
             if key not in in_lists:
-                in_lists[key] = (path, i, name)
+                in_lists[key] = at + (_ITEM if name is None else name)
 
 
 def _tokenize_fields(index: OutputIndex) -> None:
     budget = MAX_TOKEN_BYTES
-    for position, (path, leaf) in enumerate(index.leaves):
+    for position, (path, leaf) in enumerate(zip(index.paths, index.nodes, strict=True)):
         if budget <= 0:
             return
         if (leaf.__class__ is str and index.addressable[position] and path not in index.tokens
@@ -340,7 +474,7 @@ def _tokenize(index: OutputIndex, path: str, leaf: str, text: str) -> None:
             if i >= ATOM_ORDINAL and (from_end is None or from_end >= ATOM_FROM_END):
                 continue  # no rule can name it
             token = TokenAtom(path, kind, i, from_end, atom)
-            keys = list(_string_keys(atom.text))
+            keys = _string_keys(atom.text)
             if atom.date is not None:
                 keys.append("d:" + atom.date.isoformat())
             for key in dict.fromkeys(keys):
@@ -356,6 +490,7 @@ def _index(output: str) -> OutputIndex:
         value = output if output.strip() else None
         if value is None:
             return index
+    index.text = output
     _walk(index, value)
     _tokenize_fields(index)
     # Frozen into tuples: a cached index then holds few objects the garbage collector must keep visiting.
