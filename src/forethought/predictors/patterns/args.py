@@ -171,6 +171,7 @@ class ArgumentModel(PseudoRules):
             known = self._rules.setdefault((tool, param), set())
             recent = self._recent.setdefault((tool, param), deque(maxlen=RECENT_OBSERVATIONS))
             found_now: set[str] = set()
+            indexed: dict[int, bool] = {}  # serial of a kept point -> whether its outputs are still indexed
             if not absent:
                 for rule in sources.explain(value, param):
                     found_now.add(rule.key)
@@ -179,9 +180,12 @@ class ArgumentModel(PseudoRules):
                     self._parsed.setdefault(rule.key, rule)
                     for level in self._levels(tool, param, rule.key):
                         self._add_rule(level, rule.key, cut=False)
-                    for _, past, past_truth in recent:
-                        if rule.reads_outputs and not past.outputs_indexed():
-                            continue  # its outputs' indexes are forgotten: not worth indexing them again
+                    for serial, past, past_truth in recent:
+                        if rule.reads_outputs:
+                            if serial not in indexed:
+                                indexed[serial] = past.outputs_indexed()
+                            if not indexed[serial]:
+                                continue  # its outputs' indexes are forgotten: not worth indexing them again
                         self._trial(tool, param, rule.key, past.apply_keyed(rule), past_truth,
                                     message_ordinal(past.user_message) is not None)
             tried = known if len(known) <= MAX_TABLE_RULES else {*self._table(tool, param).keys, *found_now}

@@ -49,6 +49,9 @@ PRIOR_WEIGHT = 2.0
 DEFAULT_RATE = 0.2
 MAX_TABLE_RULES = 48
 """Rules replayed per parameter (the best scored): outputs full of common values breed many rules."""
+REBUILD_AFTER = 8
+"""A parameter's full table of rules (:data:`MAX_TABLE_RULES`) is chosen again after this many rules were
+added at its level (choosing scores every rule known: with hundreds, a cost worth sharing)."""
 MAX_RECORDS = 8 * RULES_PER_PARAMETER
 """Counter keys of rule records remembered per parameter (rules of this level and of the wider ones it
 falls back on, each with its record for messages naming an ordinal)."""
@@ -123,7 +126,7 @@ class RuleRecords:
         self._rule_levels: dict[str, int] = {}
         """Rule key -> how many levels hold it (its parsed form is kept while any does)."""
         self._records: dict[tuple[str, str], dict[str, Record]] = {}
-        self._tables: dict[tuple[str, str], tuple[tuple[tuple[str, str], int], RuleTable]] = {}
+        self._tables: dict[tuple[str, str], tuple[tuple[tuple[str, str], int, int], RuleTable]] = {}
         self._top: dict[tuple[str, str], list[str]] = {}
         """(tool, parameter) -> its :data:`~.budgets.TOP_VALUES` most used values, most used first (ties: by
         key), kept as values are counted."""
@@ -131,6 +134,8 @@ class RuleRecords:
         """(tool, parameter) -> moves whenever a value is stored or cut."""
         self._rule_generation: dict[tuple[str, str], int] = {}
         """Level -> moves whenever a rule is added or cut."""
+        self._cut_generation: dict[tuple[str, str], int] = {}
+        """Level -> moves whenever rules are cut (a table holding a rule cut is worked out again at once)."""
 
     def register(self, key: str) -> None:
         """Index a counter key loaded from a store."""
@@ -311,6 +316,7 @@ class RuleRecords:
                 self._parsed.pop(rule, None)
         self.counts.discard(discarded)
         self._rule_generation[level] = self._rule_generation.get(level, 0) + 1
+        self._cut_generation[level] = self._cut_generation.get(level, 0) + 1
 
     def build_tables(self) -> None:
         """Work out the rule table of every parameter with rules of its own (after loading a store), so
@@ -386,11 +392,15 @@ class RuleRecords:
     def _table(self, tool: str, param: str) -> RuleTable:
         """The rules to try for the parameter, sorted, with the enum pseudo rule: those known here, else
         those known for the parameter name on any tool, the best :data:`MAX_TABLE_RULES` of them (kept
-        until a rule is added or cut)."""
+        until a rule is added or cut; a full table until :data:`REBUILD_AFTER` rules were added)."""
         level = (tool, param)
         rules_at = level if self._rules.get(level) else (ANY, param)
-        version = (rules_at, self._rule_generation.get(rules_at, 0))
+        generation = self._rule_generation.get(rules_at, 0)
+        version = (rules_at, generation, self._cut_generation.get(rules_at, 0))
         cached = self._tables.get(level)
+        if cached is not None and cached[0][:1] == version[:1] and cached[0][2] == version[2] and (
+                len(cached[1].keys) >= MAX_TABLE_RULES and generation - cached[0][1] < REBUILD_AFTER):
+            return cached[1]  # a full table: rules added since (tried when learning) enter at the next rebuild
         if cached is None or cached[0] != version:
             keys = tuple(sorted({*self._best_rules(tool, param, self._rules.get(rules_at, set())), ENUM_RULE,
                                  ENUM_FIRST_RULE}))
