@@ -16,7 +16,6 @@ from forethought._core.calls import ToolCall
 from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_values import value_key
-from forethought.predictors.patterns.mentions import is_code
 
 MAX_LISTED_CODES = 256
 """Items of an output's lists looked at, in all, for codes that abbreviate a name
@@ -50,18 +49,13 @@ def output_codes(observed: ObservedCall) -> tuple[str, ...]:
         return known
     codes: dict[str, None] = {}
     budget = MAX_LISTED_CODES
-    # Shallow lists first (a listing's own list before the lists inside its records); lists of containers
-    # hold no codes and cost nothing.
-    paths = sorted(dict.fromkeys(index.list_paths), key=lambda p: p.count("[") + p.count("."))
-    lists = index.lists_at(paths) if paths else {}
-    for path in paths:
-        items = lists.get(path, [])
-        if not items or isinstance(items[0], list | dict):
-            continue
-        for item in items[:budget]:
-            if is_code(item):
-                codes.setdefault(item)
-        budget -= min(budget, len(items))
+    # Shallow lists first (a listing's own list before the lists inside its records), then in document order;
+    # lists of containers hold no codes and cost nothing.
+    for _, _, length, placed in sorted(index.code_lists):
+        for place, code in placed:
+            if place < budget:
+                codes.setdefault(code)
+        budget -= min(budget, length)
         if budget <= 0:
             break
     index.facts["codes"] = found = tuple(codes)

@@ -34,6 +34,7 @@ from typing import Any, cast, overload
 from forethought.predictors.patterns.derive_index import MAX_FROM_END as ATOM_FROM_END
 from forethought.predictors.patterns.derive_index import MAX_ORDINAL as ATOM_ORDINAL
 from forethought.predictors.patterns.derive_values import DATE_FORMATS, value_key
+from forethought.predictors.patterns.mentions import is_code
 from forethought.predictors.patterns.text import NUMBER_WORDS, Atom, output_atoms, parse_number
 
 MAX_INDEX_BYTES = 512 * 1024
@@ -47,6 +48,8 @@ MAX_FROM_END = 2
 MAX_KEYED_BYTES = 2048
 """A list or object larger than this (roughly, in bytes) is not filed under its whole value."""
 MIN_DATE_DIGITS = 5
+MAX_CODE_ITEMS = 256
+"""Items of a list of scalars looked at for codes."""
 MAX_WALK_ITEMS = 2000
 """Items of one list whose values are noted for walking it."""
 OUTPUT_INDEXES = 4096
@@ -205,6 +208,9 @@ class OutputIndex:
     truncated: set[str] = field(default_factory=set)
     """Text fields tokenized only in part."""
     tokens_by_key: dict[str, Sequence[TokenAtom]] = field(default_factory=dict)
+    code_lists: list[tuple[int, int, int, tuple[tuple[int, str], ...]]] = field(default_factory=list)
+    """Per list of scalars: its depth, its place in document order, its length, the codes among its first
+    items with their places (:func:`~forethought.predictors.patterns.derive_calls.output_codes` reads them)."""
     list_paths: list[str] = field(default_factory=list)
     """The paths of the list nodes walked, in document order (:meth:`list_at` reads one whole)."""
     text: str = ""
@@ -415,8 +421,13 @@ def _collect_lists(node: Any, path: str, addressable: bool, wanted: set[str], ou
 
 
 def _file_list(index: OutputIndex, path: str, node: list[Any]) -> None:
-    """Note where each scalar of a list (or of its items' fields) first sits, for walking the list."""
+    """Note where each scalar of a list (or of its items' fields) first sits, for walking the list, and the
+    codes among a list of scalars' first items (what an abbreviation may stand for)."""
     index.list_paths.append(path)
+    if node and node[0].__class__ is not dict and node[0].__class__ is not list:
+        codes = tuple((i, item) for i, item in enumerate(node[:MAX_CODE_ITEMS]) if is_code(item))
+        depth = path.count("[") + path.count(".")
+        index.code_lists.append((depth, len(index.code_lists), len(node), codes))
     in_lists = index.places
     head = f"{len(path)}{_PLACE_SEP}{path}"  # _place, written out
     for i, item in enumerate(node[:MAX_WALK_ITEMS]):
