@@ -211,6 +211,9 @@ class OutputIndex:
     code_lists: list[tuple[int, int, int, tuple[tuple[int, str], ...]]] = field(default_factory=list)
     """Per list of scalars: its depth, its place in document order, its length, the codes among its first
     items with their places (:func:`~forethought.predictors.patterns.derive_calls.output_codes` reads them)."""
+    columns: dict[str, dict[str | None, list[Any]]] = field(default_factory=dict)
+    """Path of a list -> per field of its items (None: the items themselves) its scalars item by item, for
+    walking the list (a list per field, not the parsed records: fewer objects to keep)."""
     list_paths: list[str] = field(default_factory=list)
     """The paths of the list nodes walked, in document order (:meth:`list_at` reads one whole)."""
     text: str = ""
@@ -245,20 +248,11 @@ class OutputIndex:
         _collect_lists(value, "$", True, set(paths), found)
         return found
 
-    def walk_values(self, path: str, name: str | None) -> tuple[Any, ...]:
-        """The values a walk of the list at ``path`` reads, item by item: the item itself (``name`` None),
-        else its field ``name`` (None where an item is no object or lacks it); worked out once per list and
-        field, and kept with the index."""
-        key = f"walk\x1f{path}\x1f{name}"
-        known: tuple[Any, ...] | None = self.facts.get(key)
-        if known is None:
-            items = self.lists_at((path,)).get(path, [])[:MAX_WALK_ITEMS]
-            if name is None:
-                known = tuple(items)
-            else:
-                known = tuple(item.get(name) if item.__class__ is dict else None for item in items)
-            self.facts[key] = known
-        return known
+    def walk_values(self, path: str, name: str | None) -> Sequence[Any]:
+        """The scalars a walk of the list at ``path`` reads, item by item (its first :data:`MAX_WALK_ITEMS`):
+        the item itself (``name`` None), else its field ``name``; None where an item has none (or it is a
+        container)."""
+        return self.columns.get(path, {}).get(name, ())
 
     def in_list(self, key: str) -> tuple[str, int, str | None] | None:
         """Where the scalar of :func:`walk_key` ``key`` first sits in a list (:attr:`in_lists`), or None."""
@@ -430,7 +424,9 @@ def _file_list(index: OutputIndex, path: str, node: list[Any]) -> None:
         index.code_lists.append((depth, len(index.code_lists), len(node), codes))
     in_lists = index.places
     head = f"{len(path)}{_PLACE_SEP}{path}"  # _place, written out
-    for i, item in enumerate(node[:MAX_WALK_ITEMS]):
+    shown = node[:MAX_WALK_ITEMS]
+    columns: dict[str | None, list[Any]] = {}
+    for i, item in enumerate(shown):
         pairs = item.items() if item.__class__ is dict else ((None, item),)
         at = f"{head}{i}{_PLACE_SEP}"
         for name, value in pairs:
@@ -442,8 +438,14 @@ def _file_list(index: OutputIndex, path: str, node: list[Any]) -> None:
                 continue
             else:
                 key = value_key(value)
+            column = columns.get(name)
+            if column is None:
+                column = columns[name] = [None] * len(shown)
+            column[i] = value
             if key not in in_lists:
                 in_lists[key] = at + (_ITEM if name is None else name)
+    if columns:
+        index.columns.setdefault(path, columns)
 
 
 def _tokenize_fields(index: OutputIndex) -> None:
