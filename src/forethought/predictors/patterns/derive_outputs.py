@@ -14,8 +14,11 @@ reads a few dict entries instead of every leaf. Of the atoms of a text field onl
 are kept (the first and last few of each kind).
 
 Rules address list items by index only up to :data:`MAX_LIST_INDEX` (and from the end up to
-:data:`MAX_FROM_END`), so only those items are walked; a whole list is still one node (read whole by
-the rules that walk a list, :mod:`derive_lists`). Nothing here knows about any particular tool.
+:data:`MAX_FROM_END`), so only those items are walked; of every list the scalars of its first
+:data:`MAX_WALK_ITEMS` items are filed for the rules that walk a list (:attr:`OutputIndex.columns`, where each
+first sits: :attr:`OutputIndex.places`) and the codes among a list of scalars. The parsed document itself is
+not kept, and what is kept is held in strings and flat lists rather than a tuple per item: an index leaves few
+objects for the garbage collector to visit. Nothing here knows about any particular tool.
 """
 
 from __future__ import annotations
