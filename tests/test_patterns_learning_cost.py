@@ -152,7 +152,7 @@ def test_learning_right_after_a_prediction_learns_what_learning_alone_does() -> 
                               st.none(), st.lists(st.integers(0, 2), max_size=2)), max_size=4),
     st.text(max_size=6), st.integers(-3, 3), st.booleans()), max_size=12))
 def test_list_items_are_filed_under_their_walk_keys(items: list[object]) -> None:
-    from forethought.predictors.patterns.derive_outputs import walk_key
+    from forethought.predictors.patterns.derive_lists import walk_key
 
     index = output_index(json.dumps({"items": items}))
     expected: dict[str, tuple[str, int, str | None]] = {}
@@ -169,10 +169,10 @@ def _codes_by_definition(output: str) -> tuple[str, ...]:
     from forethought.predictors.patterns.mentions import is_code
 
     index = output_index(output)
-    lists = index.lists_at(index.list_paths)
+    lists = index.lists_at(index.lists.list_paths)
     codes: dict[str, None] = {}
     budget = 256
-    for path in sorted(dict.fromkeys(index.list_paths), key=lambda p: p.count("[") + p.count(".")):
+    for path in sorted(dict.fromkeys(index.lists.list_paths), key=lambda p: p.count("[") + p.count(".")):
         items = lists.get(path, [])
         if not items or isinstance(items[0], list | dict):
             continue

@@ -51,7 +51,7 @@ def output_codes(observed: ObservedCall) -> tuple[str, ...]:
     budget = MAX_LISTED_CODES
     # Shallow lists first (a listing's own list before the lists inside its records), then in document order;
     # lists of containers hold no codes and cost nothing.
-    for _, _, length, placed in sorted(index.code_lists):
+    for _, _, length, placed in sorted(index.lists.code_lists):
         for place, code in placed:
             if place < budget:
                 codes.setdefault(code)

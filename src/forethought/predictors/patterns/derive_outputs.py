@@ -15,10 +15,11 @@ are kept (the first and last few of each kind).
 
 Rules address list items by index only up to :data:`MAX_LIST_INDEX` (and from the end up to
 :data:`MAX_FROM_END`), so only those items are walked; of every list the scalars of its first
-:data:`MAX_WALK_ITEMS` items are filed for the rules that walk a list (:attr:`OutputIndex.columns`, where each
-first sits: :attr:`OutputIndex.places`) and the codes among a list of scalars. The parsed document itself is
-not kept, and what is kept is held in strings and flat lists rather than a tuple per item: an index leaves few
-objects for the garbage collector to visit. Nothing here knows about any particular tool.
+:data:`~forethought.predictors.patterns.derive_lists.MAX_WALK_ITEMS` items are filed for the rules that walk
+a list, with where each first sits, and the codes among a list of scalars (:mod:`derive_lists`). The parsed
+document itself is not kept, and what is kept is held in strings and flat lists rather than a tuple per
+item: an index leaves few objects for the garbage collector to visit. Nothing here knows about any
+particular tool.
 """
 
 from __future__ import annotations
@@ -30,31 +31,28 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast, overload
 
 from forethought.predictors.patterns.derive_index import MAX_FROM_END as ATOM_FROM_END
 from forethought.predictors.patterns.derive_index import MAX_ORDINAL as ATOM_ORDINAL
+from forethought.predictors.patterns.derive_lists import (
+    MAX_FROM_END,
+    MAX_LIST_INDEX,
+    ListIndex,
+    Places,
+)
 from forethought.predictors.patterns.derive_values import DATE_FORMATS, value_key
-from forethought.predictors.patterns.mentions import is_code
 from forethought.predictors.patterns.text import NUMBER_WORDS, Atom, output_atoms, parse_number
 
 MAX_INDEX_BYTES = 512 * 1024
 """Scalar text walked per output; an output larger than this is indexed up to it."""
 MAX_TOKEN_BYTES = 8 * 1024
 """Text of an output's string fields cut into atoms, in all (the rest of a longer field is not)."""
-MAX_LIST_INDEX = 12
-"""List items are addressed by rules as [0] .. [11] ..."""
-MAX_FROM_END = 2
-"""... and as [-1], [-2]."""
 MAX_KEYED_BYTES = 2048
 """A list or object larger than this (roughly, in bytes) is not filed under its whole value."""
 MIN_DATE_DIGITS = 5
-MAX_CODE_ITEMS = 256
-"""Items of a list of scalars looked at for codes."""
-MAX_WALK_ITEMS = 2000
-"""Items of one list whose values are noted for walking it."""
 OUTPUT_INDEXES = 4096
 """Outputs whose index is remembered, at most (the latest outputs of the sessions served) ..."""
 INDEXED_BYTES = 8 * 1024 * 1024
@@ -211,20 +209,12 @@ class OutputIndex:
     truncated: set[str] = field(default_factory=set)
     """Text fields tokenized only in part."""
     tokens_by_key: dict[str, Sequence[TokenAtom]] = field(default_factory=dict)
-    code_lists: list[tuple[int, int, int, tuple[tuple[int, str], ...]]] = field(default_factory=list)
-    """Per list of scalars: its depth, its place in document order, its length, the codes among its first
-    items with their places (:func:`~forethought.predictors.patterns.derive_calls.output_codes` reads them)."""
-    columns: dict[str, dict[str | None, list[Any]]] = field(default_factory=dict)
-    """Path of a list -> per field of its items (None: the items themselves) its scalars item by item, for
-    walking the list (a list per field, not the parsed records: fewer objects to keep)."""
-    list_paths: list[str] = field(default_factory=list)
-    """The paths of the list nodes walked, in document order (:meth:`list_at` reads one whole)."""
+    lists: ListIndex = field(default_factory=ListIndex)
+    """Its lists: where each scalar first sits, the scalars by field for walking, the codes
+    (:mod:`derive_lists`)."""
     text: str = ""
     """The output (the parsed document is not kept: its every record would be an object for the garbage
-    collector to visit; a list is parsed again when a walk needs it)."""
-    places: dict[str, str] = field(default_factory=dict)
-    """:func:`walk_key` of a scalar -> where it first sits in a list, as :func:`_place` writes it (a string:
-    a dict of strings is one object the garbage collector never visits, a tuple per item would not be)."""
+    collector to visit; a list is read again from the text when asked)."""
     facts: dict[str, Any] = field(default_factory=dict)
     """What other modules work out once per output (its first date, the codes of its lists), kept with the
     index so that it is forgotten with it."""
@@ -238,29 +228,19 @@ class OutputIndex:
     def in_lists(self) -> Mapping[str, tuple[str, int, str | None]]:
         """:func:`walk_key` of a scalar -> where it first sits in a list: the list's path, the item's place,
         and the field of the item holding it (None: the item itself)."""
-        return _Places(self.places)
-
-    def lists_at(self, paths: Iterable[str]) -> dict[str, list[Any]]:
-        """The list nodes at ``paths`` (of :attr:`list_paths`), whole, parsed again from the output (not
-        kept: the caller keeps what it needs)."""
-        try:
-            value = json.loads(self.text)
-        except ValueError:
-            value = self.text if self.text.strip() else None
-        found: dict[str, list[Any]] = {}
-        _collect_lists(value, "$", True, set(paths), found)
-        return found
-
-    def walk_values(self, path: str, name: str | None) -> Sequence[Any]:
-        """The scalars a walk of the list at ``path`` reads, item by item (its first :data:`MAX_WALK_ITEMS`):
-        the item itself (``name`` None), else its field ``name``; None where an item has none (or it is a
-        container)."""
-        return self.columns.get(path, {}).get(name, ())
+        return Places(self.lists.places)
 
     def in_list(self, key: str) -> tuple[str, int, str | None] | None:
         """Where the scalar of :func:`walk_key` ``key`` first sits in a list (:attr:`in_lists`), or None."""
-        place = self.places.get(key)
-        return None if place is None else _unplace(place)
+        return self.lists.in_list(key)
+
+    def walk_values(self, path: str, name: str | None) -> Sequence[Any]:
+        """The scalars a walk of the list at ``path`` reads (:meth:`ListIndex.walk_values`)."""
+        return self.lists.walk_values(path, name)
+
+    def lists_at(self, paths: Iterable[str]) -> dict[str, list[Any]]:
+        """The list nodes at ``paths``, whole, read again from the output (:meth:`ListIndex.lists_at`)."""
+        return self.lists.lists_at(self.text, paths)
 
     def candidates(self, keys: tuple[str, ...]) -> list[int]:
         """Positions of the addressable leaves filed under any of ``keys``, in document order."""
@@ -314,7 +294,7 @@ class _Walk:
             for k, v in node.items():
                 size += len(k) + self.visit(prefix + str(k), v, addressable, str(k))
         elif kind is list:
-            _file_list(index, path, node)
+            index.lists.file(path, node)
             base = path if path != "$" else ""
             shown = node[:MAX_LIST_INDEX] if addressable else ()
             for i, v in enumerate(shown):
@@ -333,30 +313,6 @@ class _Walk:
             for key in _leaf_keys(node):
                 cast(list[int], by_key.setdefault(key, [])).append(position)
         return size
-
-
-def walk_key(value: Any) -> str | None:
-    """The key a scalar is found by in a list (strings compared lower-cased); None for a container."""
-    if value.__class__ is str:
-        return value_key(value.lower())
-    return None if isinstance(value, list | dict) else value_key(value)
-
-
-_PLACE_SEP = "\x1f"
-_ITEM = "\x00"
-"""The field name written for a scalar that is a list's item itself."""
-
-
-def _place(path: str, position: int, name: str | None) -> str:
-    """A place in a list as one string: the path's length, the path, the position, the field (any text)."""
-    return f"{len(path)}{_PLACE_SEP}{path}{position}{_PLACE_SEP}{_ITEM if name is None else name}"
-
-
-def _unplace(place: str) -> tuple[str, int, str | None]:
-    length, rest = place.split(_PLACE_SEP, 1)
-    path, rest = rest[:int(length)], rest[int(length):]
-    position, name = rest.split(_PLACE_SEP, 1)
-    return path, int(position), None if name == _ITEM else name
 
 
 class _Leaves(Sequence[tuple[str, Any]]):
@@ -378,77 +334,6 @@ class _Leaves(Sequence[tuple[str, Any]]):
 
     def __len__(self) -> int:
         return len(self._paths)
-
-
-class _Places(Mapping[str, tuple[str, int, str | None]]):
-    """The places of an index read as (path, position, field) (a view: nothing is copied)."""
-
-    def __init__(self, places: Mapping[str, str]) -> None:
-        self._places = places
-
-    def __getitem__(self, key: str) -> tuple[str, int, str | None]:
-        return _unplace(self._places[key])
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._places)
-
-    def __len__(self) -> int:
-        return len(self._places)
-
-
-def _collect_lists(node: Any, path: str, addressable: bool, wanted: set[str], out: dict[str, list[Any]]) -> None:
-    """The list nodes of ``wanted`` paths in a parsed output, found by the paths :class:`_Walk` gives them."""
-    kind = node.__class__
-    if kind is dict:
-        prefix = path + "." if path != "$" else ""
-        for k, v in node.items():
-            if v.__class__ is dict or v.__class__ is list:
-                _collect_lists(v, prefix + str(k), addressable, wanted, out)
-    elif kind is list:
-        if path in wanted:
-            out.setdefault(path, node)
-        base = path if path != "$" else ""
-        for i, v in enumerate(node[:MAX_LIST_INDEX] if addressable else ()):
-            if v.__class__ is dict or v.__class__ is list:
-                _collect_lists(v, f"{base}[{i}]", True, wanted, out)
-        for back in range(1, min(len(node), MAX_FROM_END) + 1):
-            v = node[-back]
-            if v.__class__ is dict or v.__class__ is list:
-                _collect_lists(v, f"{base}[-{back}]", addressable, wanted, out)
-
-
-def _file_list(index: OutputIndex, path: str, node: list[Any]) -> None:
-    """Note where each scalar of a list (or of its items' fields) first sits, for walking the list, and the
-    codes among a list of scalars' first items (what an abbreviation may stand for)."""
-    index.list_paths.append(path)
-    if node and node[0].__class__ is not dict and node[0].__class__ is not list:
-        codes = tuple((i, item) for i, item in enumerate(node[:MAX_CODE_ITEMS]) if is_code(item))
-        depth = path.count("[") + path.count(".")
-        index.code_lists.append((depth, len(index.code_lists), len(node), codes))
-    in_lists = index.places
-    head = f"{len(path)}{_PLACE_SEP}{path}"  # _place, written out
-    shown = node[:MAX_WALK_ITEMS]
-    columns: dict[str | None, list[Any]] = {}
-    for i, item in enumerate(shown):
-        pairs = item.items() if item.__class__ is dict else ((None, item),)
-        at = f"{head}{i}{_PLACE_SEP}"
-        for name, value in pairs:
-            # walk_key, written out (this loop runs over every field of every item of every list):
-            kind = value.__class__
-            if kind is str:
-                key = _json_string(value.lower())
-            elif kind is list or kind is dict:
-                continue
-            else:
-                key = value_key(value)
-            column = columns.get(name)
-            if column is None:
-                column = columns[name] = [None] * len(shown)
-            column[i] = value
-            if key not in in_lists:
-                in_lists[key] = at + (_ITEM if name is None else name)
-    if columns:
-        index.columns.setdefault(path, columns)
 
 
 def _tokenize_fields(index: OutputIndex) -> None:

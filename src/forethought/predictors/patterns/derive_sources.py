@@ -25,7 +25,8 @@ from forethought.predictors.patterns.derive_index import (
     atoms_by_kind,
     message_memo,
 )
-from forethought.predictors.patterns.derive_outputs import output_index, walk_key
+from forethought.predictors.patterns.derive_lists import walk_key
+from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_time import WHEN, Reference, when_atoms
 from forethought.predictors.patterns.derive_values import apply_transform
 from forethought.predictors.patterns.text import ORDINAL_KINDS, Atom
