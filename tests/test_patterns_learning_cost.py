@@ -143,3 +143,54 @@ def test_learning_right_after_a_prediction_learns_what_learning_alone_does() -> 
             predicting.observe(context, observed)
             learning.observe(context, observed)
     assert predicting.counts.state() == learning.counts.state()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.dictionaries(st.sampled_from(["id", "name", "n", "tags"]),
+                    st.one_of(st.text(max_size=6), st.integers(-3, 3), st.floats(allow_nan=False), st.booleans(),
+                              st.none(), st.lists(st.integers(0, 2), max_size=2)), max_size=4),
+    st.text(max_size=6), st.integers(-3, 3), st.booleans()), max_size=12))
+def test_list_items_are_filed_under_their_walk_keys(items: list[object]) -> None:
+    from forethought.predictors.patterns.derive_lists import walk_key
+
+    index = output_index(json.dumps({"items": items}))
+    expected: dict[str, tuple[str, int, str | None]] = {}
+    for i, item in enumerate(items):
+        for name, value in (item.items() if isinstance(item, dict) else ((None, item),)):
+            key = walk_key(value)
+            if key is not None:
+                expected.setdefault(key, ("items", i, name))
+    assert {k: v for k, v in index.in_lists.items() if v[0] == "items"} == expected
+
+
+def _codes_by_definition(output: str) -> tuple[str, ...]:
+    """The codes among the scalar items of every list walked, shallow lists first, 256 items in all."""
+    from forethought.predictors.patterns.mentions import is_code
+
+    index = output_index(output)
+    lists = index.lists_at(index.lists.list_paths)
+    codes: dict[str, None] = {}
+    budget = 256
+    for path in sorted(dict.fromkeys(index.lists.list_paths), key=lambda p: p.count("[") + p.count(".")):
+        items = lists.get(path, [])
+        if not items or isinstance(items[0], list | dict):
+            continue
+        for item in items[:budget]:
+            if is_code(item):
+                codes.setdefault(item)
+        budget -= min(budget, len(items))
+        if budget <= 0:
+            break
+    return tuple(codes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.sampled_from(["SFO", "LAX", "ab", "X1", "NYC", 3, None]),
+                    lambda inner: st.lists(inner, max_size=300) | st.dictionaries(st.sampled_from(["a", "b"]), inner,
+                                                                                  max_size=2), max_leaves=400))
+def test_codes_of_an_output_are_read_while_indexing_as_by_their_definition(value: object) -> None:
+    from forethought.predictors.patterns.derive_calls import output_codes
+
+    output = json.dumps({"v": value})
+    assert output_codes(ObservedCall(ToolCall("t", {}), output)) == _codes_by_definition(output)

@@ -117,9 +117,9 @@ def test_pattern_predictor_meets_its_targets_on_bfcl(tmp_path: Path) -> None:
     overall = results["overall"]
     assert overall["positions"] == sum(len(turn) for e in load_bfcl() for turn in e.ground_truth)
     assert set(results["by_domain"]) == {"file_system", "vehicle", "trading", "travel"}
-    # Measured 0.765 / 0.606 / 0.724 (docs/patterns.md, seventh round: 874 / 692 / 827 of 1,142 positions):
+    # Measured 0.767 / 0.607 / 0.724 (docs/patterns.md, eighth round: 876 / 693 / 827 of 1,142 positions):
     # floors one position below, predictions are deterministic (the targets: 0.72 / 0.60 / 0.72).
-    assert not _at_least(overall, {"name_top1": 0.764, "exact_top1": 0.605, "exact_top3": 0.723})
+    assert not _at_least(overall, {"name_top1": 0.766, "exact_top1": 0.6059, "exact_top3": 0.723})
     assert len(misses) == overall["positions"] - round(overall["exact_top1"] * overall["positions"])
     assert {m["category"] for m in misses} == {"name", "args"}
     assert sum(m["category"] == "name" for m in misses) == round((1 - overall["name_top1"]) * overall["positions"])

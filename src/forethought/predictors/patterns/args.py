@@ -19,9 +19,11 @@ Three more kinds of evidence, with the same scoring:
 A value backed by several pieces of evidence scores higher than by its best one alone (a damped
 noisy-or), and every value offered is checked against (or coerced to) the parameter's schema.
 A rule found for the first time is also scored on the last few calls of its tool, so its record does
-not start with the one success it was found by. A rule reading a fixed position of an output (``files[0]``,
-the second id of a listing) keeps a record apart for messages that name an ordinal ("the third one"):
-there the position the message names is the better bet, and the usual one has to earn its place anew.
+not start with the one success it was found by (a rule reading outputs only on those calls whose outputs
+are still indexed: :func:`~forethought.predictors.patterns.derive_outputs.output_index` keeps the latest).
+A rule reading a fixed position of an output (``files[0]``, the second id of a listing) keeps a record apart
+for messages that name an ordinal ("the third one"): there the position the message names is the better bet,
+and the usual one has to earn its place anew.
 
 The learning and the prediction are here; the counter keys are named in :mod:`args_keys`, the records,
 scores and rule tables kept in :mod:`args_records`, the pseudo rules (enums, vocabulary, abbreviations,
@@ -55,16 +57,17 @@ from forethought.predictors.patterns.args_keys import (
     SEP,
     VOCAB_FIRST_RULE,
     VOCAB_RULE,
-    parse_constant,
 )
 from forethought.predictors.patterns.args_pseudo import PseudoRules
 from forethought.predictors.patterns.args_records import DEFAULT_RATE, MAX_TABLE_RULES, PRIOR_WEIGHT
+from forethought.predictors.patterns.budgets import RECENT_OBSERVATIONS as KEPT_OBSERVATIONS
 from forethought.predictors.patterns.counts import Counts, wilson_lower
 from forethought.predictors.patterns.derive_ordinal import message_ordinal
 from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.derive_schema import schema_checker
 from forethought.predictors.patterns.derive_values import value_key
 from forethought.predictors.patterns.select import best_first
+from forethought.predictors.patterns.shapes import DATE_SHAPES, TIME_SHAPES, ShapeModel
 
 __all__ = [
     "ABBR_FIRST_RULE",
@@ -132,10 +135,14 @@ class ArgumentModel(PseudoRules):
 
     def __init__(self, counts: Counts, z: float = 1.0) -> None:
         super().__init__(counts, z)
-        self._recent: dict[tuple[str, str], deque[tuple[Sources, str]]] = {}
+        self.shapes = ShapeModel(counts)
+        self._recent: dict[tuple[str, str], deque[tuple[int, Sources, str]]] = {}
+        """(tool, parameter) -> its latest points of sessions: (serial, sources, the value it took)."""
+        self._recent_order: deque[tuple[int, tuple[str, str]]] = deque()
+        """Every point kept, oldest first: (serial, (tool, parameter))."""
+        self._serial = 0
         self._checkers: dict[str, Callable[[Any], Any]] = {}
         self._checker_of: dict[tuple[str, str], tuple[Mapping[str, Any], Callable[[Any], Any]]] = {}
-        self._stored: dict[tuple[str, str], tuple[int, tuple[tuple[str, str, Any, str], ...]]] = {}
 
     def _checker(self, tool: str, param: str, schema: Mapping[str, Any]) -> Callable[[Any], Any]:
         """The schema check of one parameter (looked up by the schema's text only when the schema changed)."""
@@ -148,21 +155,6 @@ class ArgumentModel(PseudoRules):
             checker = self._checkers[text] = schema_checker(schema)
         self._checker_of[(tool, param)] = (schema, checker)
         return checker
-
-    def _stored_values(self, tool: str, param: str) -> tuple[tuple[str, str, Any, str], ...]:
-        """The values stored for the parameter (in the order of the set holding them): stored key, key of
-        its count, the value (None when absent, :data:`MUTABLE` for a list or object), its value key. Kept
-        until a value is added."""
-        level = (tool, param)
-        truths = self._values.get(level, set())
-        cached = self._stored.get(level)
-        if cached is None or cached[0] != len(truths):
-            prefix = SEP.join(("c", tool, param, ""))
-            entries = tuple((truth, prefix + truth,
-                             *((None, ABSENT_KEY) if truth == ABSENT_KEY else parse_constant(truth)))
-                            for truth in truths)
-            cached = self._stored[level] = (len(truths), entries)
-        return cached[1]
 
     # --- learning -------------------------------------------------------------------------------------
 
@@ -179,16 +171,21 @@ class ArgumentModel(PseudoRules):
             known = self._rules.setdefault((tool, param), set())
             recent = self._recent.setdefault((tool, param), deque(maxlen=RECENT_OBSERVATIONS))
             found_now: set[str] = set()
+            indexed: dict[int, bool] = {}  # serial of a kept point -> whether its outputs are still indexed
             if not absent:
                 for rule in sources.explain(value, param):
                     found_now.add(rule.key)
                     if rule.key in known:
                         continue
-                    known.add(rule.key)
                     self._parsed.setdefault(rule.key, rule)
-                    for level in self._levels(tool, param, rule.key)[1:]:
-                        self._rules.setdefault(level, set()).add(rule.key)
-                    for past, past_truth in recent:
+                    for level in self._levels(tool, param, rule.key):
+                        self._add_rule(level, rule.key, cut=False)
+                    for serial, past, past_truth in recent:
+                        if rule.reads_outputs:
+                            if serial not in indexed:
+                                indexed[serial] = past.outputs_indexed()
+                            if not indexed[serial]:
+                                continue  # its outputs' indexes are forgotten: not worth indexing them again
                         self._trial(tool, param, rule.key, past.apply_keyed(rule), past_truth,
                                     message_ordinal(past.user_message) is not None)
             tried = known if len(known) <= MAX_TABLE_RULES else {*self._table(tool, param).keys, *found_now}
@@ -199,11 +196,29 @@ class ArgumentModel(PseudoRules):
                 if parsed is None:
                     produced = self._pseudo_keyed(key, tool, param, schema, sources)
                 if self._trial(tool, param, key, produced, truth, ordinal) and key in PSEUDO_RULES:
-                    known.add(key)
-            recent.append((sources, truth))
+                    self._add_rule((tool, param), key, cut=False)
+            for level in sorted({level for key in found_now for level in self._levels(tool, param, key)}):
+                self._cut_rules(level)
+            self._remember(tool, param, sources, truth)
             self._count_constant(tool, param, truth, words)
+            if not absent:
+                self.shapes.learn(tool, param, value)
             self._table(tool, param)  # brought up to date here, not in the next prediction
         sources.forget_values()  # kept in the recent observations: without what this step remembered
+
+    def _remember(self, tool: str, param: str, sources: Sources, truth: str) -> None:
+        """Keep one point of a session (with the value the parameter took there) to score rules found
+        later on: the last :data:`RECENT_OBSERVATIONS` of the parameter, and of all parameters together the
+        last :data:`~forethought.predictors.patterns.budgets.RECENT_OBSERVATIONS` (each holds its session's
+        outputs)."""
+        self._serial += 1
+        self._recent[(tool, param)].append((self._serial, sources, truth))
+        self._recent_order.append((self._serial, (tool, param)))
+        while len(self._recent_order) > KEPT_OBSERVATIONS:
+            serial, level = self._recent_order.popleft()
+            kept = self._recent.get(level)
+            if kept and kept[0][0] == serial:
+                kept.popleft()
 
     def _trial(self, tool: str, param: str, key: str, produced: tuple[Any, str] | None, truth: str,
                ordinal: bool = False) -> bool:
@@ -218,16 +233,23 @@ class ArgumentModel(PseudoRules):
         return hit
 
     def _count_constant(self, tool: str, param: str, truth: str, words: frozenset[str]) -> None:
+        level = (tool, param)
         prefix = SEP.join(("k", tool, param, ""))
         self.counts.add_ones([SEP.join(("c", tool, param)), *[prefix + word for word in words]])
-        if len(truth) > MAX_CONSTANT_CHARS:
-            return
-        self._values.setdefault((tool, param), set()).add(truth)
-        cues = self._cues.setdefault((tool, param), {})
-        suffix = SEP + truth
-        self.counts.add_ones([SEP.join(("c", tool, param, truth)), *[prefix + word + suffix for word in words]])
+        cues = self._cues.setdefault(level, {})
         for word in words:
-            cues.setdefault(word, set()).add(truth)
+            if word not in cues:
+                cues[word] = {}
+        if len(truth) <= MAX_CONSTANT_CHARS:
+            self._store_value(level, truth)
+            suffix = SEP + truth
+            self.counts.add_ones([SEP.join(("c", tool, param, truth)), *[prefix + word + suffix for word in words]])
+            for word in sorted(words):
+                self._pair(level, word, truth)
+                self._cut_pairs(level, word)
+            self._cut_values(level)
+            self._rank_value(level, truth)
+        self._cut_cue_words(level)
 
     # --- prediction -----------------------------------------------------------------------------------
 
@@ -236,20 +258,21 @@ class ArgumentModel(PseudoRules):
         return sorted(set(properties) | self._params.get(tool, set()))
 
     def _cue_words(self, tool: str, param: str, words: frozenset[str], stored: Mapping[str, float], scale: float
-                   ) -> list[tuple[str, float, set[str]]]:
+                   ) -> list[tuple[str, float, Mapping[str, None]]]:
         """The cue words of the message seen often enough with the parameter: the prefix of their joint
         counts' keys, their count, the values seen with them (``stored``, ``scale``: the counts')."""
         cues = self._cues.get((tool, param))
         if not cues:
             return []
         prefix = SEP.join(("k", tool, param, ""))
-        out = []
+        out: list[tuple[str, float, Mapping[str, None]]] = []
         for word in words & cues.keys():
             if (key := prefix + word) in stored and stored[key] * scale >= MIN_CUE_TRIALS:
                 out.append((key + SEP, stored[key] * scale, cues[word]))
         return out
 
-    def _constant_score(self, truth: str, share: tuple[float, float], cues: Sequence[tuple[str, float, set[str]]],
+    def _constant_score(self, truth: str, share: tuple[float, float],
+                        cues: Sequence[tuple[str, float, Mapping[str, None]]],
                         stored: Mapping[str, float], scale: float) -> float:
         """A stored value's score: the Wilson bound of its share of the parameter's uses, or of its share
         given a cue word of the message (:meth:`_cue_words`) if one scores higher."""
@@ -299,7 +322,7 @@ class ArgumentModel(PseudoRules):
                 else:
                     evidence[value_id] = [piece]
         cue_words = self._cue_words(tool, param, words, stored, scale)
-        lazy = self._add_constants(tool, param, required, cue_words, evidence, stored, scale)
+        lazy = self._add_constants(tool, param, required, cue_words, evidence, stored, scale, sources)
 
         def exact(item: tuple[str, str, Any]) -> float:
             return self._constant_score(*lazy[item[0]], cue_words, stored, scale)
@@ -311,9 +334,10 @@ class ArgumentModel(PseudoRules):
                 evidence[value_id] = [(score * USED_ELSEWHERE_FACTOR, rule, value) for score, rule, value in pieces]
         return self._best(tool, param, schema, evidence, lazy, exact, limit)
 
-    def _add_constants(self, tool: str, param: str, required: bool, cue_words: Sequence[tuple[str, float, set[str]]],
-                       evidence: dict[str, list[tuple[float, str, Any]]], stored: Mapping[str, float], scale: float
-                       ) -> dict[str, tuple[str, tuple[float, float]]]:
+    def _add_constants(self, tool: str, param: str, required: bool,
+                       cue_words: Sequence[tuple[str, float, Mapping[str, None]]],
+                       evidence: dict[str, list[tuple[float, str, Any]]], stored: Mapping[str, float], scale: float,
+                       sources: Sources) -> dict[str, tuple[str, tuple[float, float]]]:
         """Add the values stored for the parameter to ``evidence``, after the rules' (absence too, unless
         ``required``). A value with no other evidence gets an upper bound of its score instead of the score
         (when ``z`` >= 0); returned: value key -> (stored key, share of uses) of each such value."""
@@ -328,7 +352,26 @@ class ArgumentModel(PseudoRules):
                     cue_bound = stored[k] * scale / (seen + z2)
                     if truth not in cue_bounds or cue_bound > cue_bounds[truth]:
                         cue_bounds[truth] = cue_bound
-        for truth, count_key, value, value_id in self._stored_values(tool, param):
+        entries = self._values.get((tool, param), {})
+        forms = self._forms.get((tool, param), {})
+        # The values worth scoring: the most used, those a cue word of the message goes with, those a rule
+        # gives here (their constant share agrees with the rule), absence. Any other scores below the most
+        # used (by the Wilson bound of a smaller share), so it could only matter were they all refused.
+        states_date, states_time = sources.states_when()
+        chosen = dict.fromkeys(self._top.get((tool, param), ()))
+        chosen.update(dict.fromkeys(sorted({truth for _, _, truths in cue_words for truth in truths})))
+        for value_id in evidence:
+            chosen.update(dict.fromkeys(forms.get(value_id, ())))
+        if not required and ABSENT_KEY in entries:
+            chosen[ABSENT_KEY] = None
+        for truth in chosen:
+            if truth not in entries:
+                continue
+            stored_value = entries[truth]
+            count_key, value, value_id = stored_value.count_key, stored_value.value, stored_value.value_id
+            if value_id not in evidence and ((states_date and stored_value.shape in DATE_SHAPES)
+                                             or (states_time and stored_value.shape in TIME_SHAPES)):
+                continue  # never a date (or time) remembered from elsewhere when the message states one
             if truth == ABSENT_KEY:
                 if required:
                     continue
@@ -359,21 +402,27 @@ class ArgumentModel(PseudoRules):
         """The ``limit`` best-scored values that pass the schema check, best first (the score of a value
         in ``lazy`` is ``exact((key, rule, value))``; its one piece holds an upper bound of it)."""
         items: list[tuple[float, bool, tuple[str, str, Any]]] = []
+        fits: dict[str, float] = {}  # value key -> its shape's factor (:mod:`shapes`)
         for key, pieces in evidence.items():
+            fit = fits[key] = 1.0 if key == ABSENT_KEY else self.shapes.factor(tool, param, pieces[0][2])
             if key in lazy:
-                items.append((pieces[0][0], False, (key, pieces[0][1], pieces[0][2])))
+                items.append((pieces[0][0] * fit, False, (key, pieces[0][1], pieces[0][2])))
                 continue
             if pieces[1:]:
                 pieces.sort(key=_SCORE, reverse=True)
             score, rule, value = pieces[0]
             for other, _, _ in pieces[1:]:
                 score = 1.0 - (1.0 - score) * (1.0 - AGREEMENT_WEIGHT * other)
-            items.append((score, True, (key, rule, value)))
+            items.append((score * fit, True, (key, rule, value)))
         out: list[ArgCandidate] = []
         if limit <= 0:
             return out
         check: Callable[[Any], Any] | None = None
-        for score, (key, rule, value) in best_first(items, exact):
+
+        def fitted(item: tuple[str, str, Any]) -> float:
+            return exact(item) * fits[item[0]]
+
+        for score, (key, rule, value) in best_first(items, fitted):
             if key == ABSENT_KEY:
                 out.append(ArgCandidate(value, score, rule, absent=True, key=ABSENT_KEY))
             else:

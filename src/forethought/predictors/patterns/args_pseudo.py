@@ -6,7 +6,7 @@ abbreviates a name of the message (``abbr``: codes of the schema's enum, the par
 the lists of the recent outputs); and a value the parameter's description glosses ("'l' for lines") whose
 gloss the message names (``gloss``, also ``unused``: the first not yet passed to the parameter this turn).
 Each learns its record like a rule (:mod:`args_records`); the forms of the known values are worked out
-once per parameter and kept until a new value comes.
+once per parameter and kept until a value is stored or cut.
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ from typing import Any
 from forethought.predictors.patterns.args_keys import (
     ABBR_FIRST_RULE,
     ABBR_RULE,
-    ABSENT_KEY,
     ENUM_FIRST_RULE,
     ENUM_RULE,
     GLOSS_FIRST_RULE,
     GLOSS_RULE,
     GLOSS_UNUSED_RULE,
     VOCAB_FIRST_RULE,
-    parse_constant,
 )
 from forethought.predictors.patterns.args_records import RuleRecords
 from forethought.predictors.patterns.counts import Counts
@@ -45,12 +43,14 @@ class PseudoRules(RuleRecords):
         self._code_cache: dict[tuple[str, str], tuple[int, Any, tuple[str, ...]]] = {}
 
     def _vocabulary(self, tool: str, param: str) -> tuple[tuple[str, str], ...]:
-        """The values used before for the parameter, as :func:`_mention_forms` (kept until a new one)."""
-        values = self._values.get((tool, param), set())
+        """The values used before for the parameter that a message can mention, with their words (as
+        :func:`_mention_forms` gives them), in the order stored; kept until a value is stored or cut."""
+        generation = self._value_generation.get((tool, param), 0)
         cached = self._vocab.get((tool, param))
-        if cached is None or cached[0] != len(values):
-            forms = _mention_forms([parse_constant(vk)[0] for vk in sorted(values) if vk != ABSENT_KEY])
-            cached = self._vocab[(tool, param)] = (len(values), forms)
+        if cached is None or cached[0] != generation:
+            values = self._values.get((tool, param), {})
+            forms = tuple((v.value, v.form) for v in values.values() if v.form is not None)
+            cached = self._vocab[(tool, param)] = (generation, forms)
         return cached[1]
 
     def _enum(self, tool: str, param: str, enum: list[Any]) -> tuple[tuple[str, str], ...]:
@@ -61,14 +61,15 @@ class PseudoRules(RuleRecords):
         return cached[1]
 
     def _codes(self, tool: str, param: str, schema: Mapping[str, Any]) -> tuple[str, ...]:
-        """The codes of the parameter's allowed values and of the values used before (kept until a new one)."""
-        values = self._values.get((tool, param), set())
+        """The codes of the parameter's allowed values and of the values used before (kept until they
+        change)."""
+        generation = self._value_generation.get((tool, param), 0)
         enum = schema.get("enum")
         cached = self._code_cache.get((tool, param))
-        if cached is None or cached[0] != len(values) or cached[1] is not enum:
+        if cached is None or cached[0] != generation or cached[1] is not enum:
             codes = [v for v in enum if is_code(v)] if isinstance(enum, list) else []
-            codes += [v for vk in sorted(values) if vk != ABSENT_KEY and is_code(v := parse_constant(vk)[0])]
-            cached = self._code_cache[(tool, param)] = (len(values), enum, tuple(dict.fromkeys(codes)))
+            codes += [v.value for v in self._values.get((tool, param), {}).values() if v.code]
+            cached = self._code_cache[(tool, param)] = (generation, enum, tuple(dict.fromkeys(codes)))
         return cached[2]
 
     def _pseudo(self, key: str, tool: str, param: str, schema: Mapping[str, Any], sources: Sources) -> Any:

@@ -7,6 +7,11 @@ can merge into one store in any order (:mod:`pattern_store`). When the scale gro
 *rebased* (all multiplied down, epoch moved to now). Keys starting with :data:`PLAIN_PREFIX` are not
 decayed (learned weights, for example). The clock counts observed calls.
 
+Counters can be *discarded* (:meth:`Counts.discard`): the tables that own them cut them when they run over
+their budget (:mod:`budgets`). A discarded key is remembered until the next save, so that a store that can
+delete (:class:`~forethought.predictors.patterns.store.CompactingStore`) forgets it too. With nothing to
+save to (``keeps_pending`` false) no log of additions or discards is kept at all.
+
 :func:`wilson_lower` is the score used on these counts: the lower end of the Wilson interval of a
 success rate, so one lucky observation never looks like a certainty.
 """
@@ -66,7 +71,7 @@ class CountsState:
 class Counts:
     """Named decayed counters with a log of additions not yet saved."""
 
-    def __init__(self, half_life: float | None = None) -> None:
+    def __init__(self, half_life: float | None = None, keeps_pending: bool = True) -> None:
         if half_life is not None and half_life <= 0:
             raise ValueError("half_life must be positive (or None for no decay)")
         self.half_life = half_life
@@ -74,6 +79,10 @@ class Counts:
         self.epoch = 0.0
         self._values: dict[str, float] = {}
         self._pending: dict[str, float] = {}
+        self._discarded: set[str] = set()
+        self.keeps_pending = keeps_pending
+        """Whether additions and discards are logged for a save (:meth:`take_pending`); a predictor with no
+        store keeps no log (it would only grow)."""
         self._pending_ticks = 0.0
         self._scale_now = 1.0
         self.version = 0
@@ -128,13 +137,18 @@ class Counts:
         self.version += 1
         scaled = delta / self._scale_now if decays(key) else delta
         self._values[key] = self._values.get(key, 0.0) + scaled
-        self._pending[key] = self._pending.get(key, 0.0) + scaled
+        if self.keeps_pending:
+            self._pending[key] = self._pending.get(key, 0.0) + scaled
 
     def add_ones(self, keys: Iterable[str]) -> None:
         """:meth:`add` 1 to each of ``keys`` (a key listed twice gets 2), in one call."""
         self.version += 1
         values, pending = self._values, self._pending
         decayed = 1.0 / self._scale_now
+        if not self.keeps_pending:
+            for key in keys:
+                values[key] = values.get(key, 0.0) + (decayed if key[:_PLAIN_CHARS] != PLAIN_PREFIX else 1.0)
+            return
         for key in keys:
             scaled = decayed if key[:_PLAIN_CHARS] != PLAIN_PREFIX else 1.0
             values[key] = values.get(key, 0.0) + scaled
@@ -144,12 +158,34 @@ class Counts:
         """Add each ``(key, delta)`` now, for keys that never decay (:data:`PLAIN_PREFIX`; checked): one
         call for many additions, as a learning step of many weights makes them."""
         self.version += 1
-        values, pending = self._values, self._pending
+        values, pending, keep = self._values, self._pending, self.keeps_pending
         for key, delta in items:
             if key[:_PLAIN_CHARS] != PLAIN_PREFIX:
                 raise ValueError(f"add_plain takes keys that never decay, not {key!r}")
             values[key] = values.get(key, 0.0) + delta
-            pending[key] = pending.get(key, 0.0) + delta
+            if keep:
+                pending[key] = pending.get(key, 0.0) + delta
+
+    def discard(self, keys: Iterable[str]) -> None:
+        """Forget ``keys`` (their values and their additions not yet saved); a save then deletes them from a
+        store that can (:meth:`take_discarded`). Keys never counted are ignored."""
+        self.version += 1
+        values, pending, keep = self._values, self._pending, self.keeps_pending
+        for key in keys:
+            if values.pop(key, None) is not None and keep:
+                pending.pop(key, None)
+                self._discarded.add(key)
+
+    def take_discarded(self) -> set[str]:
+        """The keys discarded since the last call (to delete from a store before adding the pending
+        additions: one added again since was discarded with its earlier additions only)."""
+        discarded, self._discarded = self._discarded, set()
+        return discarded
+
+    def restore_discarded(self, keys: Iterable[str]) -> None:
+        """Put back discards that could not be saved."""
+        if self.keeps_pending:
+            self._discarded.update(keys)
 
     def rebase(self, epoch: float) -> None:
         """Re-express every decaying number (stored and pending) at scale ``epoch``."""

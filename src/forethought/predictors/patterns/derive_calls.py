@@ -1,9 +1,10 @@
 """What rules read of one observed call, worked out once per call: its arguments' value keys, its output's codes.
 
-Every later step of a session reads the same calls, so each is reduced once (by the identity of the call,
-checked, in bounded memos): the value keys of every scalar of its arguments (what "not yet used this
-turn" compares against) and the codes among the scalar items of its output's lists (what an abbreviation
-may stand for, :func:`~forethought.predictors.patterns.mentions.abbreviated`).
+Every later step of a session reads the same calls, so each is reduced once: the value keys of every
+scalar of its arguments (what "not yet used this turn" compares against; by the identity of the call,
+checked, in a bounded memo that holds the call but not its output) and the codes among the scalar items of
+its output's lists (what an abbreviation may stand for,
+:func:`~forethought.predictors.patterns.mentions.abbreviated`; kept with the output's index).
 """
 
 from __future__ import annotations
@@ -11,61 +12,53 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from forethought._core.calls import ToolCall
 from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_values import value_key
-from forethought.predictors.patterns.mentions import is_code
 
 MAX_LISTED_CODES = 256
 """Items of an output's lists looked at, in all, for codes that abbreviate a name
 (:meth:`~forethought.predictors.patterns.derive_sources.SourceView.listed_codes`)."""
 
 
-_ARGUMENT_KEYS: dict[int, tuple[ObservedCall, frozenset[str]]] = {}
-"""id of an observed call -> (the call, :func:`argument_keys`): every later step reads the same calls."""
-MAX_ARGUMENT_KEYS = 8192
+_ARGUMENT_KEYS: dict[int, tuple[ToolCall, frozenset[str]]] = {}
+"""id of a call -> (the call, :func:`argument_keys`): every later step reads the same calls."""
+MAX_ARGUMENT_KEYS = 2048
 
 
 def argument_keys(observed: ObservedCall) -> frozenset[str]:
     """The value keys of every scalar in a call's arguments (strings lower-cased), remembered per call."""
-    known = _ARGUMENT_KEYS.get(id(observed))
-    if known is not None and known[0] is observed:
+    call = observed.call
+    known = _ARGUMENT_KEYS.get(id(call))
+    if known is not None and known[0] is call:
         return known[1]
-    keys = frozenset(_scalar_keys(dict(observed.call.arguments)))
+    keys = frozenset(_scalar_keys(dict(call.arguments)))
     if len(_ARGUMENT_KEYS) >= MAX_ARGUMENT_KEYS:
         _ARGUMENT_KEYS.clear()
-    _ARGUMENT_KEYS[id(observed)] = (observed, keys)
+    _ARGUMENT_KEYS[id(call)] = (call, keys)
     return keys
-
-
-_OUTPUT_CODES: dict[int, tuple[ObservedCall, tuple[str, ...]]] = {}
-"""id of an observed call -> (the call, :func:`output_codes`): every later step reads the same outputs."""
 
 
 def output_codes(observed: ObservedCall) -> tuple[str, ...]:
     """The codes among the scalar items of an output's lists, shallow lists first, the first
-    :data:`MAX_LISTED_CODES` items looked at in all (remembered per call)."""
-    known = _OUTPUT_CODES.get(id(observed))
-    if known is not None and known[0] is observed:
-        return known[1]
+    :data:`MAX_LISTED_CODES` items looked at in all (remembered with the output's index)."""
+    index = output_index(observed.output)
+    known: tuple[str, ...] | None = index.facts.get("codes")
+    if known is not None:
+        return known
     codes: dict[str, None] = {}
     budget = MAX_LISTED_CODES
-    lists = output_index(observed.output).lists
-    # Shallow lists first (a listing's own list before the lists inside its records); lists of containers
-    # hold no codes and cost nothing.
-    for path in sorted(lists, key=lambda p: p.count("[") + p.count(".")):
-        items = lists[path]
-        if not items or isinstance(items[0], list | dict):
-            continue
-        for item in items[:budget]:
-            if is_code(item):
-                codes.setdefault(item)
-        budget -= min(budget, len(items))
+    # Shallow lists first (a listing's own list before the lists inside its records), then in document order;
+    # lists of containers hold no codes and cost nothing.
+    for _, _, length, placed in sorted(index.lists.code_lists):
+        for place, code in placed:
+            if place < budget:
+                codes.setdefault(code)
+        budget -= min(budget, length)
         if budget <= 0:
             break
-    if len(_OUTPUT_CODES) >= MAX_ARGUMENT_KEYS:
-        _OUTPUT_CODES.clear()
-    _OUTPUT_CODES[id(observed)] = (observed, found := tuple(codes))
+    index.facts["codes"] = found = tuple(codes)
     return found
 
 

@@ -25,7 +25,7 @@ MAX_EXPLAINED_LEAVES = 6
 """A value found in more leaves of one output is credited to the first ones only (a value found all
 over an output says little about where it came from, and every rule credited is replayed from then on)."""
 LIST_TRANSFORMS = ("all.id", "untag", "hash", "at", "num.id", "all.lower", "all.upper")
-_TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention")
+_TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention", "email")
 
 
 def _atom_values(atom: Atom) -> Iterator[tuple[str, Any]]:
@@ -34,7 +34,7 @@ def _atom_values(atom: Atom) -> Iterator[tuple[str, Any]]:
         yield from date_variants(atom.date)
 
 
-_alnum = functools.lru_cache(maxsize=1 << 14)(alnum)
+_alnum = functools.lru_cache(maxsize=4096)(alnum)
 """Source texts repeat at every step of a session: each is reduced once."""
 
 
@@ -168,7 +168,7 @@ class Explaining(SourceView):
         keys = target.lookup_keys()
         ordinal = message_ordinal(self.user_message)
         for position in index.candidates(keys)[:MAX_EXPLAINED_LEAVES]:
-            path, leaf = index.leaves[position]
+            path, leaf = index.paths[position], index.nodes[position]
             name = leaf_name(path)
             locators = [(*loc, path) for loc in call_locators]
             if index.first_path_by_name.get(name) == path and not any(

@@ -27,7 +27,7 @@ MESSAGE_INDEXES = 64
 """Messages whose atom index is remembered."""
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=1024)
 def atoms_by_kind(text: str) -> Mapping[str, tuple[Atom, ...]]:
     """The atoms of ``text`` by kind (every kind of :data:`ATOM_KINDS` present), in order."""
     grouped: dict[str, list[Atom]] = {kind: [] for kind in ATOM_KINDS}
@@ -36,7 +36,7 @@ def atoms_by_kind(text: str) -> Mapping[str, tuple[Atom, ...]]:
     return {kind: tuple(atoms) for kind, atoms in grouped.items()}
 
 
-RUN_KINDS = ("quoted", "file", "number", "id", "hashtag", "mention", "url", "path", "date", "proper")
+RUN_KINDS = ("quoted", "file", "number", "id", "hashtag", "mention", "url", "path", "date", "proper", "email")
 """Kinds whose atoms form enumerations."""
 MAX_RUNS = 4
 """Enumerations of a kind addressed from the start (and from the end)."""
@@ -97,7 +97,7 @@ def message_memo(text: str) -> dict[str, tuple[Any, str] | None]:
     return {}
 
 
-@functools.lru_cache(maxsize=1 << 14)
+@functools.lru_cache(maxsize=8192)
 def atom_value(text: str, date: dt.date | dt.time | None, transform: str, wrap: bool) -> tuple[Any, str] | None:
     """An atom's value under ``transform`` (in a list if ``wrap``) with its value key, or None."""
     value = apply_transform(transform, text, date)

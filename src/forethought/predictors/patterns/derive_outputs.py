@@ -1,9 +1,10 @@
 """Whole tool outputs, indexed once each, bounded by bytes, so that finding a value in them costs O(1).
 
 Argument values often sit in earlier outputs: an id in a listing, a price in a quote, a path in a
-directory tree. An output is parsed once (:func:`output_index`, a bounded LRU keyed by the output text)
-into an :class:`OutputIndex`: every JSON node with its path (``items[3].id``; list items also from the
-end, ``items[-1]``), walked until :data:`MAX_INDEX_BYTES` of scalar text, and the atoms
+directory tree. An output is parsed once (:func:`output_index`, remembered for the most recent outputs up
+to :data:`INDEXED_BYTES` of output text: a history of any length holds no more) into an
+:class:`OutputIndex`: every JSON node with its path (``items[3].id``; list items also from the end,
+``items[-1]``), walked until :data:`MAX_INDEX_BYTES` of scalar text, and the atoms
 (:mod:`~forethought.predictors.patterns.text`) inside its text fields, tokenized up to
 :data:`MAX_TOKEN_BYTES` in all. Each leaf is filed under *lookup keys*: forms that every transform of
 :mod:`~forethought.predictors.patterns.derive_values` preserves (a string's alphanumeric characters,
@@ -13,8 +14,12 @@ reads a few dict entries instead of every leaf. Of the atoms of a text field onl
 are kept (the first and last few of each kind).
 
 Rules address list items by index only up to :data:`MAX_LIST_INDEX` (and from the end up to
-:data:`MAX_FROM_END`), so only those items are walked; a whole list is still one node (read whole by
-the rules that walk a list, :mod:`derive_lists`). Nothing here knows about any particular tool.
+:data:`MAX_FROM_END`), so only those items are walked; of every list the scalars of its first
+:data:`~forethought.predictors.patterns.derive_lists.MAX_WALK_ITEMS` items are filed for the rules that walk
+a list, with where each first sits, and the codes among a list of scalars (:mod:`derive_lists`). The parsed
+document itself is not kept, and what is kept is held in strings and flat lists rather than a tuple per
+item: an index leaves few objects for the garbage collector to visit. Nothing here knows about any
+particular tool.
 """
 
 from __future__ import annotations
@@ -24,12 +29,20 @@ import functools
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, cast, overload
 
 from forethought.predictors.patterns.derive_index import MAX_FROM_END as ATOM_FROM_END
 from forethought.predictors.patterns.derive_index import MAX_ORDINAL as ATOM_ORDINAL
+from forethought.predictors.patterns.derive_lists import (
+    MAX_FROM_END,
+    MAX_LIST_INDEX,
+    ListIndex,
+    Places,
+)
 from forethought.predictors.patterns.derive_values import DATE_FORMATS, value_key
 from forethought.predictors.patterns.text import NUMBER_WORDS, Atom, output_atoms, parse_number
 
@@ -37,18 +50,14 @@ MAX_INDEX_BYTES = 512 * 1024
 """Scalar text walked per output; an output larger than this is indexed up to it."""
 MAX_TOKEN_BYTES = 8 * 1024
 """Text of an output's string fields cut into atoms, in all (the rest of a longer field is not)."""
-MAX_LIST_INDEX = 12
-"""List items are addressed by rules as [0] .. [11] ..."""
-MAX_FROM_END = 2
-"""... and as [-1], [-2]."""
 MAX_KEYED_BYTES = 2048
 """A list or object larger than this (roughly, in bytes) is not filed under its whole value."""
 MIN_DATE_DIGITS = 5
-MAX_WALK_ITEMS = 2000
-"""Items of one list whose values are noted for walking it."""
-OUTPUT_INDEXES = 1024
-"""Outputs whose index is remembered (those of the calls in the sessions served)."""
-TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention")
+OUTPUT_INDEXES = 4096
+"""Outputs whose index is remembered, at most (the latest outputs of the sessions served) ..."""
+INDEXED_BYTES = 8 * 1024 * 1024
+"""... and at most this much output text in all (an index takes a few times its output's size)."""
+TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag", "mention", "email")
 """Atom kinds looked for inside an output's text fields (those
 :func:`~forethought.predictors.patterns.text.output_atoms` finds)."""
 
@@ -59,6 +68,8 @@ def leaf_name(path: str) -> str:
 
 
 _NOT_ALNUM = re.compile(r"[\W_]+")
+_json_string = json.encoder.encode_basestring
+"""What :func:`~forethought.predictors.patterns.derive_values.value_key` gives for a string."""
 
 
 def alnum(text: str) -> str:
@@ -88,6 +99,12 @@ def _date_of(text: str) -> dt.date | None:
     return None
 
 
+def date_of(text: str) -> dt.date | None:
+    """``text`` read as a whole date in one of the spellings of
+    :data:`~forethought.predictors.patterns.derive_values.DATE_FORMATS`, or None."""
+    return _date_of(text)
+
+
 def target_keys(value: Any) -> tuple[str, ...]:
     """The lookup keys under which a leaf that can give ``value`` (or ``[value]``) is filed."""
     single = value[0] if isinstance(value, list) and len(value) == 1 else None
@@ -115,8 +132,18 @@ _NUMERIC = re.compile(r"\s*[-+]?\$?\s*[\d.]")
 MAX_NUMBER_WORD = 10
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _string_keys(text: str) -> tuple[str, ...]:
+def _string_keys(text: str) -> list[str]:
+    """The lookup keys of a short text (remembered joined in one string: a cached tuple would be one more
+    object for the garbage collector to visit, per distinct text)."""
+    return _joined_string_keys(text).split(_KEY_SEP)
+
+
+_KEY_SEP = "\x1d"
+"""Joins the lookup keys of one text (no key holds it: they are made of alphanumerics and digits)."""
+
+
+@functools.lru_cache(maxsize=8192)
+def _joined_string_keys(text: str) -> str:
     keys = ["s:" + alnum(text)]
     pieces = text.split()
     if len(pieces) > 1:
@@ -126,7 +153,7 @@ def _string_keys(text: str) -> tuple[str, ...]:
         number = parse_number(text)
         if number is not None and math.isfinite(number) and abs(number) <= 1e15:
             keys.append(f"n:{math.floor(number)}")
-    return tuple(dict.fromkeys(keys))
+    return _KEY_SEP.join(dict.fromkeys(keys))
 
 
 def _long_string_keys(text: str) -> tuple[str, ...]:
@@ -141,7 +168,7 @@ def _long_string_keys(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
-def _leaf_keys(leaf: Any) -> tuple[str, ...]:
+def _leaf_keys(leaf: Any) -> Sequence[str]:
     if isinstance(leaf, str):
         return _string_keys(leaf) if len(leaf) <= MAX_KEYED_BYTES else _long_string_keys(leaf)
     if isinstance(leaf, int | float) and not isinstance(leaf, bool):
@@ -165,8 +192,10 @@ class TokenAtom:
 class OutputIndex:
     """One output's leaves, by path, by field name and by lookup key; the atoms of its text fields."""
 
-    leaves: list[tuple[str, Any]] = field(default_factory=list)
-    """``(path, node)`` for every node walked, containers too, in document order."""
+    paths: list[str] = field(default_factory=list)
+    """The path of every node walked, containers too, in document order ..."""
+    nodes: list[Any] = field(default_factory=list)
+    """... and the node (two lists, not a tuple per node: fewer objects for the garbage collector)."""
     addressable: list[bool] = field(default_factory=list)
     """Per leaf: whether rules may name its path (list indices within reach)."""
     first_by_path: dict[str, Any] = field(default_factory=dict)
@@ -180,11 +209,38 @@ class OutputIndex:
     truncated: set[str] = field(default_factory=set)
     """Text fields tokenized only in part."""
     tokens_by_key: dict[str, Sequence[TokenAtom]] = field(default_factory=dict)
-    lists: dict[str, list[Any]] = field(default_factory=dict)
-    """Path -> a list node walked (whole, however long)."""
-    in_lists: dict[str, tuple[str, int, str | None]] = field(default_factory=dict)
-    """:func:`walk_key` of a scalar -> where it first sits in a list: the list's path, the item's place,
-    and the field of the item holding it (None: the item itself)."""
+    lists: ListIndex = field(default_factory=ListIndex)
+    """Its lists: where each scalar first sits, the scalars by field for walking, the codes
+    (:mod:`derive_lists`)."""
+    text: str = ""
+    """The output (the parsed document is not kept: its every record would be an object for the garbage
+    collector to visit; a list is read again from the text when asked)."""
+    facts: dict[str, Any] = field(default_factory=dict)
+    """What other modules work out once per output (its first date, the codes of its lists), kept with the
+    index so that it is forgotten with it."""
+
+    @property
+    def leaves(self) -> Sequence[tuple[str, Any]]:
+        """``(path, node)`` for every node walked, containers too, in document order."""
+        return _Leaves(self.paths, self.nodes)
+
+    @property
+    def in_lists(self) -> Mapping[str, tuple[str, int, str | None]]:
+        """:func:`walk_key` of a scalar -> where it first sits in a list: the list's path, the item's place,
+        and the field of the item holding it (None: the item itself)."""
+        return Places(self.lists.places)
+
+    def in_list(self, key: str) -> tuple[str, int, str | None] | None:
+        """Where the scalar of :func:`walk_key` ``key`` first sits in a list (:attr:`in_lists`), or None."""
+        return self.lists.in_list(key)
+
+    def walk_values(self, path: str, name: str | None) -> Sequence[Any]:
+        """The scalars a walk of the list at ``path`` reads (:meth:`ListIndex.walk_values`)."""
+        return self.lists.walk_values(path, name)
+
+    def lists_at(self, paths: Iterable[str]) -> dict[str, list[Any]]:
+        """The list nodes at ``paths``, whole, read again from the output (:meth:`ListIndex.lists_at`)."""
+        return self.lists.lists_at(self.text, paths)
 
     def candidates(self, keys: tuple[str, ...]) -> list[int]:
         """Positions of the addressable leaves filed under any of ``keys``, in document order."""
@@ -203,76 +259,86 @@ class OutputIndex:
 
 def _walk(index: OutputIndex, value: Any) -> None:
     """File every node of ``value`` (depth first, in document order) until the byte budget is spent."""
-    leaves, addressable_flags, by_key = index.leaves, index.addressable, index.by_key
-    first_by_path, last_by_path = index.first_by_path, index.last_by_path
-    first_by_name, first_path_by_name = index.first_by_name, index.first_path_by_name
-    budget = MAX_INDEX_BYTES
+    _Walk(index).visit("$", value, True, "$")
 
-    def visit(path: str, node: Any, addressable: bool, name: str) -> int:
+
+class _Walk:
+    """One walk of an output (a class, not a closure: a recursive closure is a reference cycle that keeps
+    the walk's locals until the garbage collector finds it)."""
+
+    __slots__ = ("budget", "index")
+
+    def __init__(self, index: OutputIndex) -> None:
+        self.index = index
+        self.budget = MAX_INDEX_BYTES
+
+    def visit(self, path: str, node: Any, addressable: bool, name: str) -> int:
         """File ``node`` and what it holds; its size in bytes, roughly (containers: their contents')."""
-        nonlocal budget
-        if budget <= 0:
+        if self.budget <= 0:
             return MAX_KEYED_BYTES + 1  # not walked in full: too big to file whole
-        position = len(leaves)
-        leaves.append((path, node))
-        addressable_flags.append(addressable)
-        if path not in first_by_path:
-            first_by_path[path] = node
-        last_by_path[path] = node
-        if name not in first_by_name:
-            first_by_name[name] = node
-            first_path_by_name[name] = path
+        index = self.index
+        position = len(index.paths)
+        index.paths.append(path)
+        index.nodes.append(node)
+        index.addressable.append(addressable)
+        if path not in index.first_by_path:
+            index.first_by_path[path] = node
+        index.last_by_path[path] = node
+        if name not in index.first_by_name:
+            index.first_by_name[name] = node
+            index.first_path_by_name[name] = path
         kind = node.__class__
         size = 2
         if kind is dict:
             prefix = path + "." if path != "$" else ""
             for k, v in node.items():
-                size += len(k) + visit(prefix + str(k), v, addressable, str(k))
+                size += len(k) + self.visit(prefix + str(k), v, addressable, str(k))
         elif kind is list:
-            _file_list(index, path, node)
+            index.lists.file(path, node)
             base = path if path != "$" else ""
             shown = node[:MAX_LIST_INDEX] if addressable else ()
             for i, v in enumerate(shown):
                 item = f"{base}[{i}]"
-                size += visit(item, v, True, leaf_name(item))
+                size += self.visit(item, v, True, leaf_name(item))
             if len(node) > len(shown):
                 size += MAX_KEYED_BYTES  # not every item walked: too big to file whole
             for back in range(1, min(len(node), MAX_FROM_END) + 1):
                 item = f"{base}[-{back}]"
-                visit(item, node[-back], addressable, leaf_name(item))
+                self.visit(item, node[-back], addressable, leaf_name(item))
         else:
             size = len(node) if kind is str else 8
-            budget -= size
+            self.budget -= size
         if addressable and (size <= MAX_KEYED_BYTES or (kind is not dict and kind is not list)):
+            by_key = index.by_key
             for key in _leaf_keys(node):
                 cast(list[int], by_key.setdefault(key, [])).append(position)
         return size
 
-    visit("$", value, True, "$")
 
+class _Leaves(Sequence[tuple[str, Any]]):
+    """The paths and nodes of an index read as ``(path, node)`` pairs (a view: nothing is copied)."""
 
-def walk_key(value: Any) -> str | None:
-    """The key a scalar is found by in a list (strings compared lower-cased); None for a container."""
-    if value.__class__ is str:
-        return value_key(value.lower())
-    return None if isinstance(value, list | dict) else value_key(value)
+    def __init__(self, paths: list[str], nodes: list[Any]) -> None:
+        self._paths = paths
+        self._nodes = nodes
 
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[tuple[str, Any]]: ...
 
-def _file_list(index: OutputIndex, path: str, node: list[Any]) -> None:
-    """Note where each scalar of a list (or of its items' fields) first sits, for walking the list."""
-    index.lists[path] = node
-    in_lists = index.in_lists
-    for i, item in enumerate(node[:MAX_WALK_ITEMS]):
-        pairs = item.items() if item.__class__ is dict else ((None, item),)
-        for name, value in pairs:
-            key = walk_key(value)
-            if key is not None and key not in in_lists:
-                in_lists[key] = (path, i, name)
+    def __getitem__(self, i: int | slice) -> tuple[str, Any] | Sequence[tuple[str, Any]]:
+        if isinstance(i, slice):
+            return list(zip(self._paths[i], self._nodes[i], strict=True))
+        return self._paths[i], self._nodes[i]
+
+    def __len__(self) -> int:
+        return len(self._paths)
 
 
 def _tokenize_fields(index: OutputIndex) -> None:
     budget = MAX_TOKEN_BYTES
-    for position, (path, leaf) in enumerate(index.leaves):
+    for position, (path, leaf) in enumerate(zip(index.paths, index.nodes, strict=True)):
         if budget <= 0:
             return
         if (leaf.__class__ is str and index.addressable[position] and path not in index.tokens
@@ -289,8 +355,12 @@ _TOKEN_HINT = re.compile(r"[\d'\"`./#@_\-‘“]")
 
 
 def _worth_tokenizing(text: str) -> bool:
-    """Whether a text field may hold atoms other than itself (a digit, quote or separator)."""
-    return _TOKEN_HINT.search(text) is not None
+    """Whether a text field may hold atoms other than itself: words apart (one token, an id or a date, is
+    filed whole already) and a digit, quote or separator."""
+    return _SPACE.search(text) is not None and _TOKEN_HINT.search(text) is not None
+
+
+_SPACE = re.compile(r"\s")
 
 
 def _tokenize(index: OutputIndex, path: str, leaf: str, text: str) -> None:
@@ -305,16 +375,15 @@ def _tokenize(index: OutputIndex, path: str, leaf: str, text: str) -> None:
             if i >= ATOM_ORDINAL and (from_end is None or from_end >= ATOM_FROM_END):
                 continue  # no rule can name it
             token = TokenAtom(path, kind, i, from_end, atom)
-            keys = list(_string_keys(atom.text))
+            keys = _string_keys(atom.text)
             if atom.date is not None:
                 keys.append("d:" + atom.date.isoformat())
             for key in dict.fromkeys(keys):
                 cast(list[TokenAtom], index.tokens_by_key.setdefault(key, [])).append(token)
 
 
-@functools.lru_cache(maxsize=OUTPUT_INDEXES)
-def output_index(output: str) -> OutputIndex:
-    """The index of one output (JSON, or else plain text as one field ``$``), worked out once."""
+def _index(output: str) -> OutputIndex:
+    """The index of one output, worked out."""
     index = OutputIndex()
     try:
         value = json.loads(output)
@@ -322,12 +391,60 @@ def output_index(output: str) -> OutputIndex:
         value = output if output.strip() else None
         if value is None:
             return index
+    index.text = output
     _walk(index, value)
     _tokenize_fields(index)
     # Frozen into tuples: a cached index then holds few objects the garbage collector must keep visiting.
     index.by_key = {key: tuple(found) for key, found in index.by_key.items()}
     index.tokens_by_key = {key: tuple(found) for key, found in index.tokens_by_key.items()}
     return index
+
+
+class _RecentIndexes:
+    """The indexes of the latest outputs asked for, bounded by count and by the bytes of their outputs."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[str, OutputIndex] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, output: str) -> OutputIndex:
+        with self._lock:
+            index = self._kept.get(output)
+            if index is not None:
+                self._kept.move_to_end(output)
+                return index
+        index = _index(output)
+        with self._lock:
+            if output not in self._kept:
+                self._kept[output] = index
+                self._bytes += len(output)
+                while self._kept and (len(self._kept) > self.max_entries or self._bytes > self.max_bytes):
+                    dropped, _ = self._kept.popitem(last=False)
+                    self._bytes -= len(dropped)
+        return index
+
+    def holds(self, output: str) -> bool:
+        """Whether the index of ``output`` is kept (asking does not make it recent)."""
+        with self._lock:
+            return output in self._kept
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self._bytes = 0
+
+    @property
+    def kept_bytes(self) -> int:
+        """The bytes of output text whose indexes are kept."""
+        return self._bytes
+
+
+output_index = _RecentIndexes(OUTPUT_INDEXES, INDEXED_BYTES)
+"""The index of one output (JSON, or else plain text as one field ``$``), worked out once while it is among
+the latest outputs asked for (:data:`OUTPUT_INDEXES`, :data:`INDEXED_BYTES`)."""
 
 
 def first_leaf_by_path(output: str) -> Mapping[str, Any]:

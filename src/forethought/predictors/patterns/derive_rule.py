@@ -39,6 +39,11 @@ class Rule:
         return cls(str(source), tuple(str(x) for x in locator), str(transform), bool(wrap))
 
     @property
+    def reads_outputs(self) -> bool:
+        """Whether the value is read from earlier outputs (their indexes: :mod:`derive_outputs`)."""
+        return self.source in ("out", "ord", "tok", "walk")
+
+    @property
     def generic(self) -> bool:
         """Whether the rule names no tool, so its record carries over to tools never seen."""
         return not (self.source in ("out", "tok", "arg", "ord") and self.locator[:1] == ("tool",))

@@ -34,12 +34,12 @@ replaying them is here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from forethought.predictors.patterns.derive_calls import MAX_ARGUMENT_KEYS, MAX_LISTED_CODES
 from forethought.predictors.patterns.derive_explain import LIST_TRANSFORMS, MAX_EXPLAINED_LEAVES, Explaining
-from forethought.predictors.patterns.derive_index import atom_index, atom_value, message_memo
+from forethought.predictors.patterns.derive_index import atom_value
 from forethought.predictors.patterns.derive_ordinal import at_ordinal, message_ordinal
 from forethought.predictors.patterns.derive_outputs import first_leaf_by_name, first_leaf_by_path, output_index
 from forethought.predictors.patterns.derive_rule import Rule
@@ -91,7 +91,7 @@ class Sources(Explaining):
         Each rule is worked out once here; one that reads only a user message, once per message.
         """
         applied = self._applied
-        memos: dict[str, dict[str, tuple[Any, str] | None]] = {}
+        memos: dict[str, tuple[Mapping[tuple[str, ...], Any], dict[str, Any]]] = {}
         out: list[tuple[Any, str] | None] = [None] * len(rules)
         for i, rule in enumerate(rules):
             if rule is None:
@@ -101,10 +101,10 @@ class Sources(Explaining):
                 found = applied[key]
             elif rule.message_only:
                 text = self._text(rule.source)
-                memo = memos[text] if text in memos else memos.setdefault(text, message_memo(text))
+                index, memo = memos[text] if text in memos else memos.setdefault(text, self.message_index(text))
                 if key in memo:
                     found = memo[key]
-                elif rule.source != "all" and rule.locator in (index := atom_index(text)):
+                elif rule.source != "all" and rule.locator in index:
                     atom = index[rule.locator]
                     found = memo[key] = None if atom is None else atom_value(
                         atom.text, atom.date, rule.transform, rule.wrap)

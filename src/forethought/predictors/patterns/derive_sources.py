@@ -9,6 +9,7 @@ being walked. Learning (:mod:`derive_explain`) and replaying (:mod:`derive_rules
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,8 +23,10 @@ from forethought.predictors.patterns.derive_index import (
     atom_keys,
     atom_runs,
     atoms_by_kind,
+    message_memo,
 )
-from forethought.predictors.patterns.derive_outputs import output_index, walk_key
+from forethought.predictors.patterns.derive_lists import walk_key
+from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_time import WHEN, Reference, when_atoms
 from forethought.predictors.patterns.derive_values import apply_transform
 from forethought.predictors.patterns.text import ORDINAL_KINDS, Atom
@@ -71,6 +74,10 @@ class SourceView:
     _walks: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     _used_by: dict[str, set[str]] | None = field(default=None, init=False, repr=False, compare=False)
     _listed_codes: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _indexes: dict[str, tuple[Mapping[tuple[str, ...], Atom | None], dict[str, Any]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """Message text -> its locator index and the memo of message-only rules: taken from the shared caches
+    once and held, so a point of a session kept to score new rules on does not index its messages again."""
     """Rule key -> the value it gives here and its value key: every rule is replayed at most once here."""
 
     def __post_init__(self) -> None:
@@ -101,6 +108,18 @@ class SourceView:
             for observed in self.history[self.turn_start:]:
                 self._used.update(argument_keys(observed))
         return self._used
+
+    def states_when(self) -> tuple[bool, bool]:
+        """Whether the latest user message states a date (a datetime too), and a time of day."""
+        atoms = self._atoms("user").get(WHEN, ())
+        return (any(isinstance(a.date, dt.date) for a in atoms),
+                any(isinstance(a.date, dt.time | dt.datetime) for a in atoms))
+
+    def outputs_indexed(self) -> bool:
+        """Whether the index of every output of the calls so far is still kept (:func:`output_index`): a
+        rule reading outputs then costs lookups here, not the indexing of outputs since forgotten."""
+        holds = output_index.holds
+        return all(holds(observed.output) for observed in self.history)
 
     def used_elsewhere(self, value: Any, param: str) -> bool:
         """Whether a call of this turn already used ``value`` (strings compared lower-cased) for a
@@ -156,7 +175,7 @@ class SourceView:
             unused = self._unused(source, kind)
             if atom in unused and unused.index(atom) < MAX_UNUSED:
                 yield (kind, "u", str(unused.index(atom)))
-        first = atom_index(self._text(source))
+        first = self.message_index(self._text(source))[0]
         if atom.before and first.get((kind, "b", atom.before)) == atom:
             yield (kind, "b", atom.before)
         if atom.after and first.get((kind, "a", atom.after)) == atom:
@@ -168,7 +187,15 @@ class SourceView:
             return pick(self._unused(source, kind), "i", int(arg))
         if selector in ("i", "r"):
             return pick(self._atoms(source).get(kind, ()), selector, int(arg))
-        return atom_index(self._text(source)).get((kind, "b" if selector == "b" else "a", arg))
+        return self.message_index(self._text(source))[0].get((kind, "b" if selector == "b" else "a", arg))
+
+    def message_index(self, text: str) -> tuple[Mapping[tuple[str, ...], Atom | None], dict[str, Any]]:
+        """The locator index of a message (:func:`derive_index.atom_index`) and the memo of what message-only
+        rules give on it (:func:`derive_index.message_memo`), held by this point of the session."""
+        found = self._indexes.get(text)
+        if found is None:
+            found = self._indexes[text] = (atom_index(text), message_memo(text))
+        return found
 
     # --- calls and outputs ---------------------------------------------------------------------------
 
@@ -213,14 +240,13 @@ class SourceView:
         used = self._used_keys()
         for observed in reversed(self.history[-MAX_WALK_OUTPUTS:]):
             outputs = output_index(observed.output)
-            found = outputs.in_lists.get(previous)
+            found = outputs.in_list(previous)
             if found is None:
                 continue
             path, position, name = found
-            for item in outputs.lists[path][position + 1:]:
-                value = item.get(name) if name is not None and item.__class__ is dict else item
-                key = None if name is not None and item.__class__ is not dict else walk_key(value)
-                if key is not None and key not in used and value is not None:
+            for value in outputs.walk_values(path, name)[position + 1:]:
+                key = walk_key(value) if value is not None else None
+                if key is not None and key not in used:
                     self._walks[param] = value
                     return value
         return None

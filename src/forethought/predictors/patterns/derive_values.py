@@ -60,22 +60,25 @@ def value_key(value: Any) -> str:
             return _json_string(str(value))
         return int.__repr__(int(value)) if value.is_integer() else float.__repr__(value)
 
-    def norm(v: Any) -> Any:
-        if isinstance(v, bool) or v is None or isinstance(v, str):
-            return v
-        if isinstance(v, int):
-            return v  # (float(v) would overflow past 1.8e308; an int is whole already)
-        if isinstance(v, float):
-            if not math.isfinite(v):
-                return str(v)
-            return int(v) if v.is_integer() else v
-        if isinstance(v, list | tuple):
-            return [norm(x) for x in v]
-        if isinstance(v, dict):
-            return {str(k): norm(x) for k, x in v.items()}
-        return str(v)
+    return json.dumps(_normalized(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
-    return json.dumps(norm(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+def _normalized(v: Any) -> Any:
+    """``v`` with whole floats as ints and non-JSON values as text, for :func:`value_key` (a module-level
+    function: a nested recursive one would be a reference cycle per call)."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return v  # (float(v) would overflow past 1.8e308; an int is whole already)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        return int(v) if v.is_integer() else v
+    if isinstance(v, list | tuple):
+        return [_normalized(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _normalized(x) for k, x in v.items()}
+    return str(v)
 
 
 def _case(text: str, case: str) -> str:

@@ -21,15 +21,18 @@ Each candidate tool gets a few features, combined by a small softmax whose weigh
 * ``unseen``: the tool has never been observed.
 
 All counts are decayed counters (:mod:`pattern_counts`), so the model follows a workload that drifts.
+The words associated with tools and the call contexts counted have budgets (:mod:`budgets`): the most
+seen are kept, the others cut with their counters.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from forethought.predictors.patterns.budgets import FLOW_WORDS, NGRAM_CONTEXTS, over, weakest
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts
 from forethought.predictors.patterns.describe import description_match
 from forethought.predictors.patterns.flow_maxent import ToolScorer, context_features
@@ -98,11 +101,12 @@ class FlowModel:
             raise ValueError("order must be at least 1")
         self.counts = counts
         self.order = order
-        self._followers: dict[str, set[str]] = {}
+        self._followers: dict[str, dict[str, None]] = {}
         """n-gram context key -> tools counted after it (every other tool's count there is 0)."""
-        self._word_tools: dict[str, set[str]] = {}
-        """user word -> tools counted in a turn with it (every other tool's joint count is 0)."""
-        self._word_firsts: dict[str, set[str]] = {}
+        self._word_tools: dict[str, dict[str, None]] = {}
+        """user word -> tools counted in a turn with it (every other tool's joint count is 0); every word
+        counted is a key (the words' table, whose budget is :data:`~.budgets.FLOW_WORDS`)."""
+        self._word_firsts: dict[str, dict[str, None]] = {}
         """user word -> tools counted as the first call of a turn with it."""
         self.maxent = ToolScorer(counts)
         self._known: set[str] = set()
@@ -127,14 +131,49 @@ class FlowModel:
             return
         parts = key.split(SEP)
         if parts[0] == "n" and len(parts) >= 2 and parts[-1].startswith("="):
-            self._followers.setdefault(SEP.join(parts[:-1]), set()).add(parts[-1][1:])
+            self._followers.setdefault(SEP.join(parts[:-1]), {})[parts[-1][1:]] = None
         elif parts[0] == "t" and len(parts) == 2:
             self._known.add(parts[1])
             self._info(parts[1])
         elif parts[0] == "w" and len(parts) == 3:
-            self._word_tools.setdefault(parts[1], set()).add(parts[2])
+            self._word_tools.setdefault(parts[1], {})[parts[2]] = None
+        elif parts[0] == "w" and len(parts) == 2:
+            self._word_tools.setdefault(parts[1], {})
         elif parts[0] == "wf" and len(parts) == 3:
-            self._word_firsts.setdefault(parts[1], set()).add(parts[2])
+            self._word_tools.setdefault(parts[1], {})
+            self._word_firsts.setdefault(parts[1], {})[parts[2]] = None
+
+    def keep_budgets(self) -> None:
+        """Cut the words and the call contexts back to their budgets when over them (after loading a store,
+        which may hold more; learning keeps them so)."""
+        self._cut_words()
+        self._cut_contexts()
+        self.maxent.keep_budget()
+
+    def _cut_words(self) -> None:
+        """Cut the words associated with tools back to :data:`~.budgets.FLOW_WORDS`, keeping the most seen
+        at a turn's start."""
+        if not over(len(self._word_tools), FLOW_WORDS):
+            return
+        stored = self.counts.stored()
+        discarded = []
+        for word in weakest(self._word_tools, FLOW_WORDS, lambda w: stored.get(SEP.join(("w", w)), 0.0)):
+            discarded.append(SEP.join(("w", word)))
+            discarded += [SEP.join(("w", word, tool)) for tool in self._word_tools.pop(word)]
+            discarded += [SEP.join(("wf", word, tool)) for tool in self._word_firsts.pop(word, ())]
+            self._word_keys.pop(word, None)
+        self.counts.discard(discarded)
+
+    def _cut_contexts(self) -> None:
+        """Cut the call contexts back to :data:`~.budgets.NGRAM_CONTEXTS`, keeping the most seen."""
+        if not over(len(self._followers), NGRAM_CONTEXTS):
+            return
+        stored = self.counts.stored()
+        discarded = []
+        for base in weakest(self._followers, NGRAM_CONTEXTS, lambda key: stored.get(key, 0.0)):
+            discarded.append(base)
+            discarded += [base + SEP + "=" + tool for tool in self._followers.pop(base)]
+        self.counts.discard(discarded)
 
     def _info(self, tool: str) -> tuple[str, str, frozenset[str], int]:
         """What is fixed about ``tool``: the keys of its call count and turn count, its name words and how
@@ -171,13 +210,14 @@ class FlowModel:
                      / (seen + n) for t, p in probs.items()}
         return probs
 
-    def _word_counts(self, words: Iterable[str], first: bool = False) -> list[tuple[str, float, float, Set[str]]]:
+    def _word_counts(self, words: Iterable[str], first: bool = False
+                     ) -> list[tuple[str, float, float, Collection[str]]]:
         """For each word seen at a turn start: the prefix of its joint keys, its count, the count plus the
         smoothing, and the tools counted with it (``first``: as the first call of the turn)."""
         stored, scale = self.counts.stored(), self.counts.scale
         keys = self._word_keys
         tools_of = self._word_firsts if first else self._word_tools
-        out: list[tuple[str, float, float, Set[str]]] = []
+        out: list[tuple[str, float, float, Collection[str]]] = []
         for word in words:
             key, prefix = keys[word] if word in keys else (SEP.join(("w", word)), SEP.join(("w", word, "")))
             seen = stored[key] * scale if key in stored else 0.0
@@ -192,7 +232,7 @@ class FlowModel:
         return context_features(view.tokens, view.words, view.turn_start, view.session_tools, view.turn_calls)
 
     def _assoc(self, candidates: Sequence[str], priors: Sequence[float],
-               word_counts: Sequence[tuple[str, float, float, Set[str]]]) -> list[float]:
+               word_counts: Sequence[tuple[str, float, float, Collection[str]]]) -> list[float]:
         """Per candidate: the mean of the best :data:`ASSOC_TOP_WORDS` smoothed PMIs of its words."""
         stored, scale = self.counts.stored(), self.counts.scale
         smoothings = [ASSOC_SMOOTHING * prior for prior in priors]
@@ -320,7 +360,7 @@ class FlowModel:
             base = _ngram_key(context)
             keys.append(base)
             keys.append(_ngram_key(context, tool))
-            self._followers.setdefault(base, set()).add(tool)
+            self._followers.setdefault(base, {})[tool] = None
         if tool not in view.turn_calls:
             if view.turn_start:
                 keys.append("T")
@@ -328,9 +368,12 @@ class FlowModel:
                 for word in view.words:
                     keys.append(SEP.join(("w", word)))
                     keys.append(SEP.join(("wf", word, tool)))
-                    self._word_firsts.setdefault(word, set()).add(tool)
+                    self._word_tools.setdefault(word, {})
+                    self._word_firsts.setdefault(word, {})[tool] = None
             keys.append(self._info(tool)[1])
             for word in view.words:
                 keys.append(SEP.join(("w", word, tool)))
-                self._word_tools.setdefault(word, set()).add(tool)
+                self._word_tools.setdefault(word, {})[tool] = None
         self.counts.add_ones(keys)
+        self._cut_words()
+        self._cut_contexts()

@@ -15,7 +15,9 @@ called earlier in the session and each called already in this turn; how many cal
 :mod:`flow`'s softmax as one more feature (``maxent``), whose weight is learned like the others.
 
 Weights live in the predictor's :class:`~forethought.predictors.patterns.counts.Counts` as plain
-(never decayed) counters, so they are saved, merged and reloaded like everything else. A step updates
+(never decayed) counters, so they are saved, merged and reloaded like everything else. The features with
+weights have a budget (:data:`~forethought.predictors.patterns.budgets.SCORER_FEATURES`): those used least
+recently in a step are cut, their weights discarded (a word seen once in a while does not keep a row). A step updates
 only the tools that matter to its gradient: the one called and those the model gave at least
 :data:`UPDATE_FLOOR` of probability.
 
@@ -36,6 +38,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from forethought.predictors.patterns.budgets import SCORER_FEATURES, over, weakest
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts
 
 SEP = "\x1f"
@@ -97,6 +100,9 @@ class ToolScorer:
         self._remembered = 0
         self._draw = random.Random(REHEARSE_SEED)
         self._last_pool: tuple[str, ...] = ()
+        self._steps = 0
+        self._used: dict[str, int] = {}
+        """feature -> the step that last updated its weights (features loaded from a store: 0)."""
 
     def _place(self, tool: str) -> int:
         column = self._column.get(tool)
@@ -115,6 +121,7 @@ class ToolScorer:
         row = self._rows.get(feat)
         if row is None:
             row = self._rows[feat] = []
+            self._used.setdefault(feat, 0)
         if len(row) <= column:
             row.extend([0.0] * (column + 1 - len(row)))
         row[column] = value
@@ -148,9 +155,12 @@ class ToolScorer:
                    *((t, -math.exp(-neg) * step) for neg, t in rivals)]
         columns = [(t, self._place(t), delta) for t, delta in updates]
         width = max(column for _, column, _ in columns) + 1
-        rows = self._rows
+        rows, used = self._rows, self._used
+        self._steps += 1
+        step_number = self._steps
         additions = []
         for feat in feats:
+            used[feat] = step_number
             row = rows.get(feat)
             if row is None:
                 row = rows[feat] = []
@@ -161,6 +171,23 @@ class ToolScorer:
                 row[column] += delta
                 additions.append((base + t, delta))
         self.counts.add_plain(additions)
+        if over(len(rows), SCORER_FEATURES):
+            self.keep_budget()
+
+    def keep_budget(self) -> None:
+        """Cut the features with weights back to :data:`~.budgets.SCORER_FEATURES` when over it, keeping
+        those used most recently; their weights are discarded."""
+        rows, used = self._rows, self._used
+        if not over(len(rows), SCORER_FEATURES):
+            return
+        tools = sorted(self._column, key=self._column.__getitem__)
+        discarded = []
+        for feat in weakest(rows, SCORER_FEATURES, lambda f: float(used.get(f, 0))):
+            width = len(rows.pop(feat))
+            used.pop(feat, None)
+            base = PREFIX + SEP + feat + SEP
+            discarded += [base + tool for tool in tools[:width]]
+        self.counts.discard(discarded)
 
     def rehearse(self, feats: Sequence[str], candidates: Sequence[str], tool: str,
                  steps: int | None = None) -> None:
@@ -183,16 +210,21 @@ class ToolScorer:
             self.learn(old_feats, old_candidates, old_tool)
 
     def rehearsal(self) -> tuple[Any, ...]:
-        """What rehearsal depends on besides the weights (the calls remembered, where the ring is, the
-        generator's state), for :meth:`load_rehearsal` in a copy or an unpickled predictor."""
-        return (list(self._memory), self._remembered, self._draw.getstate())
+        """What rehearsal and the feature budget depend on besides the weights (the calls remembered, where
+        the ring is, the generator's state, when each feature was last used), for :meth:`load_rehearsal` in
+        a copy or an unpickled predictor."""
+        return (list(self._memory), self._remembered, self._draw.getstate(), self._steps, dict(self._used))
 
     def load_rehearsal(self, state: tuple[Any, ...]) -> None:
-        """Take over :meth:`rehearsal` of another scorer."""
-        memory, remembered, draw = state
+        """Take over :meth:`rehearsal` of another scorer (one saved before the feature budget: the first
+        three parts)."""
+        memory, remembered, draw = state[:3]
         self._memory = [(tuple(f), tuple(c), t) for f, c, t in memory]
         self._remembered = int(remembered)
         self._draw.setstate(draw)
+        if len(state) >= 5:
+            self._steps = int(state[3])
+            self._used.update({str(f): int(n) for f, n in state[4].items() if f in self._rows})
 
     @property
     def remembered(self) -> int:

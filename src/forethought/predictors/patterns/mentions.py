@@ -76,7 +76,7 @@ def _name_letters(name: str) -> tuple[str, frozenset[int]]:
     return "".join(letters), frozenset(starts)
 
 
-@functools.lru_cache(maxsize=1 << 15)
+@functools.lru_cache(maxsize=8192)
 def abbreviation_fit(code: str, name: str) -> tuple[int, int] | None:
     """How well ``code`` abbreviates ``name`` ("MSFT" of "Microsoft", "CRH" of "Crescent Hollow"): its
     letters occur in order in the name's, the first at the name's first; None when they do not, or when
@@ -96,7 +96,7 @@ def abbreviation_fit(code: str, name: str) -> tuple[int, int] | None:
     return initials, -at
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def abbreviated(codes: tuple[str, ...], names: tuple[str, ...], first: bool = False) -> str | None:
     """The code (of ``codes``, those :func:`is_code` accepts) that abbreviates the last name of ``names``
     (in message order; ``first``: the first) that any code abbreviates, best fit first, then the first in

@@ -42,9 +42,10 @@ from forethought.predictors.patterns.distinct import (
 )
 from forethought.predictors.patterns.flow import TURN_MARK, FlowModel, FlowView, call_token
 from forethought.predictors.patterns.numbers import NumberSpelling
+from forethought.predictors.patterns.pairs import PairOrder
 from forethought.predictors.patterns.repeats import RECENT_CALLS, RecentCalls, RepeatModel, recent_calls
 from forethought.predictors.patterns.replay import RecordedSession, from_trajectory, train
-from forethought.predictors.patterns.store import PatternStore, tool_set_fingerprint
+from forethought.predictors.patterns.store import CompactingStore, PatternStore, tool_set_fingerprint
 from forethought.predictors.patterns.text import message_words
 from forethought.predictors.patterns.turns import TurnTracker
 from forethought.predictors.trajectory import Trajectory
@@ -52,9 +53,12 @@ from forethought.predictors.trajectory import Trajectory
 log = logging.getLogger(__name__)
 
 SOURCE = "pattern"
-MAX_STEP_SESSIONS = 4096
-MAX_CACHED_STEPS = 256
-"""Sessions whose latest step is kept for the learning of its call (it only has to outlive one step)."""
+MAX_STEP_SESSIONS = 64
+"""Sessions whose calls of their latest step are kept (to learn parallel calls of one step in order: the
+next call of a step comes right after the one before; each entry holds those calls' outputs)."""
+MAX_CACHED_STEPS = 64
+"""Sessions whose latest step is kept for the learning of its call (it only has to outlive one step; each
+holds its session's messages and outputs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +109,9 @@ _OptionKey = tuple[str, tuple[tuple[str, str], ...]]
 
 MAX_CUE_CHARS = 2000
 """Output text read for cue words when there is no user text."""
-MAX_CANONICAL_CALLS = 8192
-"""Earlier calls whose canonical arguments are remembered (for telling repeats)."""
+MAX_CANONICAL_CALLS = 2048
+"""Earlier calls whose canonical arguments are remembered (for telling repeats; the calls, not their
+outputs)."""
 SYSTEM_ROLES = ("system", "developer")
 MAX_SYSTEM_CHARS = 8192
 """System text read for values (its start: where dates, names and places are usually stated)."""
@@ -140,7 +145,7 @@ class PatternPredictor:
         self.config = config or PatternConfig()
         self.store = store
         self.fingerprint = fingerprint
-        self.counts = Counts(self.config.half_life)
+        self.counts = Counts(self.config.half_life, keeps_pending=store is not None)
         self.flow = FlowModel(self.counts, self.config.order)
         self.args = ArgumentModel(self.counts, self.config.z)
         self._turns = TurnTracker()
@@ -152,7 +157,8 @@ class PatternPredictor:
         self.numbers = NumberSpelling()
         self.repeats = RepeatModel(self.counts)
         self.distinct = DistinctModel(self.counts)
-        self._canonical_of: OrderedDict[int, tuple[ObservedCall, tuple[str, Mapping[str, Any]]]] = OrderedDict()
+        self.pairs = PairOrder(self.counts)
+        self._canonical_of: OrderedDict[int, tuple[ToolCall, tuple[str, Mapping[str, Any]]]] = OrderedDict()
         self._descriptions: tuple[object, Mapping[str, frozenset[str]]] = ((), {})
         """The tools offered in the latest context (as given) and their description words."""
         if store is not None:
@@ -203,20 +209,31 @@ class PatternPredictor:
         for key in self.counts:
             self.flow.register(key)
             self.args.register(key)
+        # A store may hold more than the budgets (another process's learning, a store from before them).
+        self.flow.keep_budgets()
+        self.args.keep_budgets()
         self.args.build_tables()
 
     def flush(self) -> None:
-        """Add what was learned since the last save to the store, in one transaction."""
+        """Add what was learned since the last save to the store, in one transaction; first delete from it
+        what was cut since (when the store can: :class:`~.store.CompactingStore`)."""
         self._since_flush = 0
         if self.store is None:
             self.counts.take_pending()
+            self.counts.take_discarded()
             return
+        discarded = self.counts.take_discarded()
         pending, ticks = self.counts.take_pending()
-        if not pending and not ticks:
+        if not pending and not ticks and not discarded:
             return
         try:
-            self.store.merge(self.fingerprint, pending, ticks, self.counts.epoch, self.counts.half_life)
+            if discarded and isinstance(self.store, CompactingStore):
+                self.store.discard(self.fingerprint, sorted(discarded))
+                discarded = set()
+            if pending or ticks:
+                self.store.merge(self.fingerprint, pending, ticks, self.counts.epoch, self.counts.half_life)
         except BaseException:
+            self.counts.restore_discarded(discarded)
             self.counts.restore_pending(pending, ticks)
             raise
 
@@ -285,11 +302,12 @@ class PatternPredictor:
                             ) -> tuple[str, Mapping[str, Any]]:
         """(tool, canonical arguments) of an earlier call, worked out once per call (every later step reads
         the same calls)."""
-        known = self._canonical_of.get(id(observed))
-        if known is not None and known[0] is observed:
+        call = observed.call
+        known = self._canonical_of.get(id(call))
+        if known is not None and known[0] is call:
             return known[1]
-        value = (observed.call.name, self._canonical(observed.call, tools.get(observed.call.name)))
-        self._canonical_of[id(observed)] = (observed, value)
+        value = (call.name, self._canonical(call, tools.get(call.name)))
+        self._canonical_of[id(call)] = (call, value)
         while len(self._canonical_of) > MAX_CANONICAL_CALLS:
             self._canonical_of.popitem(last=False)
         return value
@@ -405,7 +423,7 @@ class PatternPredictor:
             for param in sorted(clashing(choices)):
                 choices[param] = self.args.candidates(tool, param, properties.get(param) or {}, param in required,
                                                       step.sources, step.words, alternatives + 1)
-        picks = assign(choices, distinct)
+        picks = self.pairs.reorder(tool, choices, assign(choices, distinct), step.sources.user_message)
         base = {param: found[picks[param]] for param, found in choices.items()}
         # An alternative value counts only as far as the values ranked above it may be wrong: the k-th value
         # of a parameter is weighed by the product of (1 - score) of the ones before it.
@@ -475,11 +493,12 @@ class PatternPredictor:
         self.numbers.learn(call.name, call.arguments, step.sources.user_message)
         self.repeats.learn(call.name, arguments, step.recent)
         self.distinct.learn(call.name, arguments)
+        self.pairs.learn(call.name, arguments, step.sources.user_message)
         self.counts.tick()
         output_index(observed.output)  # indexed now, while learning, rather than in the next prediction
         first_output_date(observed.output)
         self._since_flush += 1
-        if self.store is not None and self._since_flush >= self.config.flush_every:
+        if self._since_flush >= self.config.flush_every:
             try:
                 self.flush()
             except (sqlite3.Error, OSError) as exc:

@@ -7,6 +7,11 @@ cleanly in any order and nothing is lost. :class:`SqlitePatternStore` is the def
 WAL journal, busy timeout, ``BEGIN IMMEDIATE`` transactions); :class:`MemoryPatternStore` is the fake for
 tests and for runs that should not persist. A shared store (Redis, a service) implements the same
 protocol.
+
+Stores compact: the predictor cuts its tables to their budgets (:mod:`budgets`), and a store that can
+delete (:class:`CompactingStore`: both here) deletes the counters cut at the next save, before adding what
+was learned since, so a store's size follows the budgets rather than the history. A store that cannot only
+grows; a predictor loading it cuts what it loads to the budgets.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,6 +63,14 @@ class PatternStore(Protocol):
         """Release resources; the store is not used afterwards."""
 
 
+@runtime_checkable
+class CompactingStore(Protocol):
+    """A :class:`PatternStore` that can also delete counters (what a predictor cut to its budgets)."""
+
+    def discard(self, fingerprint: str, keys: Sequence[str]) -> None:
+        """Delete ``keys`` stored under ``fingerprint`` (keys not stored are ignored), atomically."""
+
+
 class MemoryPatternStore:
     """A :class:`PatternStore` in a dict: the fake for tests, shared by predictors of one process."""
 
@@ -87,6 +100,13 @@ class MemoryPatternStore:
                 stored_epoch = target
             self._data[fingerprint] = (clock, stored_epoch, values)
             self.merges += 1
+
+    def discard(self, fingerprint: str, keys: Sequence[str]) -> None:
+        with self._lock:
+            if fingerprint in self._data:
+                values = self._data[fingerprint][2]
+                for key in keys:
+                    values.pop(key, None)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -149,6 +169,11 @@ class SqlitePatternStore:
                 stored_epoch = target
             self._conn.execute("UPDATE pattern_meta SET clock = ?, epoch = ? WHERE fingerprint = ?",
                                (clock, stored_epoch, fingerprint))
+
+    def discard(self, fingerprint: str, keys: Sequence[str]) -> None:
+        with self._lock, self._transaction():
+            self._conn.executemany("DELETE FROM pattern_counts WHERE fingerprint = ? AND key = ?",
+                                   [(fingerprint, key) for key in keys])
 
     def close(self) -> None:
         with self._lock:

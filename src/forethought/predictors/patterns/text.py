@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 ATOM_KINDS = ("quoted", "file", "number", "id", "hashtag", "mention", "url", "path", "date", "compound", "proper",
-              "word")
+              "word", "email")
 """Kinds of atom, from most to least specific. ``word`` atoms are addressed only by their cues."""
 
 _KIND_RANK = {kind: i for i, kind in enumerate(ATOM_KINDS)}
@@ -50,9 +50,14 @@ _ID = re.compile(r"(?<![\w\-@#/.])([A-Za-z0-9]+(?:[_\-@][A-Za-z0-9]+)+|[A-Za-z]+
 _TAG = re.compile(r"(?<![\w])([#@][A-Za-z0-9_]+)")
 _FILE_HINT = re.compile(r"\.[A-Za-z]")
 """What every file name matched by _FILE has: a dot before a letter."""
+_EMAIL = re.compile(r"(?<![\w.+\-])([\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+)(?![\w\-@])")
+"""An e-mail address (a trailing full stop is the sentence's)."""
 _URL = re.compile(r"\b(?:https?|ftp)://[^\s'\"<>]+[^\s'\"<>.,;:!?)]")
 _PATH = re.compile(r"(?<![\w])((?:~|\.{1,2})?/[\w.\-]+(?:/[\w.\-]+)*/?|[\w.\-]+(?:/[\w.\-]+)+/?)")
-_CAPITALISED = r"[A-Z][a-zA-Z0-9&\-]*(?:\s+[A-Z][a-zA-Z0-9&\-]*)*"
+_NAME_WORD = r"[A-Z][a-zA-Z0-9&\-]*(?:['’][A-Z][a-zA-Z]*)*"
+"""A capitalised word of a name, with an apostrophe before a capital inside it ("O'Brien", "D'Angelo"; not
+"I've" or a possessive)."""
+_CAPITALISED = rf"{_NAME_WORD}(?:\s+{_NAME_WORD})*"
 _COMPOUND = re.compile(rf"\b((?:\d+\s+)?{_CAPITALISED}(?:,\s+{_CAPITALISED})+(?:\s+\d{{3,}})?)")
 """Capitalised names joined by commas, maybe with a leading and a trailing number: an address such as
 "12 Elm St, Springfield, IL 62704", a place such as "Paris, France"."""
@@ -68,7 +73,7 @@ def _opens_sentence(text: str, start: int) -> bool:
     return before[-1] in ".!?:;\n"
 
 
-_PROPER = re.compile(r"\b([A-Z][a-zA-Z0-9&\-]*(?:\s+(?:of\s+|the\s+|de\s+)?[A-Z][a-zA-Z0-9&\-]*)*\.?)")
+_PROPER = re.compile(rf"\b({_NAME_WORD}(?:\s+(?:of\s+|the\s+|de\s+)?{_NAME_WORD})*\.?)")
 
 _MONTHS = {name: i + 1 for i, name in enumerate(
     ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -205,7 +210,7 @@ def _date_spans(text: str) -> Iterator[tuple[int, int, dt.date]]:
                 continue
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def first_date(text: str) -> dt.date | None:
     """The first date written with its year in ``text`` (the earliest-listed spelling that has one)."""
     for _, _, date in _date_spans(text):
@@ -246,6 +251,8 @@ def _scan(text: str, words: Sequence[str], spans: Sequence[tuple[int, int]], low
         _add(found, "id", m.start(1), m.end(1), m.group(1))
     for m in _TAG.finditer(text) if "#" in text or "@" in text else ():
         _add(found, "hashtag" if m.group(1).startswith("#") else "mention", m.start(1), m.end(1), m.group(1))
+    for m in _EMAIL.finditer(text) if "@" in text else ():
+        _add(found, "email", m.start(1), m.end(1), m.group(1))
     for m in _URL.finditer(text) if "://" in text else ():
         _add(found, "url", m.start(), m.end(), m.group(0))
     for m in _PATH.finditer(text) if "/" in text else ():
@@ -286,6 +293,8 @@ def output_atoms(text: str, exclude: str, first: int, last: int
 
 
 _NOT_SPACE = re.compile(r"\S+")
+_REST_OF_NAME = re.compile(r"\S+\s+(?:(?:of|the|de)\s+)*([A-Z].*)$")
+"""A run of capitalised words without its first word (and the connectors after it)."""
 
 
 def _name_pieces(value: str, start: int) -> Iterator[tuple[int, str]]:
@@ -329,9 +338,16 @@ def text_atoms(text: str, words_too: bool = True) -> list[Atom]:
         _add(found, "compound", m.start(1), m.end(1), m.group(1))
     for m in _PROPER.finditer(text):
         for start, value in _name_pieces(m.group(1).rstrip("."), m.start(1)):
-            if " " not in value and _opens_sentence(text, start):
+            opens = _opens_sentence(text, start)
+            if " " not in value and opens:
                 continue  # one capitalised word opening a sentence ("Could", "Please"): not a name
             _add(found, "proper", start, start + len(value), value)
+            if opens:
+                # "Send Ana Ortiz a note": the sentence's first word may be a verb; the name is also offered
+                # without it (a rule learns which of the two a parameter takes).
+                rest = _REST_OF_NAME.match(value)
+                if rest is not None:
+                    _add(found, "proper", start + rest.start(1), start + len(value), rest.group(1))
     word_rank = _KIND_RANK["word"]
     for i, ((start, _), word, low) in enumerate(zip(spans, words, lowered, strict=True)):
         if low in STOPWORDS:
