@@ -22,20 +22,23 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from forethought._core.runtime import Runtime
+from forethought._core.versions import StateVersion, Version
 from forethought.errors import ForethoughtError
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError
+from forethought.mcp.naming import ServerName
 from forethought.mcp.patterns import WorkerPatterns
 from forethought.mcp.relay import MessageSource, Relay
+from forethought.mcp.sharedclock import SqliteVersion
 from forethought.mcp.speculation import CallReport, PredictorFactory, SessionSpeculator
 from forethought.mcp.stats import ProxyStats, StatsStore
 from forethought.mcp.upstream import MessageSink, UpstreamLink
-from forethought.mcp.writeclock import MemoryWriteClock, SqliteWriteClock, WriteClock
 from forethought.predictors.base import Predictor
 from forethought.predictors.patterns import PatternPredictor
 from forethought.predictors.patterns.store import MemoryPatternStore, PatternStore, SqlitePatternStore
@@ -70,7 +73,14 @@ class ProxyConfig:
 
     @property
     def label(self) -> str:
-        return self.url or " ".join(self.command)
+        """How errors and logs name the upstream: its program's name, or its URL's scheme, host and path;
+        never its arguments or a URL's query (either may carry a secret)."""
+        if self.url:
+            parts = urlsplit(self.url)
+            host = parts.hostname or ""
+            port = f":{parts.port}" if parts.port is not None else ""
+            return f"{parts.scheme}://{host}{port}{parts.path}"
+        return Path(self.command[0]).name or "the upstream command"
 
 
 @contextlib.asynccontextmanager
@@ -97,17 +107,18 @@ class Proxy:
         self.config = config
         self._factory = predictor_for
         """Builds each session's predictor (default: the pattern predictor on the store)."""
-        self.runtime = Runtime(policy=config.policy.runtime_for(config.name or ""))
+        self.runtime = Runtime(policy=config.policy.runtime)
         self._patterns: PatternStore = MemoryPatternStore()
         self._stats_store: StatsStore | None = None
-        self._sqlite_clock: SqliteWriteClock | None = None
-        self.clock: WriteClock = MemoryWriteClock()
-        """The write clock of this proxy's sessions, shared through the store with other proxy processes."""
+        self._sqlite_clock: SqliteVersion | None = None
+        self.clock: Version = StateVersion()
+        """The state every early-allowed tool reads and every other tool writes (see
+        :mod:`~forethought.mcp.sharedclock`): this process's, or shared through the store."""
         if config.store is not None:
             try:
                 self._patterns = SqlitePatternStore(config.store)
                 self._stats_store = StatsStore(config.store)
-                self._sqlite_clock = SqliteWriteClock(config.store)
+                self._sqlite_clock = SqliteVersion(config.store)
                 self.clock = self._sqlite_clock
             except (sqlite3.Error, OSError) as exc:
                 raise McpProxyError(f"cannot open the pattern store {config.store}: {exc}") from None
@@ -125,6 +136,11 @@ class Proxy:
     def _live(self) -> list[SessionSpeculator]:
         """The speculators of the sessions being served."""
         return [relay.speculator for relay in self._relays]
+
+    @property
+    def speculators(self) -> list[SessionSpeculator]:
+        """The speculators of the client sessions being served (tests and benchmarks look inside)."""
+        return self._live
 
     def current(self) -> ProxyStats:
         """Totals so far, the sessions still open included (what the metrics show)."""
@@ -162,9 +178,8 @@ class Proxy:
         async with open_upstream(self.config) as (up_read, up_write):
             link = UpstreamLink(up_write)
             self.links.append(link)
-            speculator = SessionSpeculator(link, self.config.policy, self.config.name or "", self.runtime,
-                                           self._predictor_for, named=self.config.name is not None,
-                                           clock=self.clock)
+            speculator = SessionSpeculator(link, self.config.policy, self.runtime, self._predictor_for, self.clock,
+                                           ServerName(self.config.name))
             relay = Relay(down_read, down_write, up_read, link, speculator, on_call=self.on_call,
                           exit_detail=lambda: f"{self.config.label!r} exited or closed its connection")
             self._relays.append(relay)

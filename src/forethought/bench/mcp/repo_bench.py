@@ -130,7 +130,7 @@ async def _stop(to_proxy: Any, serving: asyncio.Task[Any]) -> None:
 
 def _proxies(store: Path, commands: Mapping[str, Sequence[str]], settings: ProxySettings,
              in_process: bool = False) -> dict[str, Proxy]:
-    policy = McpPolicy(settings=settings, trust_all=True)
+    policy = McpPolicy(settings=settings).trusting()
     return {server: Proxy(ProxyConfig(command=tuple(command), policy=policy, store=store, env=git_env(),
                                       in_process=in_process))
             for server, command in commands.items()}

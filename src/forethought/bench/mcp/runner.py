@@ -193,7 +193,7 @@ def event_label(event: Event) -> str:
 
 
 def _proxy(store: Path, command: Sequence[str], settings: ProxySettings, in_process: bool = False) -> Proxy:
-    return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=settings, trust_all=True), store=store,
+    return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=settings).trusting(), store=store,
                              in_process=in_process))
 
 
@@ -270,7 +270,7 @@ def _arm_proxy(arm: str, cold: Path, warm: Path, command: Sequence[str], config:
         return None
     if arm == ORACLE:
         calls = [call for turn in trajectory.turns for step in turn.steps for call in step]
-        return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=config.settings, trust_all=True)),
+        return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=config.settings).trusting()),
                      predictor_for=oracle_factory(calls, config.oracle_depth))
     return _proxy(cold if arm == "proxy-cold" else warm, command, config.settings, config.in_process)
 

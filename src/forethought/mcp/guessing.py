@@ -1,0 +1,229 @@
+"""What the proxy guesses after each answer, and what its predictor learns.
+
+After an answer has gone to the client, the :class:`Guesser` asks the predictor for the client's next calls
+(from the session's calls and results: a proxy never sees the user's text), speculates the most likely ones
+the policy lets run early, and only then lets the predictor learn the call just answered (learning only
+refines counts for later steps, so it never delays a guess). Guesses are bounded: at most ``guesses`` per
+answer, each at least ``min_confidence`` sure, and never more upstream requests than ``max_upstream_ratio``
+times the client's own calls when the client's next call comes (``upstream + cost + 1 <= ratio * (calls +
+1)``, hit or miss).
+
+A guess is keyed by the core's one rule, so it serves only a call the upstream could not tell from it. A
+prediction spelt differently from how the client spells its calls is re-spelt here, before it is run
+(:func:`spelt_as_client`): an argument at its schema default is left out unless the client's latest call of
+the tool gave it, and an integral float where the schema says ``integer`` is written as an integer. Nothing
+is ever matched loosely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter, deque
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from forethought._core.calls import ToolCall
+from forethought._core.session import Session
+from forethought.mcp.tooling import Decision, schema_of
+from forethought.mcp.upstream import Answer, UpstreamLink
+from forethought.predictors.base import ObservedCall, PredictionContext, Predictor
+
+log = logging.getLogger(__name__)
+
+SOURCE_PREFIX = "mcp-"
+"""Guesses are priced and reported under ``mcp-`` and their predictor's source (``mcp-pattern``)."""
+HISTORY = 32
+"""Calls of the session the predictor sees (the latest ones)."""
+OUTPUT_CHARS = 4000
+"""Characters of a result's text the predictor learns from."""
+SEND_YIELDS = 8
+"""Event-loop turns a step waits at most for its guesses' requests to go out before the predictor learns."""
+_MAX_EXACT_FLOAT = 2**53
+
+
+def output_text(answer: Answer) -> str:
+    """What a model would read of an answer: the text blocks (else the JSON), cut to a bounded size."""
+    if answer.result is None:
+        return json.dumps(answer.error, sort_keys=True)[:OUTPUT_CHARS]
+    content = answer.result.get("content")
+    texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"] \
+        if isinstance(content, list) else []
+    text = "\n".join(t for t in texts if isinstance(t, str))
+    if not text:
+        structured = answer.result.get("structuredContent")
+        text = json.dumps(structured if structured is not None else answer.result, sort_keys=True, default=str)
+    return text[:OUTPUT_CHARS]
+
+
+def _says_integer(schema: Any) -> bool:
+    if not isinstance(schema, Mapping):
+        return False
+    kind = schema.get("type")
+    return kind == "integer" or (isinstance(kind, list) and "integer" in kind and "number" not in kind)
+
+
+def _integers(value: Any, schema: Any) -> Any:
+    """``value`` with every integral float the schema types ``integer`` written as an integer."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < _MAX_EXACT_FLOAT and _says_integer(schema):
+        return int(value)
+    if not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        if isinstance(properties, Mapping):
+            return {k: _integers(v, properties.get(k)) for k, v in value.items()}
+    elif isinstance(value, list | tuple):
+        return [_integers(v, schema.get("items")) for v in value]
+    return value
+
+
+def spelt_as_client(arguments: Mapping[str, Any], schema: Mapping[str, Any], given: frozenset[str]
+                    ) -> dict[str, Any]:
+    """A predicted call's arguments spelt as the client spells its calls (keys are exact JSON: ``{}`` is not
+    ``{"context_lines": 3}``, and ``3.0`` is not ``3``). ``given``: the argument names of the client's latest
+    call of the tool. An argument at its schema default is left out unless given; one given but missing is
+    its default; an integral float where the schema says ``integer`` is an integer."""
+    spelt: dict[str, Any] = _integers(dict(arguments), schema)
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return spelt
+    defaults = {k: p["default"] for k, p in properties.items() if isinstance(p, Mapping) and "default" in p}
+    spelt = {k: v for k, v in spelt.items()
+             if k in given or k not in defaults or not _same_json(defaults[k], v)}
+    return spelt | {k: defaults[k] for k in sorted(given) if k not in spelt and k in defaults}
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two values are the same JSON text (``3`` is not ``3.0``, ``True`` is not ``1``)."""
+    try:
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    except (TypeError, ValueError):
+        return False
+
+
+class GuessHost(Protocol):
+    """What the guesser needs of its session's speculator."""
+
+    @property
+    def session(self) -> Session | None: ...
+
+    @property
+    def decisions(self) -> Mapping[str, Decision]: ...
+
+    @property
+    def listing(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+    @property
+    def calls(self) -> int: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def link(self) -> UpstreamLink: ...
+
+    def within_bound(self, cost: int) -> bool: ...
+
+
+class Guesser:
+    """The after-answer step of one client session: guess, then learn."""
+
+    def __init__(self, host: GuessHost, predictor: Predictor, schemas: Mapping[str, Mapping[str, Any]],
+                 guesses: int, min_confidence: float, results_per_turn: int) -> None:
+        self._host = host
+        self.predictor = predictor
+        self._schemas = schemas
+        self._guesses = guesses
+        self._min_confidence = min_confidence
+        self._results_per_turn = results_per_turn
+        self._history: deque[ObservedCall] = deque(maxlen=HISTORY)
+        self._observed = 0
+        """Calls appended to the history so far."""
+        self._asked: tuple[int, PredictionContext] | None = None
+        """The context of the latest prediction, and how many calls the history had then: the call that
+        follows is learned in that same context (the predictor reuses what it derived for it)."""
+        self._sent: dict[str, frozenset[str]] = {}
+        """Tool -> the argument names of the client's latest call of it."""
+        self._results_in_turn = 0
+        self.refusals: Counter[str] = Counter()
+        """Predictions the proxy itself did not speculate, by reason (the runtime's refusals are its events)."""
+
+    async def after_answer(self, name: str, arguments: Mapping[str, Any], answer: Answer) -> None:
+        """The client's call ``name(arguments)`` got ``answer``: speculate the likely next calls, then learn it."""
+        host = self._host
+        decision = host.decisions.get(name)
+        learn: tuple[PredictionContext, ObservedCall] | None = None
+        if decision is not None and not decision.private:
+            observed = ObservedCall(ToolCall(name, dict(arguments)), output_text(answer), ok=answer.servable)
+            asked = self._asked
+            learn = (asked[1] if asked is not None and asked[0] == self._observed else self._context(), observed)
+            self._history.append(observed)
+            self._observed += 1
+            self._sent[name] = frozenset(arguments)
+        try:
+            session = host.session
+            if session is not None and not host.in_flight:  # else another call of this step is still running
+                await self._guess(session)
+        finally:
+            if learn is not None:
+                try:
+                    self.predictor.observe(*learn)
+                except Exception:  # a failing predictor costs the guess, never the call
+                    log.warning("the predictor failed to learn a call", exc_info=True)
+
+    async def _guess(self, session: Session) -> None:
+        """Speculate the most likely next calls (then wait, briefly, for their requests to go out).
+
+        A runtime turn spans ``results_per_turn`` results (default 1: each result starts one); its end
+        discards the unclaimed guesses."""
+        host = self._host
+        self._results_in_turn += 1
+        if self._results_in_turn >= self._results_per_turn:
+            self._results_in_turn = 0
+            session.end_turn()
+        link = host.link
+        if link.gone is not None or session.closed:
+            return
+        context = self._context()
+        self._asked = (self._observed, context)
+        calls = host.calls
+        try:
+            predictions = await self.predictor.predict(context)
+        except Exception:
+            log.warning("the predictor failed to predict", exc_info=True)
+            return
+        if host.calls != calls or session.closed:  # the client's next call came first (a worker was slow)
+            self.refusals["predicted too late"] += len(predictions)
+            return
+        launched = sent = 0
+        for p in predictions:
+            if launched >= self._guesses:
+                break
+            decision = host.decisions.get(p.call.name)
+            if not p.executable or decision is None or not decision.early:
+                self.refusals["not an early-allowed call"] += 1
+                continue
+            if p.confidence < self._min_confidence:
+                self.refusals["below min_confidence"] += 1
+                continue
+            cost = 1 + (2 if decision.resolved.validator is not None else 0)  # and its validator at start and claim
+            if not host.within_bound(cost):
+                self.refusals["upstream bound"] += 1
+                break
+            arguments = spelt_as_client(p.call.arguments, schema_of(host.listing.get(p.call.name, {})),
+                                        self._sent.get(p.call.name, frozenset()))
+            ticket = session.speculate(ToolCall(p.call.name, arguments), source=SOURCE_PREFIX + p.source,
+                                       confidence=float(p.confidence))
+            launched += ticket.status in ("launched", "deduplicated")
+            sent += ticket.status == "launched"
+        target = link.speculative_calls + sent
+        for _ in range(SEND_YIELDS):  # a guess's task takes a few loop turns to send its request
+            if link.speculative_calls >= target:
+                break
+            await asyncio.sleep(0)
+
+    def _context(self) -> PredictionContext:
+        return PredictionContext(session_id="mcp", messages=(), user_message="", history=tuple(self._history),
+                                 tools=self._schemas)
