@@ -3,11 +3,12 @@
 
 A server says its name in its handshake's answer: ``serverInfo`` of an ``initialize`` result (the 2025
 revisions), or the ``io.modelcontextprotocol/serverInfo`` stamp in the ``_meta`` of a ``server/discover``
-result (the 2026-07-28 revision). A client of the newest revision may also skip the handshake altogether and
-send every request with its protocol version in ``_meta``; the proxy then asks the upstream itself, with a
-``server/discover`` of its own (same protocol version, the client's own info and capabilities), before it
-relays that first request. It never sends a handshake of its own to a connection the client has not yet
-opened in the newest revision: a 2026 server that has answered ``server/discover`` refuses ``initialize``.
+result (the 2026-07-28 revision, whose servers may stamp every result so). A client of the newest revision may
+also skip the handshake altogether and send every request with its protocol version in ``_meta``; the proxy
+then asks the upstream itself, with a ``server/discover`` of its own (same protocol version, the client's own
+info and capabilities), before it relays that first request. It never sends a handshake of its own to a
+connection the client has not yet opened in the newest revision: a 2026 server that has answered
+``server/discover`` refuses ``initialize``.
 
 :class:`ServerName` watches the client's requests and the upstream's answers and settles once: on the name,
 or on :data:`~forethought._core.policy.UNKNOWN_SERVER` when the handshake answered without one or the
@@ -103,11 +104,16 @@ class ServerName:
         return probe
 
     def upstream_answered(self, message: JSONRPCResponse | JSONRPCError) -> None:
-        """An answer from the upstream (any): settles the name if it answers a handshake."""
+        """An answer from the upstream (any): settles the name if it answers a handshake, or carries the
+        server's stamp (the 2026-07-28 revision stamps results with it)."""
         if self._settled is not None or message.id is None:
             return
         asked = self._asked.pop(message.id, None)
         if asked is None:
+            if isinstance(message, JSONRPCResponse):
+                name = name_in(DISCOVER, message.result)
+                if name is not None:
+                    self._settle(name, "from the stamp of a result")
             return
         method, own = asked
         if isinstance(message, JSONRPCError):

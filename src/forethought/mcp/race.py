@@ -64,6 +64,8 @@ class GuessRace:
                 self._started.pop(key, None)
             if not spec.done():
                 spec.cancel()  # abandoned: the link consumes its late answer
+            elif not spec.cancelled():
+                spec.exception()  # ended as this guess was given up (the link closed): nobody else reads it
 
     def claim(self, key: str, request: JSONRPCRequest, hedge_s: float = 0.0) -> None:
         """The client asks for ``key``: if its guess is still running, send the client's request now, or

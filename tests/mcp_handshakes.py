@@ -1,0 +1,91 @@
+"""Clients that open a session each way the ``mcp`` SDK can, directly and through an in-process proxy.
+
+``legacy``: the ``initialize`` handshake (the 2025 revisions). ``discover``: ``server/discover`` (the
+2026-07-28 revision, what the SDK's ``Client`` does by default). ``pinned``: no handshake at all, the
+client adopts the 2026-07-28 revision and stamps every request with it (``Client(mode="2026-07-28")``).
+Built only on the proxy's public seams (``Proxy``, ``ProxyConfig``, ``serve_session``, ``settled``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.shared.message import SessionMessage
+from mcp_types import DiscoverResult, ServerCapabilities
+
+from forethought.mcp.effects import McpPolicy
+from forethought.mcp.proxy import Proxy, ProxyConfig
+from forethought.mcp.stats import ProxyStats
+
+HANDSHAKES = ("legacy", "discover", "pinned")
+MODERN = "2026-07-28"
+
+
+async def open_session(session: ClientSession, handshake: str) -> None:
+    if handshake == "legacy":
+        await session.initialize()
+    elif handshake == "discover":
+        await session.discover()
+    else:
+        session.adopt(DiscoverResult(supported_versions=[MODERN], capabilities=ServerCapabilities(),
+                                     result_type="complete", ttl_ms=0, cache_scope="public"))
+
+
+@contextlib.asynccontextmanager
+async def direct(command: Sequence[str], handshake: str) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=command[0], args=list(command[1:]))
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await open_session(session, handshake)
+        yield session
+
+
+class Handle:
+    """The proxy of a session; ``stats`` and ``speculated`` are set when the session has ended."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        self.stats = ProxyStats()
+        self.speculated: list[str] = []
+
+
+def _after(session: ClientSession, method: str, wait: Callable[[], Awaitable[None]]) -> None:
+    plain = getattr(session, method)
+
+    async def waited(*args: Any, **kwargs: Any) -> Any:
+        result = await plain(*args, **kwargs)
+        await asyncio.wait_for(wait(), 60)
+        return result
+
+    setattr(session, method, waited)
+
+
+@contextlib.asynccontextmanager
+async def proxied(command: Sequence[str], policy: McpPolicy, handshake: str, store: Path | None = None,
+                  name: str | None = None, predictor_for: Any = None, settle: bool = True
+                  ) -> AsyncIterator[tuple[ClientSession, Handle]]:
+    """A client session through an in-process proxy; with ``settle`` each call returns once the proxy has
+    made the guesses its answer owes (and each listing once its predictor is ready)."""
+    proxy = Proxy(ProxyConfig(command=tuple(command), policy=policy, store=store, name=name),
+                  predictor_for=predictor_for)
+    handle = Handle(proxy)
+    to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))
+    try:
+        async with ClientSession(from_proxy, to_proxy) as session:
+            await open_session(session, handshake)
+            if settle:
+                _after(session, "list_tools", proxy.ready)
+                _after(session, "call_tool", proxy.settled)
+            yield session, handle
+    finally:
+        to_proxy.close()
+        handle.stats = await asyncio.wait_for(serving, 30)
+        handle.speculated = list(proxy.links[-1].speculative_tools) if proxy.links else []
+        proxy.close()
