@@ -10,8 +10,8 @@ included (their ids are the proxy's). Tools (the read-only ones annotated so):
 - ``write(value, delay_s)``: sets the value ``delay_s`` seconds after the call began, and then answers. The
   write goes on when the call is cancelled (it is shielded), and a cancelled call gets no answer, as the
   SDK's server does: the server goes on writing after the client stopped waiting;
-- ``typed(x)``: what the server received of ``x``, its Python type and ``repr`` (read-only): ``3`` and
-  ``3.0`` are different answers;
+- ``typed(x)``: what the server received of ``x``, its Python type and its JSON with keys sorted (read-only):
+  ``3`` and ``3.0`` are different answers, the order of an object's keys (which JSON says is meaningless) is not;
 - ``counter()``: how many times it has been called, itself included (read-only, but its reads are
   observable: every call, a guess too, moves the number on);
 - ``steps(n)``: reports progress ``n`` times, then answers (read-only).
@@ -91,7 +91,7 @@ async def write(ctx: Context, value: str, delay_s: float) -> str:
 async def typed(ctx: Context, x: Any) -> str:
     """What the server received of ``x``."""
     note("typed", ctx, x=x)
-    return f"{type(x).__name__} {x!r}"
+    return f"{type(x).__name__} {json.dumps(x, sort_keys=True, ensure_ascii=False)}"
 
 
 @server.tool(annotations=READ)

@@ -67,6 +67,9 @@ def proxy(
     name: Annotated[str | None, typer.Option(help="The upstream's name in the policy (default: its own).")] = None,
     trust: Annotated[bool, typer.Option("--trust", help="Believe the upstream's readOnlyHint annotations.")] =
         False,
+    accept_observable_reads: Annotated[bool, typer.Option(
+        "--accept-observable-reads", help="Speculate tools whose reads the policy calls observable (a wrong guess "
+                                          "then shows in the server's state).")] = False,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT.")] = None,
     listen: Annotated[str | None, typer.Option(help="Serve clients over streamable HTTP on 127.0.0.1:PORT "
                                                     "(/mcp, and /metrics) instead of stdio.")] = None,
@@ -85,8 +88,11 @@ def proxy(
 
     try:
         mcp_policy = load_mcp_policy(policy)
-        config = ProxyConfig(command=tuple(command), url=upstream_url,
-                             policy=mcp_policy.trusting() if trust else mcp_policy,
+        if trust:
+            mcp_policy = mcp_policy.trusting()
+        if accept_observable_reads:
+            mcp_policy = mcp_policy.accepting_observable_reads()
+        config = ProxyConfig(command=tuple(command), url=upstream_url, policy=mcp_policy,
                              store=None if memory else (store or default_store()), name=name,
                              in_process=in_process)
         server = Proxy(config)
@@ -117,10 +123,8 @@ def stats(
     store: Annotated[Path | None, typer.Option(help="The proxy's store [default: the cache one].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Totals saved in a store: calls, hits, misses, seconds saved, extra upstream calls."""
-    from dataclasses import asdict
-
-    from forethought.mcp.stats import StatsStore
+    """Totals saved in a store: calls, hits, misses, seconds saved, extra upstream calls (in all and per tool)."""
+    from forethought.mcp.stats import StatsStore, stats_document
 
     path = store or default_store()
     if not path.exists():
@@ -132,13 +136,16 @@ def stats(
     finally:
         stats_store.close()
     if as_json:
-        doc: dict[str, Any] = {"store": str(path), "total": asdict(total),
-                               "by_fingerprint": {k: asdict(v) for k, v in per.items()}}
+        doc: dict[str, Any] = {"store": str(path), "total": stats_document(total),
+                               "by_fingerprint": {k: stats_document(v) for k, v in per.items()}}
         print(json.dumps(doc, indent=2))
         return
     print(total.summary().replace("forethought mcp-proxy: ", f"{path}: {total.sessions} sessions, "))
     for fingerprint, s in per.items():
         print(f"  {fingerprint}: {s.summary().replace('forethought mcp-proxy: ', '')}")
+        for tool, t in sorted(s.tools.items()):
+            print(f"    {tool}: {t.calls} calls, {t.hits} hits, {t.upstream_calls} upstream calls "
+                  f"({t.extra_upstream_calls} extra)")
 
 
 @app.command()

@@ -39,7 +39,7 @@ def named_validator(link: UpstreamLink, spec: ValidatorSpec, schema: Mapping[str
         if meta:
             params["_meta"] = dict(meta)
         request = JSONRPCRequest(jsonrpc="2.0", id=link.new_id(), method="tools/call", params=params)
-        answer = await link.request(request, Kind.VALIDATOR)
+        answer = await link.request(request, Kind.VALIDATOR, tool=call.name)
         if not answer.servable or answer.result is None:
             raise ValidatorFailed(f"validator {spec.tool} got an error or a non-final result")
         return json.dumps(answer.result, sort_keys=True, default=str)

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,6 +31,7 @@ from mcp_types import JSONRPCRequest
 from forethought._core.calls import ArgumentSpec, ToolCall
 from forethought._core.policy import Server, ValidatorSpec
 from forethought._core.runtime import Runtime, Session
+from forethought._core.tools import PRIVATE_LABEL
 from forethought._core.versions import Version, Write
 from forethought.errors import CallError, ForethoughtError
 from forethought.mcp.effects import McpPolicy
@@ -39,7 +41,7 @@ from forethought.mcp.guessing import Guesser
 from forethought.mcp.naming import ServerName
 from forethought.mcp.patterns import WorkerPatterns
 from forethought.mcp.race import GuessRace
-from forethought.mcp.stats import ProxyStats
+from forethought.mcp.stats import ProxyStats, ToolStats
 from forethought.mcp.tooling import Decision, ToolFunction, build_tools, decide, schema_of
 from forethought.mcp.upstream import Answer, Kind, Pending, UpstreamLink
 from forethought.predictors.base import Predictor
@@ -104,9 +106,9 @@ class SessionSpeculator:
         self._specs: dict[str, ArgumentSpec] = {}
         self.guesser: Guesser | None = None
         self._envelope: dict[str, Any] = {}
-        self._progress_wanted: set[str] = set()
-        """Tools whose latest client call asked for progress (their guesses ask too, to replay it on a hit)."""
         self.in_flight = 0
+        self._tool_calls: Counter[str] = Counter()
+        self._tool_hits: Counter[str] = Counter()
         self.calls = self._hits = self._misses = self._passthrough = 0
         self._saved_s = 0.0
         self._listed = asyncio.Event()
@@ -203,11 +205,8 @@ class SessionSpeculator:
         link = self.link
         request_id = link.new_id()
         params: dict[str, Any] = {"name": name, "arguments": dict(arguments)}
-        meta: dict[str, Any] = dict(self._envelope)
-        if name in self._progress_wanted:
-            meta["progressToken"] = request_id  # its progress is kept, and replayed to a call it serves
-        if meta:
-            params["_meta"] = meta
+        # its progress is kept (its own id is its token), and replayed to the client's call it serves
+        params["_meta"] = {**self._envelope, "progressToken": request_id}
         key = self._specs[name].key(ToolCall(name, arguments))
         answer, own = await self._race.guess(key, link.request(
             JSONRPCRequest(jsonrpc="2.0", id=request_id, method="tools/call", params=params), Kind.GUESS))
@@ -237,10 +236,7 @@ class SessionSpeculator:
             self._passthrough += 1
             return CallReport(await self._relay_blind(request, session), "passthrough")
         assert isinstance(name, str) and isinstance(arguments, dict)
-        if isinstance(meta, Mapping) and "progressToken" in meta:
-            self._progress_wanted.add(name)
-        else:
-            self._progress_wanted.discard(name)
+        self._tool_calls[name] += 1
         self.in_flight += 1
         token = _client_request.set(request)
         self._race.claim(key, request, self._hedge_s(name))
@@ -265,6 +261,7 @@ class SessionSpeculator:
             self._misses += 1
             return CallReport(answer, "miss")
         self._hits += 1
+        self._tool_hits[name] += 1
         self._saved_s += outcome.saved_s
         return CallReport(answer, "hit")
 
@@ -330,10 +327,18 @@ class SessionSpeculator:
 
     def stats(self) -> ProxyStats:
         link = self.link
+        tools: dict[str, ToolStats] = {}
+        for name in self._tool_calls.keys() | link.by_tool.keys():
+            decision = self.decisions.get(name)
+            if decision is None:
+                continue  # a tool it does not know: relayed blind, counted in the totals only
+            label = PRIVATE_LABEL if decision.private else name
+            counts = ToolStats(self._tool_calls[name], self._tool_hits[name], link.by_tool[name])
+            tools[label] = tools[label].plus(counts) if label in tools else counts
         return ProxyStats(sessions=1, calls=self.calls, hits=self._hits, misses=self._misses,
                           passthrough=self._passthrough, saved_s=self._saved_s,
                           speculative_calls=link.speculative_calls,
-                          extra_upstream_calls=max(0, self._upstream_requests() - self.calls))
+                          extra_upstream_calls=max(0, self._upstream_requests() - self.calls), tools=tools)
 
     # --- the end --------------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import asyncio
 import enum
 import itertools
 import secrets
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -133,6 +134,8 @@ class UpstreamLink:
         """``tools/call`` requests of validators the policy names (see :mod:`forethought.mcp.freshness`)."""
         self.in_flight: dict[Kind, int] = dict.fromkeys(Kind, 0)
         """Requests of each kind sent and not yet ended."""
+        self.by_tool: Counter[str] = Counter()
+        """``tools/call`` requests sent, by the tool they were for (a validator's: the tool it guards)."""
 
     def new_id(self) -> str:
         """A fresh id for a request of the proxy's own."""
@@ -151,8 +154,9 @@ class UpstreamLink:
         except Exception as exc:  # the transport's stream is closed or broken
             raise UpstreamClosedError(f"{type(exc).__name__} while sending") from exc
 
-    async def begin(self, message: JSONRPCRequest, kind: Kind = Kind.CLIENT) -> Pending:
-        """Send ``message`` and track it until it ends; its answer is :attr:`Pending.answer`."""
+    async def begin(self, message: JSONRPCRequest, kind: Kind = Kind.CLIENT, tool: str | None = None) -> Pending:
+        """Send ``message`` and track it until it ends; its answer is :attr:`Pending.answer`. ``tool``: the
+        tool it is counted for (default: the one it calls)."""
         if self.gone is not None:
             raise UpstreamClosedError(self.gone)
         if message.id in self._pending:
@@ -162,6 +166,8 @@ class UpstreamLink:
         self._pending[message.id] = pending
         self.in_flight[kind] += 1
         future.add_done_callback(lambda _: self._ended(pending))
+        if kind is not Kind.PROBE:
+            self.by_tool[tool if tool is not None else str((message.params or {}).get("name"))] += 1
         if kind is Kind.GUESS:
             self.speculative_calls += 1
             self.speculative_tools.append(str((message.params or {}).get("name")))
@@ -179,10 +185,10 @@ class UpstreamLink:
             raise
         return pending
 
-    async def request(self, message: JSONRPCRequest, kind: Kind = Kind.CLIENT) -> Answer:
+    async def request(self, message: JSONRPCRequest, kind: Kind = Kind.CLIENT, tool: str | None = None) -> Answer:
         """Send ``message`` and wait for its answer. Cancelling the wait abandons the request: it stays
         tracked (its late answer consumed) until it ends (:meth:`abandon`)."""
-        pending = await self.begin(message, kind)
+        pending = await self.begin(message, kind, tool)
         return await self.answer(pending)
 
     async def answer(self, pending: Pending) -> Answer:
