@@ -78,8 +78,12 @@ class ProxyConfig:
         if self.url:
             parts = urlsplit(self.url)
             host = parts.hostname or ""
-            port = f":{parts.port}" if parts.port is not None else ""
-            return f"{parts.scheme}://{host}{port}{parts.path}"
+            host = f"[{host}]" if ":" in host else host
+            try:
+                port = f":{parts.port}" if parts.port is not None else ""
+            except ValueError:
+                port = ""
+            return f"{parts.scheme}://{host}{port}{parts.path.split(';', 1)[0]}"
         return Path(self.command[0]).name or "the upstream command"
 
 
