@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +66,22 @@ def _after(session: ClientSession, method: str, wait: Callable[[], Awaitable[Non
     setattr(session, method, waited)
 
 
+def free_guesses(policy: McpPolicy) -> McpPolicy:
+    """``policy`` pricing guesses as costing nothing beyond the server's work. The test servers answer in a
+    millisecond or two, faster than a guess costs, so the calibration would (rightly) never guess them; tests
+    of the mechanics (keys, clocks, progress, races) price them free. Tests of the pricing itself do not."""
+    return replace(policy, settings=replace(policy.settings, guess_overhead_ms=0.0))
+
+
 @contextlib.asynccontextmanager
 async def proxied(command: Sequence[str], policy: McpPolicy, handshake: str, store: Path | None = None,
-                  name: str | None = None, predictor_for: Any = None, settle: bool = True
+                  name: str | None = None, predictor_for: Any = None, settle: bool = True, priced: bool = False
                   ) -> AsyncIterator[tuple[ClientSession, Handle]]:
     """A client session through an in-process proxy; with ``settle`` each call returns once the proxy has
-    made the guesses its answer owes (and each listing once its predictor is ready)."""
-    proxy = Proxy(ProxyConfig(command=tuple(command), policy=policy, store=store, name=name),
-                  predictor_for=predictor_for)
+    made the guesses its answer owes (and each listing once its predictor is ready). Guesses are priced
+    free (:func:`free_guesses`) unless ``priced``."""
+    proxy = Proxy(ProxyConfig(command=tuple(command), policy=policy if priced else free_guesses(policy), store=store,
+                              name=name), predictor_for=predictor_for)
     handle = Handle(proxy)
     to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)

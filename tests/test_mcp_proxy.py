@@ -34,6 +34,7 @@ from forethought._core.tools import Effect  # noqa: E402
 from forethought.mcp.effects import McpPolicy  # noqa: E402
 from forethought.mcp.proxy import Proxy, ProxyConfig  # noqa: E402
 from forethought.mcp.stats import ProxyStats  # noqa: E402
+from mcp_handshakes import free_guesses  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_MCP = ROOT / ".venv-mcp" / "bin"
@@ -74,8 +75,9 @@ async def proxied(command: Sequence[str], policy: McpPolicy | None = None, store
                   modern: bool = False, in_process: bool = False, settle: bool = False
                   ) -> AsyncIterator[tuple[ClientSession, Proxied]]:
     """With ``settle``, each ``call_tool`` returns once the proxy has made the guesses its answer owes, so a
-    test's hits do not depend on how fast a busy machine runs the predictor's worker."""
-    proxy = Proxy(ProxyConfig(command=tuple(command), policy=policy or McpPolicy(), store=store,
+    test's hits do not depend on how fast a busy machine runs the predictor's worker. These servers answer in
+    milliseconds, faster than a guess costs: guesses are priced free (:func:`mcp_handshakes.free_guesses`)."""
+    proxy = Proxy(ProxyConfig(command=tuple(command), policy=free_guesses(policy or McpPolicy()), store=store,
                               in_process=in_process))
     handle = Proxied(proxy)
     to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)

@@ -50,6 +50,7 @@ DEFAULT_HEDGE_FACTOR = 2.0
 DEFAULT_RESULTS_PER_TURN = 1
 DEFAULT_ABANDONED_S = 30.0
 DEFAULT_NAME_WAIT_S = 10.0
+DEFAULT_GUESS_OVERHEAD_MS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,9 @@ class ProxySettings:
     name_wait_s: float = DEFAULT_NAME_WAIT_S
     """How long the proxy waits to learn the upstream's name before it resolves the policy without it
     (failing closed where the policy has tables for named servers)."""
+    guess_overhead_ms: float = DEFAULT_GUESS_OVERHEAD_MS
+    """What one guess costs beyond the server's work (:mod:`~forethought.mcp.calibration`): a tool that
+    answers faster never runs early, and every guess must be expected to save more than this."""
 
     def __post_init__(self) -> None:
         if self.guesses < 0:
@@ -92,7 +96,7 @@ class ProxySettings:
             raise McpPolicyError("mcp.hedge_factor must be a number >= 0")
         if self.results_per_turn < 1:
             raise McpPolicyError("mcp.results_per_turn must be >= 1")
-        for name in ("abandoned_s", "name_wait_s"):
+        for name in ("abandoned_s", "name_wait_s", "guess_overhead_ms"):
             if not 0.0 <= getattr(self, name) < float("inf"):
                 raise McpPolicyError(f"mcp.{name} must be a number >= 0")
 
@@ -120,7 +124,8 @@ class McpPolicy:
 
 
 _SETTING_KEYS = {"guesses": int, "min_confidence": float, "ttl_s": float, "max_upstream_ratio": float,
-                 "hedge_factor": float, "results_per_turn": int, "abandoned_s": float, "name_wait_s": float}
+                 "hedge_factor": float, "results_per_turn": int, "abandoned_s": float, "name_wait_s": float,
+                 "guess_overhead_ms": float}
 
 
 def policy_from_data(data: Mapping[str, Any], origin: str = "policy") -> McpPolicy:

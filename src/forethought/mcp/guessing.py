@@ -1,12 +1,16 @@
 """What the proxy guesses after each answer, and what its predictor learns.
 
 After an answer has gone to the client, the :class:`Guesser` asks the predictor for the client's next calls
-(from the session's calls and results: a proxy never sees the user's text), speculates the most likely ones
-the policy lets run early, and only then lets the predictor learn the call just answered (learning only
-refines counts for later steps, so it never delays a guess). Guesses are bounded: at most ``guesses`` per
-answer, each at least ``min_confidence`` sure, and never more upstream requests than ``max_upstream_ratio``
-times the client's own calls when the client's next call comes (``upstream + cost + 1 <= ratio * (calls +
-1)``, hit or miss).
+(from the session's calls and results, the tools' descriptions and the server's instructions: a proxy never
+sees the user's text), speculates the most likely ones the policy lets run early, and only then lets the
+predictor learn the call just answered (learning only refines counts for later steps, so it never delays a
+guess). Before the session's first call it guesses that call from how earlier sessions of the same tool set
+and client began. Guesses are bounded: at most ``guesses`` per answer, each at least ``min_confidence`` sure,
+never more upstream requests than ``max_upstream_ratio`` times the client's own calls when the client's next
+call comes (``upstream + cost + 1 <= ratio * (calls + 1)``, hit or miss), at most one running at a server
+learnt to handle one call at a time, and only where the calibration finds the guess worth more than it costs
+(:mod:`~forethought.mcp.calibration`; where no tool answers slower than a guess costs, the predictor is not
+even asked).
 
 A guess is keyed by the core's one rule, so it serves only a call the upstream could not tell from it. A
 prediction spelt differently from how the client spells its calls is re-spelt here, before it is run
@@ -22,18 +26,26 @@ import json
 import logging
 from collections import Counter, deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from forethought._core.calls import ToolCall
 from forethought._core.session import Session
+from forethought.mcp.calibration import Calibrator
 from forethought.mcp.tooling import Decision, schema_of
-from forethought.mcp.upstream import Answer, UpstreamLink
+from forethought.mcp.upstream import Answer, Kind, UpstreamLink
 from forethought.predictors.base import ObservedCall, PredictionContext, Predictor
 
 log = logging.getLogger(__name__)
 
 SOURCE_PREFIX = "mcp-"
-"""Guesses are priced and reported under ``mcp-`` and their predictor's source (``mcp-pattern``)."""
+"""Guesses are priced and reported under ``mcp-``, their predictor's source and the tool (``mcp-pattern/ls``):
+the core's calibration of a source is then a hit rate per tool."""
+FIRST_SOURCE = "first"
+"""The source of a session's first call, guessed from how sessions began (:mod:`~forethought.mcp.firstcalls`)."""
+SERIAL_P = 0.75
+"""From this chance that the server handles one call at a time (evidence, not the prior of 0.5), only one
+guess runs there at once, and a client's call discards the running guesses it cannot claim."""
 HISTORY = 32
 """Calls of the session the predictor sees (the latest ones)."""
 OUTPUT_CHARS = 4000
@@ -127,17 +139,33 @@ class GuessHost(Protocol):
     def within_bound(self, cost: int) -> bool: ...
 
 
+@dataclass(frozen=True, slots=True)
+class GuessSettings:
+    """How many guesses, how sure, how long a turn (the ``[mcp]`` settings the guesser reads)."""
+
+    guesses: int
+    min_confidence: float
+    results_per_turn: int
+
+
 class Guesser:
-    """The after-answer step of one client session: guess, then learn."""
+    """The after-answer step of one client session: guess, then learn; and the guess of its first call."""
 
     def __init__(self, host: GuessHost, predictor: Predictor, schemas: Mapping[str, Mapping[str, Any]],
-                 guesses: int, min_confidence: float, results_per_turn: int) -> None:
+                 settings: GuessSettings, calibrator: Calibrator, instructions: str = "") -> None:
         self._host = host
         self.predictor = predictor
         self._schemas = schemas
-        self._guesses = guesses
-        self._min_confidence = min_confidence
-        self._results_per_turn = results_per_turn
+        self._settings = settings
+        self.calibrator = calibrator
+        self._openai_tools = tuple(
+            {"type": "function", "function": {"name": name, "description": str(entry.get("description", "")),
+                                              "parameters": dict(schemas.get(name, {}))}}
+            for name, entry in host.listing.items())
+        """The tools as an agent offers them to its model: the predictor reads their descriptions."""
+        self._messages: tuple[Mapping[str, Any], ...] = (
+            ({"role": "system", "content": instructions},) if instructions else ())
+        """The server's instructions, as the system text a model would have been given."""
         self._history: deque[ObservedCall] = deque(maxlen=HISTORY)
         self._observed = 0
         """Calls appended to the history so far."""
@@ -149,6 +177,16 @@ class Guesser:
         self._results_in_turn = 0
         self.refusals: Counter[str] = Counter()
         """Predictions the proxy itself did not speculate, by reason (the runtime's refusals are its events)."""
+        self.priced_out: Counter[str] = Counter()
+        """Guesses the calibration found not worth making, by tool label."""
+
+    def anything_pays(self) -> bool:
+        """Whether any early-allowed tool answers slower than a guess costs (else predicting is pointless)."""
+        session = self._host.session
+        if session is None:
+            return False
+        return any(d.early and self.calibrator.pays_at_all(session.tools[name])
+                   for name, d in self._host.decisions.items())
 
     async def after_answer(self, name: str, arguments: Mapping[str, Any], answer: Answer) -> None:
         """The client's call ``name(arguments)`` got ``answer``: speculate the likely next calls, then learn it."""
@@ -173,6 +211,14 @@ class Guesser:
                 except Exception:  # a failing predictor costs the guess, never the call
                     log.warning("the predictor failed to learn a call", exc_info=True)
 
+    def first_guess(self, found: tuple[ToolCall, float] | None) -> None:
+        """Before any call: guess the session's first call, as sessions of this tool set and client began."""
+        session = self._host.session
+        if session is None or found is None or self._host.calls:
+            return
+        call, share = found
+        self._offer(session, call, FIRST_SOURCE, share)
+
     async def _guess(self, session: Session) -> None:
         """Speculate the most likely next calls (then wait, briefly, for their requests to go out).
 
@@ -180,11 +226,18 @@ class Guesser:
         discards the unclaimed guesses."""
         host = self._host
         self._results_in_turn += 1
-        if self._results_in_turn >= self._results_per_turn:
-            self._results_in_turn = 0
-            session.end_turn()
         link = host.link
+        if self._results_in_turn >= self._settings.results_per_turn:
+            self._results_in_turn = 0
+            if session.end_turn():  # the discarded guesses' requests end (cancelled upstream) once their tasks
+                for _ in range(SEND_YIELDS):  # have stopped: a few loop turns
+                    if not link.in_flight[Kind.GUESS]:
+                        break
+                    await asyncio.sleep(0)
         if link.gone is not None or session.closed:
+            return
+        if not self.anything_pays():
+            self.refusals["no tool answers slower than a guess costs"] += 1
             return
         context = self._context()
         self._asked = (self._observed, context)
@@ -198,32 +251,60 @@ class Guesser:
             self.refusals["predicted too late"] += len(predictions)
             return
         launched = sent = 0
+        before = link.speculative_calls
         for p in predictions:
-            if launched >= self._guesses:
+            if launched >= self._settings.guesses:
                 break
-            decision = host.decisions.get(p.call.name)
-            if not p.executable or decision is None or not decision.early:
+            if not p.executable:
                 self.refusals["not an early-allowed call"] += 1
                 continue
-            if p.confidence < self._min_confidence:
-                self.refusals["below min_confidence"] += 1
-                continue
-            cost = 1 + (2 if decision.resolved.validator is not None else 0)  # and its validator at start and claim
-            if not host.within_bound(cost):
-                self.refusals["upstream bound"] += 1
+            outcome = self._offer(session, p.call, p.source, float(p.confidence))
+            if outcome == _STOP:
                 break
-            arguments = spelt_as_client(p.call.arguments, schema_of(host.listing.get(p.call.name, {})),
-                                        self._sent.get(p.call.name, frozenset()))
-            ticket = session.speculate(ToolCall(p.call.name, arguments), source=SOURCE_PREFIX + p.source,
-                                       confidence=float(p.confidence))
-            launched += ticket.status in ("launched", "deduplicated")
-            sent += ticket.status == "launched"
-        target = link.speculative_calls + sent
+            launched += outcome == _LAUNCHED
+        sent = link.speculative_calls - before
+        target = before + launched
         for _ in range(SEND_YIELDS):  # a guess's task takes a few loop turns to send its request
-            if link.speculative_calls >= target:
+            if link.speculative_calls >= target or sent >= launched:
                 break
             await asyncio.sleep(0)
+            sent = link.speculative_calls - before
+
+    def _offer(self, session: Session, call: ToolCall, source: str, confidence: float) -> str:
+        """Speculate ``call`` if the policy, the bound, the server's capacity and the price allow."""
+        host = self._host
+        decision = host.decisions.get(call.name)
+        if decision is None or not decision.early:
+            self.refusals["not an early-allowed call"] += 1
+            return _REFUSED
+        if confidence < self._settings.min_confidence:
+            self.refusals["below min_confidence"] += 1
+            return _REFUSED
+        cost = 1 + (2 if decision.resolved.validator is not None else 0)  # and its validator at start and claim
+        if not host.within_bound(cost):
+            self.refusals["upstream bound"] += 1
+            return _STOP
+        concurrency = self.calibrator.concurrency
+        cap = 1 if concurrency.serial_p >= SERIAL_P else max(1, self._settings.guesses)
+        if host.link.in_flight[Kind.GUESS] >= cap:
+            self.refusals["a guess still runs at the server"] += 1
+            return _STOP
+        t = session.tools[call.name]
+        per_tool = f"{SOURCE_PREFIX}{source}/{t.label}"
+        verdict = self.calibrator.decide(t, per_tool, confidence)
+        if not verdict.speculate:
+            self.priced_out[t.label] += 1
+            self.refusals["not worth its cost"] += 1
+            return _REFUSED
+        arguments = spelt_as_client(call.arguments, schema_of(host.listing.get(call.name, {})),
+                                    self._sent.get(call.name, frozenset()))
+        ticket = session.speculate(ToolCall(call.name, arguments), source=per_tool, confidence=confidence,
+                                   eta_s=self.calibrator.think_s)
+        return _LAUNCHED if ticket.status in ("launched", "deduplicated") else _REFUSED
 
     def _context(self) -> PredictionContext:
-        return PredictionContext(session_id="mcp", messages=(), user_message="", history=tuple(self._history),
-                                 tools=self._schemas)
+        return PredictionContext(session_id="mcp", messages=self._messages, user_message="",
+                                 history=tuple(self._history), tools=self._schemas, openai_tools=self._openai_tools)
+
+
+_LAUNCHED, _REFUSED, _STOP = "launched", "refused", "stop"

@@ -10,6 +10,9 @@ info and capabilities), before it relays that first request. It never sends a ha
 connection the client has not yet opened in the newest revision: a 2026 server that has answered
 ``server/discover`` refuses ``initialize``.
 
+:class:`ServerName` also keeps what else the two sides say of themselves there, for better guesses where the
+proxy sees little: the server's ``instructions`` and the client's name (from ``clientInfo``).
+
 :class:`ServerName` watches the client's requests and the upstream's answers and settles once: on the name,
 or on :data:`~forethought._core.policy.UNKNOWN_SERVER` when the handshake answered without one or the
 client's first request neither opened a handshake nor named a protocol version. A name given on the command
@@ -61,6 +64,10 @@ class ServerName:
         """Handshake requests in flight: id -> (method, whether it is the proxy's own probe)."""
         self._first_seen = False
         self._waiters: list[asyncio.Future[Server]] = []
+        self.client = ""
+        """The client's name, as its ``clientInfo`` gives it (empty until seen)."""
+        self.instructions = ""
+        """The server's ``instructions`` from its handshake answer (empty if it gave none)."""
 
     @property
     def settled(self) -> Server | None:
@@ -71,7 +78,6 @@ class ServerName:
         if self._settled is not None:
             return
         self._settled, self.how = name, how
-        self._asked.clear()
         if name is UNKNOWN_SERVER:
             log.info("forethought mcp-proxy: the upstream's name is unknown (%s)", how)
         for waiter in self._waiters:
@@ -82,14 +88,19 @@ class ServerName:
     def client_request(self, message: JSONRPCRequest, new_id: Callable[[], str]) -> JSONRPCRequest | None:
         """A client's request, before it is relayed: returns a ``server/discover`` of the proxy's own to send
         upstream first, when only that can learn the name."""
-        if self._settled is not None:
-            return None
+        params = message.params or {}
+        if not self.client:
+            meta = params.get("_meta")
+            info = params.get("clientInfo") if message.method == INITIALIZE else (
+                meta.get(CLIENT_INFO_KEY) if isinstance(meta, Mapping) else None)
+            if isinstance(info, Mapping) and isinstance(info.get("name"), str):
+                self.client = info["name"]
         method = message.method
         if method in (INITIALIZE, DISCOVER):
             self._asked[message.id] = (method, False)
             self._first_seen = True
             return None
-        if method == PING or self._first_seen:
+        if self._settled is not None or method == PING or self._first_seen:
             return None
         self._first_seen = True
         meta = (message.params or {}).get("_meta")
@@ -106,9 +117,15 @@ class ServerName:
     def upstream_answered(self, message: JSONRPCResponse | JSONRPCError) -> None:
         """An answer from the upstream (any): settles the name if it answers a handshake, or carries the
         server's stamp (the 2026-07-28 revision stamps results with it)."""
-        if self._settled is not None or message.id is None:
+        if message.id is None or (not self._asked and self._settled is not None):
             return
         asked = self._asked.pop(message.id, None)
+        if asked is not None and isinstance(message, JSONRPCResponse):
+            instructions = message.result.get("instructions")
+            if isinstance(instructions, str) and not self.instructions:
+                self.instructions = instructions
+        if self._settled is not None:
+            return
         if asked is None:
             if isinstance(message, JSONRPCResponse):
                 name = name_in(DISCOVER, message.result)

@@ -115,17 +115,26 @@ def _opened(path: str, tools: Mapping[str, Mapping[str, Any]], config: PatternCo
 
 class WorkerPatterns:
     """A session's pattern predictor run by a worker process (implements
-    :class:`~forethought.predictors.base.Predictor`); build it on the running loop, which starts the
-    worker at once."""
+    :class:`~forethought.predictors.base.Predictor`). The worker starts at :meth:`start` (``start=True``: at
+    once, on the running loop); until then it predicts nothing and learns nothing. The proxy starts it after
+    a session's first answer, so that starting it (an interpreter and its imports) is never on the path of
+    the first answers."""
 
     def __init__(self, path: str | Path, tools: Mapping[str, Mapping[str, Any]],
-                 config: PatternConfig | None = None) -> None:
+                 config: PatternConfig | None = None, start: bool = True) -> None:
         patterns = StoredPatterns(str(path), tools, config)
         self.name = patterns.name
         self.fingerprint = patterns.fingerprint
         self.worker = OffloadedPredictor(patterns, checkpoint_every=SAVE_EVERY)
-        self._started: asyncio.Task[bool] = asyncio.get_running_loop().create_task(self._start())
+        self._started: asyncio.Task[bool] | None = None
         self._closed = False
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Start the worker (once; on the running loop)."""
+        if self._started is None and not self._closed:
+            self._started = asyncio.get_running_loop().create_task(self._start())
 
     async def _start(self) -> bool:
         try:
@@ -136,11 +145,14 @@ class WorkerPatterns:
             return False
 
     async def ready(self) -> bool:
-        """Wait until the worker has loaded the predictor; whether it did."""
-        return await asyncio.shield(self._started)
+        """Wait until the worker has loaded the predictor; whether it did (``False`` if never started)."""
+        return await asyncio.shield(self._started) if self._started is not None else False
 
     async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
-        """The worker's predictions (none, logged, when the worker failed or died meanwhile)."""
+        """The worker's predictions (none, logged, when the worker failed or died meanwhile; none before it
+        was started)."""
+        if self._started is None:
+            return []
         try:
             return await self.worker.predict(replace(context, tools=_NO_TOOLS))
         except PredictorError as exc:
@@ -148,7 +160,9 @@ class WorkerPatterns:
             return []
 
     def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
-        """Queue the call for the worker to learn; returns at once."""
+        """Queue the call for the worker to learn; returns at once (nothing is learnt before :meth:`start`)."""
+        if self._started is None:
+            return
         try:
             self.worker.observe(replace(context, tools=_NO_TOOLS), observed)
         except PredictorError as exc:
@@ -162,10 +176,12 @@ class WorkerPatterns:
         if self._closed:
             return
         self._closed = True
+        if self._started is None:
+            return  # never started: nothing to save or stop
         saved = False
         try:
             async with asyncio.timeout(timeout_s):
-                if await asyncio.shield(self._started):
+                if self._started is not None and await asyncio.shield(self._started):
                     for _ in range(2):  # the second try goes to a worker replaced after a death
                         try:
                             await self.worker.predict(_SAVE)
@@ -175,7 +191,7 @@ class WorkerPatterns:
                             log.warning("pattern store: the worker failed to save: %s", exc)
         except TimeoutError:
             log.warning("pattern store: the worker did not save within %.1f s; stopping it", timeout_s)
-        if not saved:
+        if not saved and self._started is not None:
             self._started.cancel()
             self._stop_now()
         with contextlib.suppress(PredictorError):

@@ -30,13 +30,16 @@ from mcp.client.streamable_http import streamable_http_client
 from forethought._core.runtime import Runtime
 from forethought._core.versions import StateVersion, Version
 from forethought.errors import ForethoughtError
+from forethought.mcp.calibration import CalibrationStore, Calibrator, Carried
+from forethought.mcp.concurrency import Concurrency
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError
+from forethought.mcp.firstcalls import FirstCalls, MemoryFirstCalls, SqliteFirstCalls
 from forethought.mcp.naming import ServerName
 from forethought.mcp.patterns import WorkerPatterns
 from forethought.mcp.relay import MessageSource, Relay
 from forethought.mcp.sharedclock import SqliteVersion
-from forethought.mcp.speculation import CallReport, PredictorFactory, SessionSpeculator
+from forethought.mcp.speculation import CallReport, Learning, PredictorFactory, SessionSpeculator
 from forethought.mcp.stats import ProxyStats, StatsStore
 from forethought.mcp.upstream import MessageSink, UpstreamLink
 from forethought.predictors.base import Predictor
@@ -126,6 +129,21 @@ class Proxy:
                 self.clock = self._sqlite_clock
             except (sqlite3.Error, OSError) as exc:
                 raise McpProxyError(f"cannot open the pattern store {config.store}: {exc}") from None
+        self._calibration_store: CalibrationStore | None = None
+        self._first_calls: SqliteFirstCalls | None = None
+        first_calls: FirstCalls = MemoryFirstCalls()
+        if config.store is not None:
+            try:
+                self._calibration_store = CalibrationStore(config.store)
+                first_calls = self._first_calls = SqliteFirstCalls(config.store)
+            except (sqlite3.Error, OSError) as exc:
+                raise McpProxyError(f"cannot open the pattern store {config.store}: {exc}") from None
+        self.concurrency = Concurrency(self.runtime.tool_runtime_ewma.get)
+        """Whether the upstream server handles calls at once, as learnt (shared by the sessions)."""
+        self.calibrator = Calibrator(self.runtime, self.concurrency, config.policy.settings.guess_overhead_ms / 1000)
+        self.carried = Carried(self.calibrator, self._calibration_store)
+        self.learning = Learning(self.calibrator, first_calls, self.carried.listed)
+        """What the sessions share of what they learn (see :class:`~forethought.mcp.speculation.Learning`)."""
         self.finished = ProxyStats()
         self._relays: list[Relay] = []
         """The relay of every client session being served (each holds its session's speculator)."""
@@ -159,7 +177,7 @@ class Proxy:
         if self.config.in_process:
             predictor = PatternPredictor.for_tools(schemas, store=self._patterns)
             return predictor, predictor.fingerprint
-        worker = WorkerPatterns(self.config.store or self._scratch_store(), schemas)
+        worker = WorkerPatterns(self.config.store or self._scratch_store(), schemas, start=False)
         return worker, worker.fingerprint
 
     def _scratch_store(self) -> Path:
@@ -180,10 +198,10 @@ class Proxy:
     async def serve_session(self, down_read: MessageSource, down_write: MessageSink) -> ProxyStats:
         """Relay one client session until the client disconnects; returns its stats."""
         async with open_upstream(self.config) as (up_read, up_write):
-            link = UpstreamLink(up_write)
+            link = UpstreamLink(up_write, self.config.policy.settings.abandoned_s, self.concurrency)
             self.links.append(link)
             speculator = SessionSpeculator(link, self.config.policy, self.runtime, self._predictor_for, self.clock,
-                                           ServerName(self.config.name))
+                                           ServerName(self.config.name), self.learning)
             relay = Relay(down_read, down_write, up_read, link, speculator, on_call=self.on_call,
                           exit_detail=lambda: f"{self.config.label!r} exited or closed its connection")
             self._relays.append(relay)
@@ -195,6 +213,7 @@ class Proxy:
                 stats = speculator.stats()
                 self.finished = self.finished.plus(stats)
                 self._save(speculator.fingerprint or UNLISTED, stats)
+                self.carried.save(speculator.fingerprint, [n for n, d in speculator.decisions.items() if not d.private])
         return stats
 
     def _save(self, fingerprint: str, stats: ProxyStats) -> None:
@@ -208,6 +227,9 @@ class Proxy:
     def close(self) -> None:
         self.runtime.close()
         self._patterns.close()
+        for store in (self._calibration_store, self._first_calls):
+            if store is not None:
+                store.close()
         if self._stats_store is not None:
             self._stats_store.close()
         if self._sqlite_clock is not None:

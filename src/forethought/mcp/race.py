@@ -105,6 +105,10 @@ class GuessRace:
 
         task.add_done_callback(sent)
 
+    def running(self) -> list[str]:
+        """The keys of the guesses still waiting for the upstream."""
+        return [key for key, slot in self._running.items() if not slot.done()]
+
     def own(self, request: JSONRPCRequest) -> asyncio.Task[Pending] | None:
         """The client's request if :meth:`claim` already sent it (the authoritative run awaits its answer).
 

@@ -22,7 +22,7 @@ import contextlib
 import contextvars
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,10 +34,13 @@ from forethought._core.runtime import Runtime, Session
 from forethought._core.tools import PRIVATE_LABEL
 from forethought._core.versions import Version, Write
 from forethought.errors import CallError, ForethoughtError
+from forethought.mcp.calibration import Calibrator
+from forethought.mcp.concurrency import Concurrency
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError, UpstreamClosedError, upstream_gone_error
+from forethought.mcp.firstcalls import FirstCalls, MemoryFirstCalls
 from forethought.mcp.freshness import named_validator
-from forethought.mcp.guessing import Guesser
+from forethought.mcp.guessing import SERIAL_P, Guesser, GuessSettings
 from forethought.mcp.naming import ServerName
 from forethought.mcp.patterns import WorkerPatterns
 from forethought.mcp.race import GuessRace
@@ -76,6 +79,17 @@ class PredictorFactory(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Learning:
+    """What the client sessions of one proxy share of what they learn: the pricing of guesses (runtimes, hit
+    rates, the server's concurrency) and how sessions begin. ``listed`` is told each tool set a session lists
+    (the proxy loads what its store holds for it then)."""
+
+    calibrator: Calibrator
+    first_calls: FirstCalls
+    listed: Callable[[str], None] = lambda _fingerprint: None
+
+
+@dataclass(frozen=True, slots=True)
 class _Own(Answer):
     """The answer to the client's own request, returned through a guess that lost the race to it."""
 
@@ -84,10 +98,14 @@ class SessionSpeculator:
     """Speculation for one downstream client session in front of one upstream server."""
 
     def __init__(self, link: UpstreamLink, policy: McpPolicy, runtime: Runtime, predictor_for: PredictorFactory,
-                 clock: Version, name: ServerName | None = None) -> None:
+                 clock: Version, name: ServerName | None = None, learning: Learning | None = None) -> None:
         """``policy``: the proxy's settings (its core policy is the one ``runtime`` was made with, which
-        resolves the tools)."""
+        resolves the tools). ``learning``: what the proxy's sessions share of what they learn (its pricing,
+        how sessions begin); default: this session's own, in memory."""
         self.link = link
+        self.learning = learning if learning is not None else Learning(
+            Calibrator(runtime, Concurrency(runtime.tool_runtime_ewma.get), policy.settings.guess_overhead_ms / 1000),
+            MemoryFirstCalls())
         self._clock = clock
         self._race = GuessRace(link.begin)
         self._policy = policy
@@ -107,6 +125,8 @@ class SessionSpeculator:
         self.guesser: Guesser | None = None
         self._envelope: dict[str, Any] = {}
         self.in_flight = 0
+        self._answered_at: float | None = None
+        """When the latest answer went out (the client's think time runs from there)."""
         self._tool_calls: Counter[str] = Counter()
         self._tool_hits: Counter[str] = Counter()
         self.calls = self._hits = self._misses = self._passthrough = 0
@@ -158,10 +178,14 @@ class SessionSpeculator:
         session = self.session = self._runtime.session(tools=tools, server=server)
         self._specs = {name: session.tools[name].arguments for name in listing}
         predictor, self.fingerprint = self._predictor_for(schemas)
+        self.learning.listed(self.fingerprint)
         settings = self._policy.settings
-        self.guesser = Guesser(self, predictor, schemas, settings.guesses, settings.min_confidence,
-                               settings.results_per_turn)
+        self.guesser = Guesser(self, predictor, schemas,
+                               GuessSettings(settings.guesses, settings.min_confidence, settings.results_per_turn),
+                               self.learning.calibrator, self.name.instructions)
         self._listed.set()
+        if not self.calls:
+            self.guesser.first_guess(self.learning.first_calls.most_likely(self.fingerprint, self.name.client))
 
     async def ready(self) -> None:
         """Wait until the client has listed the tools and the session's predictor is ready to predict (a
@@ -169,6 +193,7 @@ class SessionSpeculator:
         await self._listed.wait()
         predictor = self.guesser.predictor if self.guesser is not None else None
         if isinstance(predictor, WorkerPatterns):
+            predictor.start()
             await predictor.ready()
 
     def _envelope_now(self) -> Mapping[str, Any]:
@@ -222,6 +247,8 @@ class SessionSpeculator:
         """Answer one client ``tools/call``: from a speculation when one matches, else from upstream."""
         params = request.params or {}
         name, arguments = params.get("name"), params.get("arguments", {})
+        if self._answered_at is not None and not self.in_flight:
+            self.learning.calibrator.note_gap(asyncio.get_running_loop().time() - self._answered_at)
         self.calls += 1
         meta = params.get("_meta")
         if isinstance(meta, Mapping):
@@ -237,6 +264,12 @@ class SessionSpeculator:
             return CallReport(await self._relay_blind(request, session), "passthrough")
         assert isinstance(name, str) and isinstance(arguments, dict)
         self._tool_calls[name] += 1
+        if self.calls == 1 and not self.decisions[name].private:
+            self.learning.first_calls.record(self.fingerprint, self.name.client, ToolCall(name, arguments))
+        if self.learning.calibrator.concurrency.serial_p >= SERIAL_P:
+            for running in self._race.running():  # on a server that may take one call at a time, a guess this
+                if running != key:               # call cannot claim would only make it wait
+                    session.discard(running)
         self.in_flight += 1
         token = _client_request.set(request)
         self._race.claim(key, request, self._hedge_s(name))
@@ -298,6 +331,11 @@ class SessionSpeculator:
         guesser = self.guesser
         if guesser is None or report.kind == "passthrough" or not isinstance(name, str):
             return
+        if not self.in_flight:
+            self._answered_at = asyncio.get_running_loop().time()
+        predictor = guesser.predictor
+        if isinstance(predictor, WorkerPatterns) and guesser.anything_pays():
+            predictor.start()  # after the first answer, never before: its start is off the first answers' path
         await guesser.after_answer(name, arguments if isinstance(arguments, Mapping) else {}, report.answer)
 
     # --- the bound and the counts ---------------------------------------------------------------------
@@ -333,7 +371,8 @@ class SessionSpeculator:
             if decision is None:
                 continue  # a tool it does not know: relayed blind, counted in the totals only
             label = PRIVATE_LABEL if decision.private else name
-            counts = ToolStats(self._tool_calls[name], self._tool_hits[name], link.by_tool[name])
+            priced_out = self.guesser.priced_out[label] if self.guesser is not None else 0
+            counts = ToolStats(self._tool_calls[name], self._tool_hits[name], link.by_tool[name], priced_out)
             tools[label] = tools[label].plus(counts) if label in tools else counts
         return ProxyStats(sessions=1, calls=self.calls, hits=self._hits, misses=self._misses,
                           passthrough=self._passthrough, saved_s=self._saved_s,

@@ -33,6 +33,9 @@ class ToolStats:
     upstream_calls: int = 0
     """``tools/call`` requests sent upstream for it: the client's own, guesses of it, and the validator calls
     that guarded those guesses."""
+    priced_out: int = 0
+    """Guesses of it not made because the calibration found them worth less than they cost (a tool that
+    answers faster than a guess costs, say): where every guess is priced out, speculation is off there."""
 
     @property
     def extra_upstream_calls(self) -> int:
@@ -40,7 +43,8 @@ class ToolStats:
         return max(0, self.upstream_calls - self.calls)
 
     def plus(self, other: ToolStats) -> ToolStats:
-        return ToolStats(self.calls + other.calls, self.hits + other.hits, self.upstream_calls + other.upstream_calls)
+        return ToolStats(self.calls + other.calls, self.hits + other.hits, self.upstream_calls + other.upstream_calls,
+                         self.priced_out + other.priced_out)
 
 
 def _merged(a: Mapping[str, ToolStats], b: Mapping[str, ToolStats]) -> dict[str, ToolStats]:
@@ -83,9 +87,15 @@ class ProxyStats:
 
     def summary(self) -> str:
         """The one line printed when the proxy exits."""
-        return (f"forethought mcp-proxy: {self.calls} calls, {self.hits} hits ({self.hit_rate:.0%}), "
+        line = (f"forethought mcp-proxy: {self.calls} calls, {self.hits} hits ({self.hit_rate:.0%}), "
                 f"{self.misses} misses, {self.passthrough} passed through, {self.saved_s:.2f} s saved, "
                 f"{self.extra_upstream_calls} extra upstream calls")
+        priced_out = sum(t.priced_out for t in self.tools.values())
+        if priced_out and not self.speculative_calls:
+            line += f"; speculation off: all {priced_out} guesses cost more than they would save"
+        elif priced_out:
+            line += f"; {priced_out} guesses not made (not worth their cost)"
+        return line
 
 
 _COLUMNS = tuple(f.name for f in fields(ProxyStats) if f.name != "tools")
@@ -158,7 +168,8 @@ def stats_document(stats: ProxyStats) -> dict[str, Any]:
     """``stats`` as JSON: every count, and per tool its calls, hits, upstream and extra upstream calls."""
     doc: dict[str, Any] = {c: getattr(stats, c) for c in _COLUMNS}
     doc["tools"] = {tool: {"calls": t.calls, "hits": t.hits, "upstream_calls": t.upstream_calls,
-                           "extra_upstream_calls": t.extra_upstream_calls} for tool, t in sorted(stats.tools.items())}
+                           "extra_upstream_calls": t.extra_upstream_calls, "priced_out": t.priced_out}
+                    for tool, t in sorted(stats.tools.items())}
     return doc
 
 

@@ -6,10 +6,12 @@ forwarded verbatim, or a request of the proxy's own: a guess, a validator, a pro
 resolves that request's :class:`Answer`, anything else goes on to the client.
 
 A request stays tracked until it has *really* ended: the upstream answered it, or the link closed. When
-the side waiting for it gives up (a client that cancels its call, a guess that is discarded),
-:meth:`UpstreamLink.abandon` leaves it tracked for at most ``abandoned_s`` more: a server is asked not to
-answer a cancelled request, so after that the request counts as ended. What a write clock needs to know —
-when did this write end? — is therefore :meth:`Pending.ended`, never when its caller stopped waiting.
+the side waiting for a client's request gives up (the client cancelled its call), :meth:`UpstreamLink.abandon`
+leaves it tracked for at most ``abandoned_s`` more: a server is asked not to answer a cancelled request, so
+after that the request counts as ended. What a write clock needs to know — when did this write end? — is
+therefore :meth:`Pending.ended`, never when its caller stopped waiting. A request of the proxy's own that is
+given up (a discarded guess, a validator nobody waits for) is a read: the upstream is told to stop
+(``notifications/cancelled``) and it ends at once, so it never holds a slot of the server for nothing.
 
 The proxy's own request ids carry a random part of each link's own (``forethought-spec-<nonce>-N``), so no
 id a client picks can be taken for one (a client's ids are relayed unchanged), and a late answer to one of
@@ -19,6 +21,7 @@ them is recognised and consumed, never relayed to the client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import itertools
 import secrets
@@ -28,12 +31,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from mcp.shared.message import SessionMessage
-from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCRequest, JSONRPCResponse, RequestId
+from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, RequestId
 
+from forethought.mcp.concurrency import Concurrency
 from forethought.mcp.errors import UpstreamClosedError
 
 OWN_ID_PREFIX = "forethought-spec-"
 """How the ids of the proxy's own requests begin (then the link's nonce, then a counter)."""
+CANCELLED = "notifications/cancelled"
 ABANDONED_S = 30.0
 """How long a request whose waiter gave up stays tracked without an answer before it counts as ended."""
 
@@ -92,7 +97,7 @@ def answer_of(message: JSONRPCResponse | JSONRPCError) -> Answer:
 class Pending:
     """One request sent upstream: its answer (a future) and whether it has ended."""
 
-    __slots__ = ("_timer", "answer", "kind", "progress", "request_id")
+    __slots__ = ("_counted", "_timer", "answer", "kind", "progress", "request_id")
 
     def __init__(self, request_id: RequestId, kind: Kind, answer: asyncio.Future[Answer]) -> None:
         self.request_id = request_id
@@ -101,6 +106,8 @@ class Pending:
         self.progress: list[Mapping[str, Any]] = []
         """Progress notifications for it (a request of the proxy's own uses its id as its progress token)."""
         self._timer: asyncio.TimerHandle | None = None
+        self._counted = True
+        """Whether it still counts as in flight (until the link has noted its end, once)."""
 
     @property
     def ended(self) -> bool:
@@ -116,9 +123,13 @@ class Pending:
 class UpstreamLink:
     """Sends requests upstream and pairs each with its response."""
 
-    def __init__(self, sink: MessageSink, abandoned_s: float = ABANDONED_S) -> None:
+    def __init__(self, sink: MessageSink, abandoned_s: float = ABANDONED_S,
+                 watch: Concurrency | None = None) -> None:
         self._sink = sink
         self._abandoned_s = abandoned_s
+        self._watch = watch
+        """Told of every ``tools/call`` sent and how it ended (whether the server handles calls at once)."""
+        self._tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[RequestId, Pending] = {}
         self._ids = itertools.count(1)
         self._own = f"{OWN_ID_PREFIX}{secrets.token_hex(8)}-"
@@ -165,9 +176,12 @@ class UpstreamLink:
         pending = Pending(message.id, kind, future)
         self._pending[message.id] = pending
         self.in_flight[kind] += 1
-        future.add_done_callback(lambda _: self._ended(pending))
+        future.add_done_callback(lambda _: self._ended(pending))  # (a resolution here also notes it at once)
         if kind is not Kind.PROBE:
-            self.by_tool[tool if tool is not None else str((message.params or {}).get("name"))] += 1
+            called = str((message.params or {}).get("name"))
+            self.by_tool[tool if tool is not None else called] += 1
+            if self._watch is not None:
+                self._watch.sent(id(self), message.id, called, asyncio.get_running_loop().time())
         if kind is Kind.GUESS:
             self.speculative_calls += 1
             self.speculative_tools.append(str((message.params or {}).get("name")))
@@ -182,6 +196,7 @@ class UpstreamLink:
                 future.set_exception(exc if isinstance(exc, UpstreamClosedError)
                                      else UpstreamClosedError("the request could not be sent"))
                 future.exception()  # retrieved: nobody else waits for a request that never went out
+                self._ended(pending)
             raise
         return pending
 
@@ -200,20 +215,40 @@ class UpstreamLink:
             raise
 
     def abandon(self, pending: Pending) -> None:
-        """Nobody waits for ``pending`` any more: it ends when answered, or ``abandoned_s`` from now."""
+        """Nobody waits for ``pending`` any more. A client's request ends when answered, or ``abandoned_s``
+        from now; one of the proxy's own is cancelled upstream and ends now."""
         if pending.ended or pending._timer is not None:
             return
-        loop = asyncio.get_running_loop()
+        if pending.kind is not Kind.CLIENT:
+            self._give_up(pending)
+            self._ended(pending)
+            if self.gone is None:
+                task = asyncio.get_running_loop().create_task(self._cancel_upstream(pending.request_id))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            return
+        pending._timer = asyncio.get_running_loop().call_later(self._abandoned_s, self._give_up, pending)
 
-        def give_up() -> None:
-            if not pending.answer.done():
-                pending.answer.set_exception(UpstreamClosedError("abandoned without an answer"))
-                pending.answer.exception()
+    @staticmethod
+    def _give_up(pending: Pending) -> None:
+        if not pending.answer.done():
+            pending.answer.set_exception(UpstreamClosedError("abandoned without an answer"))
+            pending.answer.exception()
 
-        pending._timer = loop.call_later(self._abandoned_s, give_up)
+    async def _cancel_upstream(self, request_id: RequestId) -> None:
+        with contextlib.suppress(UpstreamClosedError):
+            await self.send(JSONRPCNotification(jsonrpc="2.0", method=CANCELLED, params={
+                "requestId": request_id, "reason": "forethought: the speculation was discarded"}))
 
     def _ended(self, pending: Pending) -> None:
+        """Note that ``pending`` ended (once; at once where the link ends it, else from its future's callback)."""
+        if not pending._counted:
+            return
+        pending._counted = False
         self.in_flight[pending.kind] -= 1
+        if self._watch is not None and pending.kind is not Kind.PROBE:
+            answered = not pending.answer.cancelled() and pending.answer.exception() is None
+            self._watch.ended(id(self), pending.request_id, asyncio.get_running_loop().time(), answered)
         if pending._timer is not None:
             pending._timer.cancel()
         if self._pending.get(pending.request_id) is pending:
@@ -231,6 +266,7 @@ class UpstreamLink:
             answer = answer_of(message)
             pending.answer.set_result(replace(answer, progress=tuple(pending.progress)) if pending.progress
                                       else answer)
+            self._ended(pending)
         return True
 
     def progress(self, params: Mapping[str, Any]) -> bool:
@@ -252,4 +288,5 @@ class UpstreamLink:
             if not pending.answer.done():
                 pending.answer.set_exception(UpstreamClosedError(detail))
                 pending.answer.exception()  # retrieved here: an abandoned request has no one to raise it to
+            self._ended(pending)
         self._pending.clear()
