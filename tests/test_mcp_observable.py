@@ -90,8 +90,9 @@ async def test_accepted_observable_reads_run_early_and_their_cost_is_reported(tm
     assert got != expected  # what the user accepted: the wrong guesses show in the server's numbering
     counts = handle.stats.tools["counter"]
     guesses = handle.speculated.count("counter")
-    assert counts.upstream_calls == counts.calls - counts.hits + guesses
-    assert counts.extra_upstream_calls == guesses - counts.hits > 0
+    # the client's own requests (a call whose guess was late raced it), and every guess
+    assert counts.upstream_calls >= counts.calls - counts.hits + guesses
+    assert counts.extra_upstream_calls == counts.upstream_calls - counts.calls >= guesses - counts.hits > 0
     result = CliRunner().invoke(app, ["mcp-proxy", "stats", "--store", str(store), "--json"])
     assert result.exit_code == 0, result.output
     (by_tools,) = [v["tools"] for v in json.loads(result.output)["by_fingerprint"].values()]

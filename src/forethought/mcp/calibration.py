@@ -88,9 +88,12 @@ class Calibrator:
             self.think_s = seconds if old is None else old + THINK_WEIGHT * (seconds - old)
 
     def pays_at_all(self, t: Tool) -> bool:
-        """Whether a guess of ``t`` could ever pay: its typical runtime (measured, else declared, else assumed)
-        exceeds the overhead of a guess. A tool faster than that is never guessed."""
-        return self.runtime.typical_run_s(t) > self.overhead_s
+        """Whether a guess of ``t`` could ever pay: what it could hide — its typical runtime (measured, else
+        declared, else assumed), but no more than the client's typical think time — exceeds the overhead of a
+        guess. A tool faster than that is never guessed, and neither is anything for a client that sends its
+        calls back to back."""
+        run = self.runtime.typical_run_s(t)
+        return min(run, self.think_s if self.think_s is not None else run) > self.overhead_s
 
     def price(self, t: Tool, source: str, confidence: float) -> Priced:
         worth, _ = self.runtime.price(t, source, confidence, self.think_s)
@@ -103,8 +106,10 @@ class Calibrator:
         """Price a guess of ``t`` and record the decision (``speculate``: worth making)."""
         run = self.runtime.typical_run_s(t)
         if not self.pays_at_all(t):
+            why = (f"answers in {1000 * run:.1f} ms" if run <= self.overhead_s
+                   else f"the client calls {1000 * (self.think_s or 0.0):.1f} ms after an answer")
             verdict = Verdict(t.label, run, 0.0, 0.0, False,
-                              f"answers in {1000 * run:.1f} ms, under a guess's {1000 * self.overhead_s:.1f} ms")
+                              f"{why}, under a guess's {1000 * self.overhead_s:.1f} ms")
         else:
             priced = self.price(t, source, confidence)
             pays = priced.value_s > 0

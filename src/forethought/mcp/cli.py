@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -83,6 +84,10 @@ def proxy(
     if not command and not upstream_url:
         print(ctx.get_help(), file=sys.stderr)
         raise typer.Exit(2)
+    store_path = None if memory else (store or default_store())
+    warm = None
+    if command and listen is None and not upstream_url:
+        warm = _warm_start(command, store_path)  # the upstream first: it starts while the proxy loads
     from forethought.mcp.metrics import serve_metrics
     from forethought.mcp.proxy import Proxy, ProxyConfig, run_stdio_until_stopped
 
@@ -93,9 +98,8 @@ def proxy(
         if accept_observable_reads:
             mcp_policy = mcp_policy.accepting_observable_reads()
         config = ProxyConfig(command=tuple(command), url=upstream_url, policy=mcp_policy,
-                             store=None if memory else (store or default_store()), name=name,
-                             in_process=in_process)
-        server = Proxy(config)
+                             store=store_path, name=name, in_process=in_process)
+        server = Proxy(config, clock=warm.clock if warm is not None else None)
     except ForethoughtError as exc:
         raise _fail(exc) from None
     stop = serve_metrics(server.current, metrics_port) if metrics_port is not None else None
@@ -106,7 +110,7 @@ def proxy(
             host, port = parse_listen(listen)
             asyncio.run(serve_http(server, host, port))
         else:
-            asyncio.run(run_stdio_until_stopped(server))
+            asyncio.run(run_stdio_until_stopped(server, warm))
     except ForethoughtError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
@@ -116,6 +120,26 @@ def proxy(
             stop()
         server.close()
         print(server.finished.summary(), file=sys.stderr)
+
+
+def _warm_start(command: list[str], store: Path | None) -> Any:
+    """Start the upstream and relay the session's first lines at once (:mod:`~forethought.mcp.warmup`), where
+    stdin and stdout are pipes as a client gives them; ``None`` otherwise."""
+    from forethought.mcp.warmup import WarmStart, can_warm_start
+
+    if not can_warm_start():
+        return None
+    from forethought._core.versions import StateVersion
+    from forethought.mcp.sharedclock import SqliteVersion
+
+    try:
+        clock = SqliteVersion(store) if store is not None else StateVersion()
+        return WarmStart(command, clock)
+    except OSError as exc:
+        label = Path(command[0]).name or "the upstream command"
+        raise _fail(McpProxyError(f"cannot start the upstream server {label!r}: {exc.strerror or exc}")) from None
+    except sqlite3.Error as exc:
+        raise _fail(McpProxyError(f"cannot open the pattern store {store}: {exc}")) from None
 
 
 @app.command()

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from mcp_types import RequestId
 
 MIN_LEAD_S = 0.002
-"""How much sooner a request must be expected to end than an earlier one for their order to count."""
+"""How much sooner a request must at least be expected to end than an earlier one for their order to count."""
+LEAD_SHARE = 0.5
+"""... and by at least this share of its own typical runtime (runtimes vary: only a clear expectation counts)."""
 
 
 @dataclass(slots=True)
@@ -64,5 +66,6 @@ class Concurrency:
                 self.concurrent += 1  # answered before a request sent earlier
                 continue
             theirs = self._typical_s(other.tool)
-            if mine is not None and theirs is not None and other.sent + theirs + MIN_LEAD_S < me.sent + mine:
+            if (mine is not None and theirs is not None
+                    and other.sent + theirs + max(MIN_LEAD_S, LEAD_SHARE * theirs) < me.sent + mine):
                 self.serial += 1  # sent later, expected to end first, and still running

@@ -136,7 +136,7 @@ class GuessHost(Protocol):
     @property
     def link(self) -> UpstreamLink: ...
 
-    def within_bound(self, cost: int) -> bool: ...
+    def within_bound(self, cost: int, ahead: int = 0) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +152,9 @@ class Guesser:
     """The after-answer step of one client session: guess, then learn; and the guess of its first call."""
 
     def __init__(self, host: GuessHost, predictor: Predictor, schemas: Mapping[str, Mapping[str, Any]],
-                 settings: GuessSettings, calibrator: Calibrator, instructions: str = "") -> None:
+                 settings: GuessSettings, calibrator: Calibrator, instructions: str = "",
+                 refusals: Counter[str] | None = None, priced_out: Counter[str] | None = None) -> None:
+        """``refusals`` and ``priced_out``: where to count (the session's, which outlive a tool list)."""
         self._host = host
         self.predictor = predictor
         self._schemas = schemas
@@ -175,9 +177,9 @@ class Guesser:
         self._sent: dict[str, frozenset[str]] = {}
         """Tool -> the argument names of the client's latest call of it."""
         self._results_in_turn = 0
-        self.refusals: Counter[str] = Counter()
+        self.refusals: Counter[str] = refusals if refusals is not None else Counter()
         """Predictions the proxy itself did not speculate, by reason (the runtime's refusals are its events)."""
-        self.priced_out: Counter[str] = Counter()
+        self.priced_out: Counter[str] = priced_out if priced_out is not None else Counter()
         """Guesses the calibration found not worth making, by tool label."""
 
     def anything_pays(self) -> bool:
@@ -217,7 +219,7 @@ class Guesser:
         if session is None or found is None or self._host.calls:
             return
         call, share = found
-        self._offer(session, call, FIRST_SOURCE, share)
+        self._offer(session, call, FIRST_SOURCE, share, ahead=1)
 
     async def _guess(self, session: Session) -> None:
         """Speculate the most likely next calls (then wait, briefly, for their requests to go out).
@@ -270,8 +272,9 @@ class Guesser:
             await asyncio.sleep(0)
             sent = link.speculative_calls - before
 
-    def _offer(self, session: Session, call: ToolCall, source: str, confidence: float) -> str:
-        """Speculate ``call`` if the policy, the bound, the server's capacity and the price allow."""
+    def _offer(self, session: Session, call: ToolCall, source: str, confidence: float, ahead: int = 0) -> str:
+        """Speculate ``call`` if the policy, the bound, the server's capacity and the price allow (``ahead``:
+        calls past the next one the bound may count on; 1 for a session's first call, see ``within_bound``)."""
         host = self._host
         decision = host.decisions.get(call.name)
         if decision is None or not decision.early:
@@ -281,7 +284,7 @@ class Guesser:
             self.refusals["below min_confidence"] += 1
             return _REFUSED
         cost = 1 + (2 if decision.resolved.validator is not None else 0)  # and its validator at start and claim
-        if not host.within_bound(cost):
+        if not host.within_bound(cost, ahead):
             self.refusals["upstream bound"] += 1
             return _STOP
         concurrency = self.calibrator.concurrency

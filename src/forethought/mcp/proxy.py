@@ -37,11 +37,13 @@ from forethought.mcp.errors import McpProxyError
 from forethought.mcp.firstcalls import FirstCalls, MemoryFirstCalls, SqliteFirstCalls
 from forethought.mcp.naming import ServerName
 from forethought.mcp.patterns import WorkerPatterns
+from forethought.mcp.pipes import fd_streams, process_streams
 from forethought.mcp.relay import MessageSource, Relay
 from forethought.mcp.sharedclock import SqliteVersion
 from forethought.mcp.speculation import CallReport, Learning, PredictorFactory, SessionSpeculator
 from forethought.mcp.stats import ProxyStats, StatsStore
 from forethought.mcp.upstream import MessageSink, UpstreamLink
+from forethought.mcp.warmup import Handoff, WarmStart
 from forethought.predictors.base import Predictor
 from forethought.predictors.patterns import PatternPredictor
 from forethought.predictors.patterns.store import MemoryPatternStore, PatternStore, SqlitePatternStore
@@ -110,7 +112,10 @@ async def open_upstream(config: ProxyConfig) -> AsyncIterator[tuple[MessageSourc
 class Proxy:
     """What all client sessions of one proxy process share."""
 
-    def __init__(self, config: ProxyConfig, predictor_for: PredictorFactory | None = None) -> None:
+    def __init__(self, config: ProxyConfig, predictor_for: PredictorFactory | None = None,
+                 clock: Version | None = None) -> None:
+        """``clock``: the shared write clock, when the caller made it already (a warm start relays writes
+        before the proxy exists); by default it is made here, for the store or for this process."""
         self.config = config
         self._factory = predictor_for
         """Builds each session's predictor (default: the pattern predictor on the store)."""
@@ -118,15 +123,16 @@ class Proxy:
         self._patterns: PatternStore = MemoryPatternStore()
         self._stats_store: StatsStore | None = None
         self._sqlite_clock: SqliteVersion | None = None
-        self.clock: Version = StateVersion()
+        self.clock: Version = clock if clock is not None else StateVersion()
         """The state every early-allowed tool reads and every other tool writes (see
         :mod:`~forethought.mcp.sharedclock`): this process's, or shared through the store."""
         if config.store is not None:
             try:
                 self._patterns = SqlitePatternStore(config.store)
                 self._stats_store = StatsStore(config.store)
-                self._sqlite_clock = SqliteVersion(config.store)
-                self.clock = self._sqlite_clock
+                if clock is None:
+                    self._sqlite_clock = SqliteVersion(config.store)
+                    self.clock = self._sqlite_clock
             except (sqlite3.Error, OSError) as exc:
                 raise McpProxyError(f"cannot open the pattern store {config.store}: {exc}") from None
         self._calibration_store: CalibrationStore | None = None
@@ -195,9 +201,13 @@ class Proxy:
         :meth:`Relay.settled`); for tests and benchmarks that must not depend on the worker's speed."""
         await asyncio.gather(*(relay.settled() for relay in list(self._relays)))
 
-    async def serve_session(self, down_read: MessageSource, down_write: MessageSink) -> ProxyStats:
-        """Relay one client session until the client disconnects; returns its stats."""
-        async with open_upstream(self.config) as (up_read, up_write):
+    async def serve_session(self, down_read: MessageSource, down_write: MessageSink,
+                            handoff: Handoff | None = None) -> ProxyStats:
+        """Relay one client session until the client disconnects; returns its stats. ``handoff``: the session
+        began in a warm start (its upstream already running, its first lines relayed), which goes on here."""
+        upstream = process_streams(handoff.process, handoff.server_rest) if handoff is not None else \
+            open_upstream(self.config)
+        async with upstream as (up_read, up_write):
             link = UpstreamLink(up_write, self.config.policy.settings.abandoned_s, self.concurrency)
             self.links.append(link)
             speculator = SessionSpeculator(link, self.config.policy, self.runtime, self._predictor_for, self.clock,
@@ -206,6 +216,8 @@ class Proxy:
                           exit_detail=lambda: f"{self.config.label!r} exited or closed its connection")
             self._relays.append(relay)
             try:
+                if handoff is not None:
+                    await relay.adopt(handoff)
                 await relay.run()
             finally:
                 self._relays.remove(relay)
@@ -239,8 +251,13 @@ class Proxy:
             self._scratch = None
 
 
-async def run_stdio(proxy: Proxy) -> ProxyStats:
-    """Serve one client on this process's stdin/stdout (the way MCP clients start a server)."""
+async def run_stdio(proxy: Proxy, warm: WarmStart | None = None) -> ProxyStats:
+    """Serve one client on this process's stdin/stdout (the way MCP clients start a server); ``warm``: its
+    upstream was started and its first lines relayed while the proxy loaded, and the session goes on here."""
+    if warm is not None:
+        handoff = warm.handoff()
+        async with fd_streams(0, 1, handoff.client_rest) as (read, write):
+            return await proxy.serve_session(read, write, handoff)
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):
@@ -250,7 +267,7 @@ async def run_stdio(proxy: Proxy) -> ProxyStats:
             write.close()  # lets the transport's writer finish
 
 
-async def run_stdio_until_stopped(proxy: Proxy) -> ProxyStats | None:
+async def run_stdio_until_stopped(proxy: Proxy, warm: WarmStart | None = None) -> ProxyStats | None:
     """:func:`run_stdio`, ending cleanly (stats saved) on SIGTERM as on the client's disconnect."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
@@ -258,7 +275,7 @@ async def run_stdio_until_stopped(proxy: Proxy) -> ProxyStats | None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
     try:
-        return await run_stdio(proxy)
+        return await run_stdio(proxy, warm)
     except asyncio.CancelledError:
         return None
     except BaseExceptionGroup as group:  # the SDK's task groups wrap what failed

@@ -21,16 +21,19 @@ disconnects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+import mcp_types
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, RequestId
 
 from forethought.mcp.errors import UpstreamClosedError, upstream_gone_error
 from forethought.mcp.speculation import CallReport, SessionSpeculator
 from forethought.mcp.upstream import Answer, Kind, MessageSink, UpstreamLink
+from forethought.mcp.warmup import Handoff
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,33 @@ class Relay:
             self.link.close("the client session ended")  # every request still tracked has ended for us
             self.speculator.name.give_up("the client session ended")
             await self.speculator.close()
+
+    async def adopt(self, handoff: Handoff) -> None:
+        """Take over a session whose first lines were relayed during warm-up (:mod:`~forethought.mcp.warmup`):
+        learn from them what the relay learns as messages pass (the handshake, the tool list), watch the calls
+        still waiting for their answers, and ask the upstream's name if only that can tell it."""
+        probe: JSONRPCRequest | None = None
+        for line in handoff.client_lines:
+            message = _message(line)
+            if not isinstance(message, JSONRPCRequest):
+                continue
+            probe = self.speculator.name.client_request(message, self.link.new_id) or probe
+            if message.method == "tools/call":
+                self.speculator.relayed_blind()
+            else:
+                self._forwarded[message.id] = (message.method, message.params)
+        for line in handoff.server_lines:
+            answer = _message(line)
+            if isinstance(answer, JSONRPCResponse | JSONRPCError):
+                self.speculator.name.upstream_answered(answer)
+                sent = self._forwarded.pop(answer.id, None) if answer.id is not None else None
+                if sent is not None and sent[0] == "tools/list" and isinstance(answer, JSONRPCResponse):
+                    await self.speculator.tools_page((sent[1] or {}).get("cursor"), answer.result)
+        for request_id, write in handoff.open_writes.items():
+            self.link.watch(request_id[1], write.end)
+        if probe is not None:
+            with contextlib.suppress(UpstreamClosedError):
+                await self.link.begin(probe, Kind.PROBE)
 
     async def settled(self) -> None:
         """Wait until the work owed to the answers already sent (each answer's guesses, then its learning)
@@ -221,3 +251,11 @@ class Relay:
             await self._down_write.send(SessionMessage(message, metadata))
         except Exception as exc:  # the client is gone; the downstream pump ends the relay
             log.debug("could not answer the client: %s", exc)
+
+
+def _message(line: bytes) -> JSONRPCMessage | None:
+    try:
+        message: JSONRPCMessage = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError:
+        return None
+    return message

@@ -129,6 +129,8 @@ class SessionSpeculator:
         """When the latest answer went out (the client's think time runs from there)."""
         self._tool_calls: Counter[str] = Counter()
         self._tool_hits: Counter[str] = Counter()
+        self._refusals: Counter[str] = Counter()
+        self._priced_out: Counter[str] = Counter()
         self.calls = self._hits = self._misses = self._passthrough = 0
         self._saved_s = 0.0
         self._listed = asyncio.Event()
@@ -182,7 +184,7 @@ class SessionSpeculator:
         settings = self._policy.settings
         self.guesser = Guesser(self, predictor, schemas,
                                GuessSettings(settings.guesses, settings.min_confidence, settings.results_per_turn),
-                               self.learning.calibrator, self.name.instructions)
+                               self.learning.calibrator, self.name.instructions, self._refusals, self._priced_out)
         self._listed.set()
         if not self.calls:
             self.guesser.first_guess(self.learning.first_calls.most_likely(self.fingerprint, self.name.client))
@@ -324,6 +326,11 @@ class SessionSpeculator:
         except UpstreamClosedError as exc:
             return Answer(error=upstream_gone_error(exc.detail))
 
+    def relayed_blind(self) -> None:
+        """A client's call was relayed before the proxy could see it (during warm-up): counted as passed through."""
+        self.calls += 1
+        self._passthrough += 1
+
     async def after_answer(self, request: JSONRPCRequest, report: CallReport) -> None:
         """After an answer went to the client: the guesser's step (guess, then learn)."""
         params = request.params or {}
@@ -340,14 +347,15 @@ class SessionSpeculator:
 
     # --- the bound and the counts ---------------------------------------------------------------------
 
-    def within_bound(self, cost: int) -> bool:
+    def within_bound(self, cost: int, ahead: int = 0) -> bool:
         """Whether ``cost`` more upstream requests for a guess of the client's next call keep the session
         within ``max_upstream_ratio`` of direct when that call comes, whether it claims the guess or is sent
         upstream as well: ``upstream + cost + 1 <= ratio * (calls + 1)``. So every client call finds the
         upstream within the bound (only a session that ends without a next call can pass it, by less than
-        one request)."""
+        one request). ``ahead``: the bound is checked that many calls later instead (a guess of a session's
+        first call: a miss makes two requests for the first call, back within the bound by the second)."""
         ratio = self._policy.settings.max_upstream_ratio
-        return self._upstream_requests() + cost + 1 <= ratio * (self.calls + 1)
+        return self._upstream_requests() + cost + 1 <= ratio * (self.calls + 1 + ahead)
 
     @property
     def raced(self) -> int:
@@ -356,7 +364,8 @@ class SessionSpeculator:
 
     @property
     def refusals(self) -> Mapping[str, int]:
-        return self.guesser.refusals if self.guesser is not None else {}
+        """Predictions the proxy itself did not speculate in this session, by reason."""
+        return self._refusals
 
     def _upstream_requests(self) -> int:
         """Every ``tools/call`` sent upstream: the client's (raced ones included), guesses and validators."""
@@ -371,8 +380,8 @@ class SessionSpeculator:
             if decision is None:
                 continue  # a tool it does not know: relayed blind, counted in the totals only
             label = PRIVATE_LABEL if decision.private else name
-            priced_out = self.guesser.priced_out[label] if self.guesser is not None else 0
-            counts = ToolStats(self._tool_calls[name], self._tool_hits[name], link.by_tool[name], priced_out)
+            counts = ToolStats(self._tool_calls[name], self._tool_hits[name], link.by_tool[name],
+                               self._priced_out[name] if not decision.private else 0)
             tools[label] = tools[label].plus(counts) if label in tools else counts
         return ProxyStats(sessions=1, calls=self.calls, hits=self._hits, misses=self._misses,
                           passthrough=self._passthrough, saved_s=self._saved_s,

@@ -26,7 +26,7 @@ import enum
 import itertools
 import secrets
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -145,6 +145,8 @@ class UpstreamLink:
         """``tools/call`` requests of validators the policy names (see :mod:`forethought.mcp.freshness`)."""
         self.in_flight: dict[Kind, int] = dict.fromkeys(Kind, 0)
         """Requests of each kind sent and not yet ended."""
+        self._watched: dict[RequestId, Callable[[], None]] = {}
+        """Requests the link did not send whose end matters (relayed during warm-up): id -> called once."""
         self.by_tool: Counter[str] = Counter()
         """``tools/call`` requests sent, by the tool they were for (a validator's: the tool it guards)."""
 
@@ -254,11 +256,20 @@ class UpstreamLink:
         if self._pending.get(pending.request_id) is pending:
             del self._pending[pending.request_id]
 
+    def watch(self, request_id: RequestId, ended: Callable[[], None]) -> None:
+        """Call ``ended`` when the answer to ``request_id`` (a request the link did not send) passes, or the link
+        closes."""
+        self._watched[request_id] = ended
+
     def deliver(self, message: JSONRPCResponse | JSONRPCError) -> bool:
         """Resolve the request ``message`` answers; ``False`` when the link did not send it (relay it on).
 
         A late answer to one of the proxy's own requests is consumed, never relayed."""
         request_id = message.id
+        if self._watched and request_id is not None:
+            ended = self._watched.pop(request_id, None)
+            if ended is not None:
+                ended()
         pending = self._pending.get(request_id) if request_id is not None else None
         if pending is None:
             return self.is_own(request_id)
@@ -290,3 +301,6 @@ class UpstreamLink:
                 pending.answer.exception()  # retrieved here: an abandoned request has no one to raise it to
             self._ended(pending)
         self._pending.clear()
+        watched, self._watched = self._watched, {}
+        for ended in watched.values():
+            ended()
