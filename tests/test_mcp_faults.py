@@ -144,7 +144,8 @@ async def test_errors_stay_errors_and_a_failed_guess_never_surfaces(tmp_path: Pa
 
 async def _lookups(log: Path, ratio: float, calls: int) -> tuple[int, int, int]:
     """``calls`` lookups over six keys, guessing freely under ``ratio``: (upstream requests, guesses, raced)."""
-    policy = McpPolicy(settings=ProxySettings(guesses=8, min_confidence=0.0, max_upstream_ratio=ratio)).trusting()
+    policy = McpPolicy(settings=ProxySettings(guesses=8, min_confidence=0.0, max_upstream_ratio=ratio,
+                                              upstream_slack=0)).trusting()
     async with proxied(_command(log), policy) as (session, handle):
         await session.list_tools()
         speculator = handle.proxy.speculators[-1]
@@ -171,7 +172,7 @@ def test_the_bound_counts_every_upstream_request() -> None:
         async def send(self, item: object, /) -> None: ...
 
     link = UpstreamLink(Sink())
-    policy = McpPolicy(settings=ProxySettings(max_upstream_ratio=1.5))
+    policy = McpPolicy(settings=ProxySettings(max_upstream_ratio=1.5, upstream_slack=0))
     runtime = Runtime()
     speculator = SessionSpeculator(link, policy, runtime, lambda _: (None, ""),  # type: ignore[arg-type,return-value]
                                    StateVersion())

@@ -19,7 +19,7 @@ included) as :func:`~forethought._core.policy_file.policy_from_mapping` reads th
     [mcp]
     guesses = 1
     min_confidence = 0.2
-    max_upstream_ratio = 1.5
+    max_upstream_ratio = 1.15
 
     [servers.sqlite]
     trusted = true
@@ -45,7 +45,8 @@ from forethought.mcp.errors import McpPolicyError
 DEFAULT_GUESSES = 1
 DEFAULT_MIN_CONFIDENCE = 0.2
 DEFAULT_TTL_S = 30.0
-DEFAULT_MAX_UPSTREAM_RATIO = 1.5
+DEFAULT_MAX_UPSTREAM_RATIO = 1.15
+DEFAULT_UPSTREAM_SLACK = 1
 DEFAULT_HEDGE_FACTOR = 2.0
 DEFAULT_RESULTS_PER_TURN = 1
 DEFAULT_ABANDONED_S = 30.0
@@ -64,7 +65,10 @@ class ProxySettings:
     ttl_s: float = DEFAULT_TTL_S
     """How long a speculated result stays servable unless a tool's policy says otherwise."""
     max_upstream_ratio: float = DEFAULT_MAX_UPSTREAM_RATIO
-    """The most upstream requests (guesses and validators included) per client call of a session."""
+    """The most upstream requests (guesses and validators included) per client call of a session ..."""
+    upstream_slack: int = DEFAULT_UPSTREAM_SLACK
+    """... plus this many: a session's calls find at most ``ratio * calls + slack`` requests sent upstream (the
+    slack lets a short session guess at all: with 1.15 and none, no guess could be made before its 6th call)."""
     hedge_factor: float = DEFAULT_HEDGE_FACTOR
     """A client's call that finds its guess still running sends its own request once the guess has run this
     many times the tool's measured runtime (0: at once; see :mod:`~forethought.mcp.race`)."""
@@ -92,6 +96,8 @@ class ProxySettings:
             raise McpPolicyError("mcp.ttl_s must be > 0")
         if not self.max_upstream_ratio >= 1.0:
             raise McpPolicyError("mcp.max_upstream_ratio must be >= 1")
+        if self.upstream_slack < 0:
+            raise McpPolicyError("mcp.upstream_slack must be >= 0")
         if not 0.0 <= self.hedge_factor < float("inf"):
             raise McpPolicyError("mcp.hedge_factor must be a number >= 0")
         if self.results_per_turn < 1:
@@ -124,6 +130,7 @@ class McpPolicy:
 
 
 _SETTING_KEYS = {"guesses": int, "min_confidence": float, "ttl_s": float, "max_upstream_ratio": float,
+                 "upstream_slack": int,
                  "hedge_factor": float, "results_per_turn": int, "abandoned_s": float, "name_wait_s": float,
                  "guess_overhead_ms": float}
 

@@ -349,13 +349,14 @@ class SessionSpeculator:
 
     def within_bound(self, cost: int, ahead: int = 0) -> bool:
         """Whether ``cost`` more upstream requests for a guess of the client's next call keep the session
-        within ``max_upstream_ratio`` of direct when that call comes, whether it claims the guess or is sent
-        upstream as well: ``upstream + cost + 1 <= ratio * (calls + 1)``. So every client call finds the
-        upstream within the bound (only a session that ends without a next call can pass it, by less than
-        one request). ``ahead``: the bound is checked that many calls later instead (a guess of a session's
-        first call: a miss makes two requests for the first call, back within the bound by the second)."""
-        ratio = self._policy.settings.max_upstream_ratio
-        return self._upstream_requests() + cost + 1 <= ratio * (self.calls + 1 + ahead)
+        within ``max_upstream_ratio`` of direct (plus ``upstream_slack`` requests) when that call comes, whether
+        it claims the guess or is sent upstream as well: ``upstream + cost + 1 <= ratio * (calls + 1) + slack``.
+        So every client call finds the upstream within the bound (only a session that ends without a next call
+        can pass it, by less than one request). ``ahead``: the bound is checked that many calls later instead
+        (a guess of a session's first call: a miss makes two requests for the first call)."""
+        settings = self._policy.settings
+        return (self._upstream_requests() + cost + 1
+                <= settings.max_upstream_ratio * (self.calls + 1 + ahead) + settings.upstream_slack)
 
     @property
     def raced(self) -> int:
