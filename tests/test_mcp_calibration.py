@@ -299,10 +299,13 @@ async def test_whether_a_server_takes_one_call_at_a_time_is_learnt(tmp_path: Pat
         runtime.note_runtime("add_comment", 0.05)
         speculating = handle.proxy.speculators[-1].session
         assert speculating is not None
-        for i in range(4):
+        for i in range(6):
             ticket = speculating.speculate(ToolCall("get_comments", {"ticket_id": f"P1-{i + 1}"}), source="test")
             assert ticket.status == "launched", ticket
-            await asyncio.sleep(0.02)  # its request is out
+            for _ in range(100):  # its request is out
+                if handle.proxy.links[-1].speculative_calls > i:
+                    break
+                await asyncio.sleep(0.005)
             await session.call_tool("add_comment", {"ticket_id": f"P0-{i + 1}", "text": "hi"})
             await speculating.wait_speculations(5.0)
     concurrency = handle.proxy.concurrency

@@ -46,7 +46,7 @@ DEFAULT_GUESSES = 1
 DEFAULT_MIN_CONFIDENCE = 0.2
 DEFAULT_TTL_S = 30.0
 DEFAULT_MAX_UPSTREAM_RATIO = 1.15
-DEFAULT_UPSTREAM_SLACK = 1
+DEFAULT_UPSTREAM_SLACK = 0
 DEFAULT_HEDGE_FACTOR = 2.0
 DEFAULT_RESULTS_PER_TURN = 1
 DEFAULT_ABANDONED_S = 30.0
@@ -67,8 +67,9 @@ class ProxySettings:
     max_upstream_ratio: float = DEFAULT_MAX_UPSTREAM_RATIO
     """The most upstream requests (guesses and validators included) per client call of a session ..."""
     upstream_slack: int = DEFAULT_UPSTREAM_SLACK
-    """... plus this many: a session's calls find at most ``ratio * calls + slack`` requests sent upstream (the
-    slack lets a short session guess at all: with 1.15 and none, no guess could be made before its 6th call)."""
+    """... plus this many: a session's calls find at most ``ratio * calls + slack`` requests sent upstream, plus
+    what earlier sessions of the tool set left unspent (at most two requests; see ``SessionSpeculator.
+    within_bound``), so a short session can guess once sessions before it have earned it."""
     hedge_factor: float = DEFAULT_HEDGE_FACTOR
     """A client's call that finds its guess still running sends its own request once the guess has run this
     many times the tool's measured runtime (0: at once; see :mod:`~forethought.mcp.race`)."""

@@ -51,6 +51,8 @@ from forethought.predictors.patterns.store import MemoryPatternStore, PatternSto
 log = logging.getLogger(__name__)
 
 UNLISTED = "unlisted"
+MAX_CREDIT = 2.0
+"""The most upstream requests a session may spend beyond its own bound, from what earlier sessions left unspent."""
 """Fingerprint the stats of a session are kept under when its client never listed the tools."""
 
 
@@ -148,7 +150,7 @@ class Proxy:
         """Whether the upstream server handles calls at once, as learnt (shared by the sessions)."""
         self.calibrator = Calibrator(self.runtime, self.concurrency, config.policy.settings.guess_overhead_ms / 1000)
         self.carried = Carried(self.calibrator, self._calibration_store)
-        self.learning = Learning(self.calibrator, first_calls, self.carried.listed)
+        self.learning = Learning(self.calibrator, first_calls, self.carried.listed, self._credit)
         """What the sessions share of what they learn (see :class:`~forethought.mcp.speculation.Learning`)."""
         self.finished = ProxyStats()
         self._relays: list[Relay] = []
@@ -227,6 +229,19 @@ class Proxy:
                 self._save(speculator.fingerprint or UNLISTED, stats)
                 self.carried.save(speculator.fingerprint, [n for n, d in speculator.decisions.items() if not d.private])
         return stats
+
+    def _credit(self, fingerprint: str) -> float:
+        """What earlier sessions of ``fingerprint`` left unspent under the upstream bound (the store's totals, or
+        this process's finished sessions without a store), at most :data:`MAX_CREDIT` requests."""
+        totals = self.finished
+        if self._stats_store is not None:
+            try:
+                totals = self._stats_store.by_fingerprint().get(fingerprint, ProxyStats())
+            except sqlite3.Error:
+                return 0.0
+        upstream = totals.calls + totals.extra_upstream_calls
+        unspent = self.config.policy.settings.max_upstream_ratio * totals.calls - upstream
+        return max(0.0, min(MAX_CREDIT, unspent))
 
     def _save(self, fingerprint: str, stats: ProxyStats) -> None:
         if self._stats_store is None:

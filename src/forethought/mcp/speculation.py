@@ -87,6 +87,8 @@ class Learning:
     calibrator: Calibrator
     first_calls: FirstCalls
     listed: Callable[[str], None] = lambda _fingerprint: None
+    credit: Callable[[str], float] = lambda _fingerprint: 0.0
+    """Upstream requests earlier sessions of a tool set left unspent under the bound (see ``within_bound``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,7 @@ class SessionSpeculator:
         self.guesser: Guesser | None = None
         self._envelope: dict[str, Any] = {}
         self.in_flight = 0
+        self._credit = 0.0
         self._answered_at: float | None = None
         """When the latest answer went out (the client's think time runs from there)."""
         self._tool_calls: Counter[str] = Counter()
@@ -181,6 +184,7 @@ class SessionSpeculator:
         self._specs = {name: session.tools[name].arguments for name in listing}
         predictor, self.fingerprint = self._predictor_for(schemas)
         self.learning.listed(self.fingerprint)
+        self._credit = self.learning.credit(self.fingerprint)
         settings = self._policy.settings
         self.guesser = Guesser(self, predictor, schemas,
                                GuessSettings(settings.guesses, settings.min_confidence, settings.results_per_turn),
@@ -353,10 +357,13 @@ class SessionSpeculator:
         it claims the guess or is sent upstream as well: ``upstream + cost + 1 <= ratio * (calls + 1) + slack``.
         So every client call finds the upstream within the bound (only a session that ends without a next call
         can pass it, by less than one request). ``ahead``: the bound is checked that many calls later instead
-        (a guess of a session's first call: a miss makes two requests for the first call)."""
+        (a guess of a session's first call: a miss makes two requests for the first call). A session also may
+        spend what earlier sessions of its tool set left unspent under the same bound (their ``ratio * calls``
+        less their upstream requests, at most ``MAX_CREDIT``), so over many sessions the upstream stays within
+        the ratio while a short session can still guess."""
         settings = self._policy.settings
         return (self._upstream_requests() + cost + 1
-                <= settings.max_upstream_ratio * (self.calls + 1 + ahead) + settings.upstream_slack)
+                <= settings.max_upstream_ratio * (self.calls + 1 + ahead) + settings.upstream_slack + self._credit)
 
     @property
     def raced(self) -> int:

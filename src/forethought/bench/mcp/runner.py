@@ -37,7 +37,7 @@ from typing import Any, TextIO
 import anyio
 
 from forethought._core.calls import ToolCall
-from forethought.bench.mcp.oracle import oracle_factory
+from forethought.bench.mcp.oracle import oracle_factory, oracle_settings
 from forethought.bench.workloads.bfcl import BfclEntry, load_bfcl, split_interleaved, to_trajectory
 from forethought.bench.workloads.bfcl_workload import spread
 from forethought.bench.workloads.latency import LatencyModel, call_key_text
@@ -297,7 +297,8 @@ def _arm_proxy(arm: str, cold: Path, warm: Path, command: Sequence[str], config:
         return None
     if arm == ORACLE:
         calls = [call for turn in trajectory.turns for step in turn.steps for call in step]
-        return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=config.settings).trusting()),
+        return Proxy(ProxyConfig(command=tuple(command),
+                                 policy=McpPolicy(settings=oracle_settings(config.settings)).trusting()),
                      predictor_for=oracle_factory(calls, config.oracle_depth))
     return _proxy(cold if arm == "proxy-cold" else warm, command, config.settings, config.in_process)
 

@@ -24,7 +24,7 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from forethought._core.calls import ToolCall
-from forethought.bench.mcp.oracle import oracle_factory
+from forethought.bench.mcp.oracle import oracle_factory, oracle_settings
 from forethought.bench.mcp.runner import (
     ARMS,
     ORACLE,
@@ -80,7 +80,7 @@ async def _replay(session: Any, task: Sequence[Step], think_s: float,
 
 def _proxy(command: Sequence[str], settings: ProxySettings, store: Path | None, oracle: Sequence[ToolCall] = ()
            ) -> Proxy:
-    policy = McpPolicy(settings=settings).trusting()
+    policy = McpPolicy(settings=oracle_settings(settings) if oracle else settings).trusting()
     return Proxy(ProxyConfig(command=tuple(command), policy=policy, store=store),
                  predictor_for=oracle_factory(oracle) if oracle else None)
 
