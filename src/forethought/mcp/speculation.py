@@ -345,8 +345,9 @@ class SessionSpeculator:
         if not self.in_flight:
             self._answered_at = asyncio.get_running_loop().time()
         predictor = guesser.predictor
-        if isinstance(predictor, WorkerPatterns) and guesser.anything_pays():
-            predictor.start()  # after the first answer, never before: its start is off the first answers' path
+        if (isinstance(predictor, WorkerPatterns) and not predictor.started
+                and self.learning.calibrator.think_s is not None and guesser.anything_pays()):
+            predictor.start()  # once a guess can pay: never on the first answers' path, nor for a hurried client
         await guesser.after_answer(name, arguments if isinstance(arguments, Mapping) else {}, report.answer)
 
     # --- the bound and the counts ---------------------------------------------------------------------
