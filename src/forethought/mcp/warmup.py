@@ -94,8 +94,9 @@ class WarmStart:
     """The upstream started first, and the session relayed line by line until the proxy takes over."""
 
     def __init__(self, command: Sequence[str], clock: Version, env: Mapping[str, str] | None = None,
-                 cwd: str | None = None) -> None:
-        """Start ``command`` (raises ``OSError`` if it cannot be started) and relay at once."""
+                 cwd: str | None = None, client_in: int = 0, client_out: int = 1) -> None:
+        """Start ``command`` (raises ``OSError`` if it cannot be started) and relay at once, between it and the
+        client on ``client_in`` and ``client_out`` (this process's stdin and stdout)."""
         self.clock = clock
         self.process = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         env=dict(env if env is not None else os.environ), cwd=cwd,
@@ -106,8 +107,10 @@ class WarmStart:
         self._stop = threading.Event()
         self._client_lines: list[bytes] = []
         self._server_lines: list[bytes] = []
-        self._down = _Copier(0, self.process.stdin.fileno(), self._client_lines, self._client_line, self._stop)
-        self._up = _Copier(self.process.stdout.fileno(), 1, self._server_lines, self._server_line, self._stop)
+        self._down = _Copier(client_in, self.process.stdin.fileno(), self._client_lines, self._client_line,
+                             self._stop)
+        self._up = _Copier(self.process.stdout.fileno(), client_out, self._server_lines, self._server_line,
+                           self._stop)
         self._down.start()
         self._up.start()
 
