@@ -1,8 +1,9 @@
 """Clients that open a session each way the ``mcp`` SDK can, directly and through an in-process proxy.
 
 ``legacy``: the ``initialize`` handshake (the 2025 revisions). ``discover``: ``server/discover`` (the
-2026-07-28 revision, what the SDK's ``Client`` does by default). ``pinned``: no handshake at all, the
-client adopts the 2026-07-28 revision and stamps every request with it (``Client(mode="2026-07-28")``).
+2026-07-28 revision). ``auto``: ``server/discover``, and ``initialize`` where the server refuses it (what the
+SDK's ``Client`` does by default). ``pinned``: no handshake at all, the client adopts the 2026-07-28 revision
+and stamps every request with it (``Client(mode="2026-07-28")``).
 Built only on the proxy's public seams (``Proxy``, ``ProxyConfig``, ``serve_session``, ``settled``).
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import DiscoverResult, ServerCapabilities
 
@@ -25,6 +27,7 @@ from forethought.mcp.proxy import Proxy, ProxyConfig
 from forethought.mcp.stats import ProxyStats
 
 HANDSHAKES = ("legacy", "discover", "pinned")
+"""The three ways the SDK opens a session (``auto`` is discover, then legacy where that is refused)."""
 MODERN = "2026-07-28"
 
 
@@ -33,6 +36,11 @@ async def open_session(session: ClientSession, handshake: str) -> None:
         await session.initialize()
     elif handshake == "discover":
         await session.discover()
+    elif handshake == "auto":
+        try:
+            await session.discover()
+        except MCPError:
+            await session.initialize()
     else:
         session.adopt(DiscoverResult(supported_versions=[MODERN], capabilities=ServerCapabilities(),
                                      result_type="complete", ttl_ms=0, cache_scope="public"))
