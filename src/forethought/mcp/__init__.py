@@ -14,8 +14,14 @@ policy are the core's; the proxy translates MCP into core calls and back. Module
 - ``race``: a client's call racing its still-running guess;
 - ``speculation``: one client session's runtime session and calls;
 - ``guessing``: what is guessed after each answer, and what the predictor learns;
+- ``calibration``: whether a guess pays where it runs (the core's price less a guess's overhead and the delay
+  a wrong one causes at a one-at-a-time server), carried across sessions in the store;
+- ``concurrency``: whether a server handles one call at a time, learnt from the order of its answers;
+- ``firstcalls``: how sessions begin, so that a session's first call can be guessed;
 - ``patterns``: the pattern predictor in a worker process, on the pattern store;
 - ``relay``: the message pump; ``proxy``: the assembly (transports, store, one relay per client session);
+- ``warmup``: the upstream started first and the first lines relayed while the proxy loads; ``pipes``:
+  JSON-RPC over the pipes the proxy takes over from it;
 - ``http`` (clients over streamable HTTP), ``stats`` (counters persisted beside the patterns), ``metrics``
   (Prometheus), ``config`` (client set-up snippets), ``errors`` and ``cli``.
 """
