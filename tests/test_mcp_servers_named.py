@@ -84,3 +84,45 @@ async def test_a_server_s_own_table_applies_whatever_the_handshake(tmp_path: Pat
     assert got == expected
     assert learnt == name
     assert handle.speculated and set(handle.speculated) <= reads
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+async def test_through_the_command_as_a_client_starts_it(tmp_path: Path, server: str) -> None:
+    """``forethought mcp-proxy`` as a subprocess on stdio (its warm start, its own pipes) in front of each
+    server: exactly what a direct client gets, and the exit line counts every call."""
+    import sys
+
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    command, name, calls, reads = SERVERS[server][0](tmp_path)
+    handshake = SERVERS[server][1][0]
+
+    async def run(session: Any) -> list[str]:
+        out = [_dump(await session.list_tools())]
+        for tool, arguments in calls:
+            out.append(_dump(await session.call_tool(tool, arguments)))
+            await asyncio.sleep(0.02)
+        return out
+
+    async with direct(command, handshake) as session:
+        expected = await run(session)
+    policy = tmp_path / "policy.toml"
+    tables = "".join(f'[servers."{name}".tools.{t}]\neffect = "read_only"\n' for t in sorted(reads))
+    policy.write_text(f'[servers."{name}"]\ntrusted = true\n{tables}')
+    proxy = [str(Path(sys.executable).with_name("forethought")), "mcp-proxy", "--memory", "--policy", str(policy),
+             "--", *command]
+    from mcp_handshakes import open_session
+
+    errlog = tmp_path / "stderr.txt"
+    with errlog.open("w") as err:
+        params = StdioServerParameters(command=proxy[0], args=proxy[1:])
+        async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as session:
+            await open_session(session, handshake)
+            got = await run(session)
+    assert got == expected
+    for _ in range(100):  # the summary is the proxy's last word, once it has seen the client go
+        lines = errlog.read_text().strip().splitlines()
+        if lines and lines[-1].startswith("forethought mcp-proxy:"):
+            break
+        await asyncio.sleep(0.05)
+    assert lines[-1].startswith(f"forethought mcp-proxy: {len(calls)} calls")
