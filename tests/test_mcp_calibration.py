@@ -313,3 +313,43 @@ async def test_whether_a_server_takes_one_call_at_a_time_is_learnt(tmp_path: Pat
         assert concurrency.serial >= 2 and concurrency.concurrent == 0 and concurrency.serial_p >= 0.75
     else:
         assert concurrency.concurrent >= 2 and concurrency.serial_p <= 0.34  # runtimes vary: evidence, not proof
+
+
+# --- whether predicting pays at all -------------------------------------------------------------------------------
+
+
+def test_predicting_stops_where_hits_save_less_than_predictions_cost_and_is_still_sampled() -> None:
+    from forethought.mcp.calibration import EXPLORE_EVERY, MIN_ANSWERS
+
+    runtime, calibrator = _calibrator()
+    for _ in range(MIN_ANSWERS - 1):  # too few answers to judge: predicted
+        assert calibrator.should_predict()
+        calibrator.predicted(0.005)
+    calibrator.saved(0.019)
+    assert calibrator.should_predict()
+    calibrator.predicted(0.005)
+    assert not calibrator.payoff.pays  # 19 ms saved against 100 ms of predicting
+    asked = [calibrator.should_predict() for _ in range(3 * EXPLORE_EVERY)]
+    assert asked.count(True) == 3  # one answer in EXPLORE_EVERY
+    calibrator.saved(1.0)  # the sampled predictions find hits again
+    assert calibrator.payoff.pays and calibrator.should_predict()
+    assert "ms per answer" in calibrator.payoff.explains()
+    runtime.close()
+
+
+def test_the_payoff_is_carried_across_processes(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite"
+    for _ in range(2):
+        runtime, calibrator = _calibrator()
+        carried = Carried(calibrator, CalibrationStore(path))
+        carried.listed("fp")
+        for _ in range(15):
+            calibrator.predicted(0.01)
+        carried.save("fp", [])
+        carried.save("fp", [])
+        runtime.close()
+    runtime, calibrator = _calibrator()
+    Carried(calibrator, CalibrationStore(path)).listed("fp")
+    assert calibrator.payoff.answers == 30 and calibrator.payoff.predict_s == pytest.approx(0.3)
+    assert not calibrator.payoff.pays
+    runtime.close()

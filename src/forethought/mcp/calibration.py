@@ -12,7 +12,12 @@ adds what only it knows (:meth:`Calibrator.price`):
   still going when the client's next call comes, weighted by how likely the server is to be serial
   (:mod:`~forethought.mcp.concurrency`).
 
-A guess is made only when what it is expected to hide exceeds all of that. What was measured (the runtimes,
+A guess is made only when what it is expected to hide exceeds all of that. And predicting itself costs, at
+every answer, whether a guess follows or not (the predictor's work, in a worker that shares the machine with
+the client and the server): :class:`Payoff` keeps, per tool set, the seconds hits saved and the seconds
+predictions took, per answer predicted at. Once enough answers are counted and the hits saved less than the
+predictions cost, the proxy stops predicting there (it still predicts at one answer in
+``EXPLORE_EVERY``, so that it learns if that changes). What was measured (the runtimes,
 the hit rates per tool and confidence, the concurrency evidence) is carried across sessions and processes in
 the store (:class:`CalibrationStore`), so a proxy starts from what earlier sessions learnt about the server.
 """
@@ -35,10 +40,15 @@ GUESS_OVERHEAD_S = 0.002
 """What one guess costs beyond the server's own work: the proxy's time to send it, take its answer and serve
 it, and the client's next call's share of the upstream connection (docs/benchmarks.md, MCP: the profile)."""
 THINK_WEIGHT = 0.3
+MIN_ANSWERS = 20
+"""Answers predicted at before the payoff of predicting is judged."""
+EXPLORE_EVERY = 10
+"""Where predicting does not pay, it is still done at one answer in this many."""
 """Weight of the newest gap in the moving average of the client's think time."""
 CALIBRATION_TABLE = "mcp_calibration"
 RUNTIMES_TABLE = "mcp_runtimes"
 CONCURRENCY_TABLE = "mcp_concurrency"
+PAYOFF_TABLE = "mcp_payoff"
 BUSY_TIMEOUT_S = 5.0
 
 
@@ -69,6 +79,25 @@ class Verdict:
     reason: str
 
 
+@dataclass(slots=True)
+class Payoff:
+    """What predicting earned and cost, per answer predicted at (carried across sessions in the store)."""
+
+    answers: int = 0
+    saved_s: float = 0.0
+    predict_s: float = 0.0
+
+    @property
+    def pays(self) -> bool:
+        """Whether predicting is worth its cost here (assumed, until :data:`MIN_ANSWERS` are counted)."""
+        return self.answers < MIN_ANSWERS or self.saved_s >= self.predict_s
+
+    def explains(self) -> str:
+        n = max(1, self.answers)
+        return (f"hits saved {1000 * self.saved_s / n:.1f} ms per answer, predicting cost "
+                f"{1000 * self.predict_s / n:.1f} ms ({self.answers} answers)")
+
+
 class Calibrator:
     """The proxy's pricing of guesses for one server (shared by the client sessions of a proxy process)."""
 
@@ -76,10 +105,32 @@ class Calibrator:
         self.runtime = runtime
         self.concurrency = concurrency
         self.overhead_s = overhead_s
+        self.payoff = Payoff()
+        """What predicting earned and cost here."""
+        self._skipped = 0
         self.think_s: float | None = None
         """The client's typical think time: from an answer to its next call (moving average)."""
         self.verdicts: dict[str, Verdict] = {}
         """The latest decision per tool."""
+
+    def should_predict(self) -> bool:
+        """Whether to predict at this answer: where predicting pays, always; elsewhere one in ``EXPLORE_EVERY``."""
+        if self.payoff.pays:
+            return True
+        self._skipped += 1
+        if self._skipped >= EXPLORE_EVERY:
+            self._skipped = 0
+            return True
+        return False
+
+    def predicted(self, seconds: float) -> None:
+        """A prediction took ``seconds`` (of the worker's, or the loop's, time)."""
+        self.payoff.answers += 1
+        self.payoff.predict_s += max(0.0, seconds)
+
+    def saved(self, seconds: float) -> None:
+        """A hit saved ``seconds``."""
+        self.payoff.saved_s += max(0.0, seconds)
 
     def note_gap(self, seconds: float) -> None:
         """The client's next call came ``seconds`` after the previous answer went out."""
@@ -128,6 +179,7 @@ class Learnt:
     runtimes: Mapping[str, float] | None = None
     serial: int = 0
     concurrent: int = 0
+    payoff: Payoff | None = None
 
 
 def calibration_rows(calibration: Calibration) -> dict[tuple[str, int], tuple[int, float, float]]:
@@ -165,6 +217,8 @@ class CalibrationStore:
                            "NULL, seconds REAL NOT NULL, PRIMARY KEY (fingerprint, tool))")
         self._conn.execute(f"CREATE TABLE IF NOT EXISTS {CONCURRENCY_TABLE} (fingerprint TEXT PRIMARY KEY, serial "
                            "INTEGER NOT NULL, concurrent INTEGER NOT NULL)")
+        self._conn.execute(f"CREATE TABLE IF NOT EXISTS {PAYOFF_TABLE} (fingerprint TEXT PRIMARY KEY, answers "
+                           "INTEGER NOT NULL, saved_s REAL NOT NULL, predict_s REAL NOT NULL)")
 
     def load(self, fingerprint: str) -> Learnt:
         with self._lock:
@@ -174,11 +228,15 @@ class CalibrationStore:
                                                (fingerprint,)).fetchall())
             evidence = self._conn.execute(f"SELECT serial, concurrent FROM {CONCURRENCY_TABLE} WHERE fingerprint "
                                           "= ?", (fingerprint,)).fetchone()
+            paid = self._conn.execute(f"SELECT answers, saved_s, predict_s FROM {PAYOFF_TABLE} WHERE fingerprint = ?",
+                                      (fingerprint,)).fetchone()
+        serial, concurrent = evidence or (0, 0)
+        payoff = Payoff(int(paid[0]), float(paid[1]), float(paid[2])) if paid else None
         return Learnt(tuple((str(r[0]), int(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in rows), runtimes,
-                      *(evidence or (0, 0)))
+                      int(serial), int(concurrent), payoff)
 
     def add(self, fingerprint: str, calibration: Mapping[tuple[str, int], tuple[int, float, float]],
-            runtimes: Mapping[str, float], serial: int, concurrent: int) -> None:
+            runtimes: Mapping[str, float], serial: int, concurrent: int, payoff: Payoff | None = None) -> None:
         """Add counts (deltas), and set the latest typical runtimes."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -196,6 +254,12 @@ class CalibrationStore:
                     f"INSERT INTO {CONCURRENCY_TABLE} VALUES (?, ?, ?) ON CONFLICT(fingerprint) DO UPDATE SET "
                     "serial = serial + excluded.serial, concurrent = concurrent + excluded.concurrent",
                     (fingerprint, serial, concurrent))
+                if payoff is not None and payoff.answers:
+                    self._conn.execute(
+                        f"INSERT INTO {PAYOFF_TABLE} VALUES (?, ?, ?, ?) ON CONFLICT(fingerprint) DO UPDATE SET "
+                        "answers = answers + excluded.answers, saved_s = saved_s + excluded.saved_s, "
+                        "predict_s = predict_s + excluded.predict_s",
+                        (fingerprint, payoff.answers, payoff.saved_s, payoff.predict_s))
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -217,6 +281,8 @@ class Carried:
         self._saved: dict[str, dict[tuple[str, int], tuple[int, float, float]]] = {}
         """Per tool set: the calibration counts as last loaded or saved."""
         self._evidence = (calibrator.concurrency.serial, calibrator.concurrency.concurrent)
+        self._paid = Payoff()
+        """The payoff counts as last loaded or saved."""
 
     def listed(self, fingerprint: str) -> None:
         """A session listed the tool set ``fingerprint``: load what the store holds for it (once)."""
@@ -236,6 +302,12 @@ class Carried:
             concurrency.serial += learnt.serial
             concurrency.concurrent += learnt.concurrent
             self._evidence = (concurrency.serial, concurrency.concurrent)
+            if learnt.payoff is not None:
+                payoff = self.calibrator.payoff
+                payoff.answers += learnt.payoff.answers
+                payoff.saved_s += learnt.payoff.saved_s
+                payoff.predict_s += learnt.payoff.predict_s
+            self._paid = Payoff(**{k: getattr(self.calibrator.payoff, k) for k in ("answers", "saved_s", "predict_s")})
         self._saved[fingerprint] = calibration_rows(runtime.calibration)
 
     def save(self, fingerprint: str, tools: Iterable[str]) -> None:
@@ -254,10 +326,14 @@ class Carried:
         concurrency = self.calibrator.concurrency
         serial, concurrent = concurrency.serial - self._evidence[0], concurrency.concurrent - self._evidence[1]
         runtimes = {t: runtime.tool_runtime_ewma[t] for t in tools if t in runtime.tool_runtime_ewma}
+        now_paid = self.calibrator.payoff
+        paid = Payoff(now_paid.answers - self._paid.answers, now_paid.saved_s - self._paid.saved_s,
+                      now_paid.predict_s - self._paid.predict_s)
         try:
-            self.store.add(fingerprint, delta, runtimes, serial, concurrent)
+            self.store.add(fingerprint, delta, runtimes, serial, concurrent, paid)
         except sqlite3.Error:
             return  # kept for the next save
         for other in self._saved:
             self._saved[other] = now
         self._evidence = (concurrency.serial, concurrency.concurrent)
+        self._paid = Payoff(now_paid.answers, now_paid.saved_s, now_paid.predict_s)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -241,14 +242,20 @@ class Guesser:
         if not self.anything_pays():
             self.refusals["no tool answers slower than a guess costs"] += 1
             return
+        if not self.calibrator.should_predict():
+            self.refusals["predicting does not pay here"] += 1
+            return
         context = self._context()
         self._asked = (self._observed, context)
         calls = host.calls
+        began = time.perf_counter()
         try:
             predictions = await self.predictor.predict(context)
         except Exception:
             log.warning("the predictor failed to predict", exc_info=True)
             return
+        finally:
+            self.calibrator.predicted(time.perf_counter() - began)
         if host.calls != calls or session.closed:  # the client's next call came first (a worker was slow)
             self.refusals["predicted too late"] += len(predictions)
             return

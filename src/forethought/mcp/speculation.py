@@ -302,6 +302,7 @@ class SessionSpeculator:
         self._hits += 1
         self._tool_hits[name] += 1
         self._saved_s += outcome.saved_s
+        self.learning.calibrator.saved(outcome.saved_s)
         return CallReport(answer, "hit")
 
     def _hedge_s(self, name: str) -> float:
