@@ -34,7 +34,10 @@ CHUNK = 65536
 
 
 def can_warm_start() -> bool:
-    """Whether stdin and stdout are pipes or sockets (what an MCP client gives a stdio server)."""
+    """Whether stdin and stdout are pipes or sockets (what an MCP client gives a stdio server), on POSIX (the
+    relaying threads wait with ``select`` on pipes, the takeover uses asyncio's pipe transports)."""
+    if os.name != "posix":
+        return False
     try:
         return all(stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in (os.fstat(0).st_mode, os.fstat(1).st_mode))
     except OSError:
