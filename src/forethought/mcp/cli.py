@@ -26,6 +26,8 @@ from forethought.mcp.effects import load_mcp_policy
 from forethought.mcp.errors import McpProxyError
 
 UPSTREAM_KEY = "forethought_upstream"
+WARM_WAIT_S = 10.0
+"""How long the command lets the upstream start (and answer) before it loads the rest of the proxy."""
 STORE_FILE = "mcp-patterns.sqlite"
 
 
@@ -87,7 +89,9 @@ def proxy(
     store_path = None if memory else (store or default_store())
     warm = None
     if command and listen is None and not upstream_url:
-        warm = _warm_start(command, store_path)  # the upstream first: it starts while the proxy loads
+        warm = _warm_start(command, store_path)  # the upstream first, relayed at once; the proxy loads after
+        if warm is not None:
+            warm.wait_started(WARM_WAIT_S)
     from forethought.mcp.metrics import serve_metrics
     from forethought.mcp.proxy import Proxy, ProxyConfig, run_stdio_until_stopped
 

@@ -4,7 +4,9 @@ A client starts ``forethought mcp-proxy -- <server>`` and waits for its first an
 ``mcp`` SDK, the runtime, the relay) takes longer than many servers take to start, and the upstream could only
 be started after it: the session began seconds later than direct. So the command starts the upstream first,
 and :class:`WarmStart` relays whole lines between the client and the upstream, byte for byte, in two threads,
-while the rest loads (this module needs nothing but the standard library and the write clock). Then the proxy
+while the rest loads (this module needs nothing but the standard library and the write clock). The rest loads
+once the upstream has answered the handshake (:meth:`WarmStart.wait_started`): loading it meanwhile would only
+slow the upstream's own start where cores are few. Then the proxy
 takes over (:meth:`WarmStart.handoff`) at a line boundary: the threads stop, and the proxy's transports go on
 from where they stopped (:mod:`~forethought.mcp.pipes`), having been told what passed meanwhile
 (:class:`Handoff`: the lines each way, which the relay reads to learn the upstream's name and tools).
@@ -107,6 +109,8 @@ class WarmStart:
         assert self.process.stdin is not None and self.process.stdout is not None
         self._writes: dict[Any, Write] = {}
         self._lock = threading.Lock()
+        self.answered = threading.Event()
+        """Set once the upstream has sent its first line (it has started, and answered the handshake)."""
         self._stop = threading.Event()
         self._client_lines: list[bytes] = []
         self._server_lines: list[bytes] = []
@@ -126,6 +130,7 @@ class WarmStart:
                 self._writes[_key(message["id"])] = Write((), (self.clock,))
 
     def _server_line(self, line: bytes) -> None:
+        self.answered.set()
         if not self._writes:
             return
         message = _parsed(line)
@@ -134,6 +139,15 @@ class WarmStart:
                 write = self._writes.pop(_key(message["id"]), None)
             if write is not None:
                 write.end()
+
+    def wait_started(self, timeout_s: float) -> None:
+        """Wait until the upstream has answered (at most ``timeout_s``, or until it exits): the proxy then
+        loads without slowing the upstream's own start, on a machine with few cores."""
+        deadline = timeout_s
+        while deadline > 0 and not self.answered.wait(min(POLL_S * 5, deadline)):
+            if self.process.poll() is not None or self._up.closed or self._down.closed:
+                return
+            deadline -= POLL_S * 5
 
     def handoff(self) -> Handoff:
         """Stop relaying (at a line boundary) and hand over what the proxy needs to go on."""
