@@ -77,7 +77,7 @@ async def test_http_listener_serves_mcp_progress_and_metrics(tmp_path: Path) -> 
 
     port = _free_port()
     proxy = Proxy(ProxyConfig(command=(sys.executable, str(PROBE), str(tmp_path / "log")),
-                              policy=McpPolicy(trust_all=True)))
+                              policy=McpPolicy().trusting()))
     server = asyncio.create_task(serve_http(proxy, "127.0.0.1", port))
     try:
         async with httpx2.AsyncClient() as http:
@@ -129,7 +129,7 @@ async def test_streamable_http_upstream(tmp_path: Path) -> None:
                     break
                 except httpx2.TransportError:
                     await asyncio.sleep(0.05)
-        proxy = Proxy(ProxyConfig(url=f"http://127.0.0.1:{port}/mcp", policy=McpPolicy(trust_all=True)))
+        proxy = Proxy(ProxyConfig(url=f"http://127.0.0.1:{port}/mcp", policy=McpPolicy().trusting()))
         to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
         proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
         serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))

@@ -23,14 +23,15 @@ from mcp import ClientSession
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Runtime
+from forethought._core.versions import StateVersion
 from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.proxy import Proxy
-from forethought.mcp.speculation import SessionSpeculator, payload_of
+from forethought.mcp.speculation import SessionSpeculator
 from forethought.mcp.upstream import OWN_ID_PREFIX, UpstreamLink
 from test_mcp_proxy import _dump, direct, proxied
 
 FAULTY = Path(__file__).with_name("mcp_servers") / "faulty_server.py"
-TRUST = McpPolicy(settings=ProxySettings(guesses=0), trust_all=True)
+TRUST = McpPolicy(settings=ProxySettings(guesses=0)).trusting()
 """Every tool may run early, and only the tests' own guesses do (the predictor's are turned off)."""
 SHORT_S = 0.25
 """The client's read timeout on calls that never get a parsable answer (in both arms)."""
@@ -59,9 +60,9 @@ async def _outcome(session: ClientSession, name: str, key: str, wait_s: float = 
 
 async def _guess(proxy: Proxy, log: Path, name: str, key: str) -> None:
     """Launch a guess of ``name(key)`` and wait until the upstream has received it."""
-    session = proxy._live[-1]._session
+    session = proxy.speculators[-1].session
     assert session is not None, "the client has not listed the tools yet"
-    ticket = session.speculate(ToolCall(name, {"payload": payload_of({"key": key})}), source="test")
+    ticket = session.speculate(ToolCall(name, {"key": key}), source="test")
     assert ticket.status == "launched", ticket
     for _ in range(1000):
         if any(str(e["id"]).startswith(OWN_ID_PREFIX) and e["tool"] == name for e in _logged(log)):
@@ -133,7 +134,7 @@ async def test_errors_stay_errors_and_a_failed_guess_never_surfaces(tmp_path: Pa
         got = []
         for name, key, _ in calls:
             await _guess(handle.proxy, log, name, key)
-            spec = handle.proxy._live[-1]._session
+            spec = handle.proxy.speculators[-1].session
             assert spec is not None
             await spec.wait_speculations(LONG_S)  # the guess has its answer (an error for the first two)
             got.append(await _outcome(session, name, key))
@@ -143,11 +144,11 @@ async def test_errors_stay_errors_and_a_failed_guess_never_surfaces(tmp_path: Pa
 
 async def _lookups(log: Path, ratio: float, calls: int) -> tuple[int, int, int]:
     """``calls`` lookups over six keys, guessing freely under ``ratio``: (upstream requests, guesses, raced)."""
-    policy = McpPolicy(settings=ProxySettings(guesses=8, min_confidence=0.0, max_upstream_ratio=ratio),
-                       trust_all=True)
+    policy = McpPolicy(settings=ProxySettings(guesses=8, min_confidence=0.0, max_upstream_ratio=ratio,
+                                              upstream_slack=0)).trusting()
     async with proxied(_command(log), policy) as (session, handle):
         await session.list_tools()
-        speculator = handle.proxy._live[-1]
+        speculator = handle.proxy.speculators[-1]
         for i in range(calls):
             assert (await _outcome(session, "lookup", "abcdef"[i % 6]))[0] == "result"
             await asyncio.sleep(0.02)  # think time: the guesses run
@@ -171,20 +172,21 @@ def test_the_bound_counts_every_upstream_request() -> None:
         async def send(self, item: object, /) -> None: ...
 
     link = UpstreamLink(Sink())
-    policy = McpPolicy(settings=ProxySettings(max_upstream_ratio=1.5))
+    policy = McpPolicy(settings=ProxySettings(max_upstream_ratio=1.5, upstream_slack=0))
     runtime = Runtime()
-    speculator = SessionSpeculator(link, policy, "s", runtime, lambda _: (None, ""))  # type: ignore[arg-type,return-value]
+    speculator = SessionSpeculator(link, policy, runtime, lambda _: (None, ""),  # type: ignore[arg-type,return-value]
+                                   StateVersion())
     runtime.close()
-    speculator._calls = 10
+    speculator.calls = 10
     link.client_calls, link.speculative_calls, link.validator_calls = 8, 5, 0  # 2 hits so far
     # a guess for call 11 must leave room for that call to go upstream too: 13 + 2 + 1 <= 16.5 < 13 + 3 + 1
-    assert speculator._within_bound(2) and not speculator._within_bound(3)
+    assert speculator.within_bound(2) and not speculator.within_bound(3)
     link.validator_calls = 2
-    assert not speculator._within_bound(1)  # validator calls count too
+    assert not speculator.within_bound(1)  # validator calls count too
     assert speculator.stats().extra_upstream_calls == 5
-    speculator._calls = 1
+    speculator.calls = 1
     link.client_calls, link.speculative_calls, link.validator_calls = 1, 0, 0
-    assert speculator._within_bound(1)  # after the first call: 1 + 1 + 1 <= 1.5 * 2, a miss keeps 3 <= 3
-    speculator._calls = 0
+    assert speculator.within_bound(1)  # after the first call: 1 + 1 + 1 <= 1.5 * 2, a miss keeps 3 <= 3
+    speculator.calls = 0
     link.client_calls = 0
-    assert not speculator._within_bound(1)  # before any call: a miss would make 2 upstream requests for 1
+    assert not speculator.within_bound(1)  # before any call: a miss would make 2 upstream requests for 1

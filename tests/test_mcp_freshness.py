@@ -18,12 +18,13 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
 
+from forethought import Policy
 from forethought._core.calls import ToolCall
+from forethought._core.policy import ServerPolicy, ValidatorSpec
 from forethought._core.tools import Effect
-from forethought.mcp.effects import McpPolicy, ProxySettings, ServerPolicy, ValidatorSpec, policy_from_data
+from forethought.mcp.effects import McpPolicy, ProxySettings, policy_from_data
 from forethought.mcp.errors import McpPolicyError
 from forethought.mcp.proxy import Proxy
-from forethought.mcp.speculation import payload_of
 from test_mcp_proxy import NODE_FS, VENV_MCP, _dump, _make_repo, _need, direct, proxied
 
 WAIT_S = 30.0
@@ -31,16 +32,16 @@ WAIT_S = 30.0
 
 async def _guess(proxy: Proxy, name: str, arguments: dict[str, Any]) -> None:
     """Launch a guess of ``name(arguments)`` and wait until it has its answer."""
-    session = proxy._live[-1]._session
+    session = proxy.speculators[-1].session
     assert session is not None, "the client has not listed the tools yet"
-    ticket = session.speculate(ToolCall(name, {"payload": payload_of(arguments)}), source="test")
+    ticket = session.speculate(ToolCall(name, arguments), source="test")
     assert ticket.status == "launched", ticket
     await session.wait_speculations(WAIT_S)
 
 
 def _policy(validators: dict[str, ValidatorSpec] | None = None) -> McpPolicy:
-    return McpPolicy(settings=ProxySettings(guesses=0),
-                     servers={"*": ServerPolicy(trusted=True, validators=validators or {})})
+    return McpPolicy(Policy(servers={"*": ServerPolicy(trusted=True, validators=validators or {})}),
+                     ProxySettings(guesses=0))
 
 
 def _restore(repo: Path, name: str) -> None:
@@ -66,8 +67,9 @@ async def test_a_named_validator_catches_a_change_made_outside_the_proxy(tmp_pat
                       "git_show": ValidatorSpec("no_such_tool")} if validated else {}
         async with proxied(command, _policy(validators)) as (session, handle):
             await session.list_tools()
-            effects = handle.proxy._live[-1].effects
-            assert effects["git_log"].effect is Effect.READ_ONLY and effects["git_log"].early is not validated
+            effects = handle.proxy.speculators[-1].decisions
+            assert effects["git_log"].resolved.effect is Effect.READ_ONLY
+            assert effects["git_log"].early is not validated
             assert effects["git_show"].early is not validated and effects["git_status"].early
             await session.call_tool("git_status", args)
             await _guess(handle.proxy, "git_diff_unstaged", args)
@@ -122,7 +124,7 @@ def test_validators_in_a_policy_file() -> None:
     policy = policy_from_data({"servers": {"git": {"trusted": True, "tools": {
         "git_diff_unstaged": {"validator": "git_status", "ttl_s": 5},
         "git_log": {"validator": {"tool": "git_status", "copy": ["repo_path"], "arguments": {"x": 1}}}}}}})
-    server = policy.server("git")
+    server = policy.runtime.server("git")
     assert server.validators["git_diff_unstaged"] == ValidatorSpec("git_status")
     assert server.tools["git_diff_unstaged"].ttl_s == 5
     spec = server.validators["git_log"]

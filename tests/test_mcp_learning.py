@@ -15,7 +15,9 @@ from mcp_types import JSONRPCRequest
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Runtime
+from forethought._core.versions import StateVersion
 from forethought.mcp.effects import McpPolicy, ProxySettings
+from forethought.mcp.naming import ServerName
 from forethought.mcp.speculation import CallReport, SessionSpeculator
 from forethought.mcp.upstream import Answer, UpstreamLink
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
@@ -63,15 +65,15 @@ def _call(n: int) -> tuple[JSONRPCRequest, CallReport]:
 async def test_the_guess_goes_out_before_the_call_is_learned() -> None:
     link = UpstreamLink(Sink())
     recorder = Recorder(link)
-    runtime = Runtime()
-    policy = McpPolicy(settings=ProxySettings(max_upstream_ratio=3.0), trust_all=True)
-    speculator = SessionSpeculator(link, policy, "s", runtime, lambda _: (recorder, "fp"))
+    policy = McpPolicy(settings=ProxySettings(max_upstream_ratio=3.0)).trusting()
+    runtime = Runtime(policy=policy.runtime)
+    speculator = SessionSpeculator(link, policy, runtime, lambda _: (recorder, "fp"), StateVersion(), ServerName("s"))
     try:
         await speculator.tools_page(None, TOOLS)
         for n in (1, 2):
-            speculator._calls += 1
+            speculator.calls += 1
             link.client_calls += 1
-            await speculator.learn_and_guess(*_call(n))
+            await speculator.after_answer(*_call(n))
         # asked with the call in its history; learned it (in the context before it) once the guess was sent
         assert recorder.log == [("predict", 1, 0), ("observe", 0, 1), ("predict", 2, 1), ("observe", 1, 2)]
         assert recorder.learned_in[1] is recorder.asked[0]  # the call is learned where it was predicted

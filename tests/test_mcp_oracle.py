@@ -39,7 +39,8 @@ async def test_the_oracle_arm_hits_only_reads_and_stays_identical() -> None:
     pytest.importorskip("bfcl_eval", reason="bfcl-eval is not installed (make installs it)")
     from forethought.bench.mcp.runner import mcp_bench
 
-    results = await mcp_bench(McpBenchConfig(trajectories=1, training=1, think_s=0.0, latency_s=0.0,
+    # tools that answer at once never pay for a guess: a little latency, for the oracle to hide
+    results = await mcp_bench(McpBenchConfig(trajectories=1, training=1, think_s=0.05, latency_s=0.05,
                                              arms=("direct", "oracle")))
     assert results["equivalent"] is True
     oracle = results["arms"]["oracle"]

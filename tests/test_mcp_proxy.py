@@ -28,11 +28,13 @@ from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp.shared.message import SessionMessage  # noqa: E402
 
-from forethought import ToolPolicy  # noqa: E402
+from forethought import Policy, ToolPolicy  # noqa: E402
+from forethought._core.policy import ServerPolicy  # noqa: E402
 from forethought._core.tools import Effect  # noqa: E402
-from forethought.mcp.effects import McpPolicy, ServerPolicy  # noqa: E402
+from forethought.mcp.effects import McpPolicy  # noqa: E402
 from forethought.mcp.proxy import Proxy, ProxyConfig  # noqa: E402
 from forethought.mcp.stats import ProxyStats  # noqa: E402
+from mcp_handshakes import free_guesses  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_MCP = ROOT / ".venv-mcp" / "bin"
@@ -73,8 +75,9 @@ async def proxied(command: Sequence[str], policy: McpPolicy | None = None, store
                   modern: bool = False, in_process: bool = False, settle: bool = False
                   ) -> AsyncIterator[tuple[ClientSession, Proxied]]:
     """With ``settle``, each ``call_tool`` returns once the proxy has made the guesses its answer owes, so a
-    test's hits do not depend on how fast a busy machine runs the predictor's worker."""
-    proxy = Proxy(ProxyConfig(command=tuple(command), policy=policy or McpPolicy(), store=store,
+    test's hits do not depend on how fast a busy machine runs the predictor's worker. These servers answer in
+    milliseconds, faster than a guess costs: guesses are priced free (:func:`mcp_handshakes.free_guesses`)."""
+    proxy = Proxy(ProxyConfig(command=tuple(command), policy=free_guesses(policy or McpPolicy()), store=store,
                               in_process=in_process))
     handle = Proxied(proxy)
     to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
@@ -120,7 +123,7 @@ def _settled_after_calls(session: ClientSession, proxy: Proxy) -> None:
 
 def _trusting(*read_only: str) -> McpPolicy:
     tools = {name: ToolPolicy(effect=Effect.READ_ONLY) for name in read_only}
-    return McpPolicy(servers={"*": ServerPolicy(trusted=True, tools=tools)})
+    return McpPolicy(Policy(servers={"*": ServerPolicy(trusted=True, tools=tools)}))
 
 
 # --- sqlite: read_query may run early, write_query never ---------------------------------------------------
@@ -206,7 +209,7 @@ async def test_git_untrusted_runs_nothing_early_trusted_only_reads_identical(tmp
     assert untrusted.speculated == []
     assert untrusted.stats.speculative_calls == 0 and untrusted.stats.hits == 0
     assert untrusted.stats.misses + untrusted.stats.passthrough == len(expected)
-    async with proxied(command, McpPolicy(trust_all=True), settle=True) as (session, trusted):
+    async with proxied(command, McpPolicy().trusting(), settle=True) as (session, trusted):
         await session.list_tools()
         assert await _git_session(session, repo) == expected
     assert trusted.stats.hits > 0
@@ -232,7 +235,7 @@ async def test_time_convert_identical(tmp_path: Path) -> None:
 
     async with direct(command) as session:
         expected = await run(session)
-    async with proxied(command, McpPolicy(trust_all=True)) as (session, _):
+    async with proxied(command, McpPolicy().trusting()) as (session, _):
         assert await run(session) == expected
 
 
@@ -263,7 +266,7 @@ async def test_filesystem_identical_and_writes_never_early(tmp_path: Path) -> No
             async with direct(command) as session:
                 results.append(await _fs_session(session, root))
         else:
-            async with proxied(command, McpPolicy(trust_all=True), settle=True) as (session, handle):
+            async with proxied(command, McpPolicy().trusting(), settle=True) as (session, handle):
                 results.append(await _fs_session(session, root))
     assert results[0] == results[1]
     assert "write_file" not in handle.speculated
@@ -288,7 +291,7 @@ async def test_progress_passes_through(tmp_path: Path) -> None:
     async def progress(p: float, total: float | None, message: str | None) -> None:
         seen.append((p, total, message))
 
-    async with proxied(_probe(tmp_path / "log"), McpPolicy(trust_all=True)) as (session, _):
+    async with proxied(_probe(tmp_path / "log"), McpPolicy().trusting()) as (session, _):
         await session.list_tools()
         result = await session.call_tool("counted", {"steps": 3}, progress_callback=progress)
     assert _dump(result) == _dump(type(result)(content=result.content, structured_content=result.structured_content))
@@ -311,7 +314,7 @@ async def test_cancellation_reaches_upstream(tmp_path: Path) -> None:
 
 async def test_tool_errors_never_served_from_a_guess(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    async with proxied(_probe(log), McpPolicy(trust_all=True)) as (session, handle):
+    async with proxied(_probe(log), McpPolicy().trusting()) as (session, handle):
         await session.list_tools()
         answers = []
         for _ in range(4):
@@ -326,7 +329,7 @@ async def test_tool_errors_never_served_from_a_guess(tmp_path: Path) -> None:
 
 
 async def test_survives_upstream_crash_with_clear_error(tmp_path: Path) -> None:
-    async with proxied(_probe(tmp_path / "log"), McpPolicy(trust_all=True)) as (session, _):
+    async with proxied(_probe(tmp_path / "log"), McpPolicy().trusting()) as (session, _):
         await session.list_tools()
         with pytest.raises(MCPError, match="upstream MCP server is gone"):
             await session.call_tool("crash", {})
@@ -339,7 +342,7 @@ async def test_survives_upstream_crash_with_clear_error(tmp_path: Path) -> None:
 
 async def test_store_persists_learning_between_sessions(tmp_path: Path) -> None:
     store = tmp_path / "store.sqlite"
-    policy = McpPolicy(trust_all=True)
+    policy = McpPolicy().trusting()
     for _ in range(2):
         async with proxied(_probe(tmp_path / "log"), policy, store=store) as (session, handle):
             await session.list_tools()
@@ -366,7 +369,7 @@ async def test_newest_stateless_revision_passes_through_and_speculates(tmp_path:
     async with direct(_probe(tmp_path / "direct.log"), modern=True) as session:
         assert session.discover_result is not None
         expected = await run(session)
-    async with proxied(_probe(tmp_path / "proxy.log"), McpPolicy(trust_all=True), modern=True) as (session, handle):
+    async with proxied(_probe(tmp_path / "proxy.log"), McpPolicy().trusting(), modern=True) as (session, handle):
         got = await run(session)
     assert got == expected
     assert handle.stats.hits > 0
@@ -402,7 +405,7 @@ async def test_tool_list_pages_and_list_changed_pass_through(tmp_path: Path) -> 
         expected = await run(s)
     assert changed, "the server's list_changed notification never arrived (direct)"
     changed.clear()
-    proxy = Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(trust_all=True)))
+    proxy = Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy().trusting()))
     to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))

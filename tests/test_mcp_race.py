@@ -12,7 +12,7 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install '
 from mcp_types import JSONRPCRequest
 
 from forethought.mcp.race import GuessRace
-from forethought.mcp.upstream import Answer
+from forethought.mcp.upstream import Answer, Kind, Pending
 
 OWN = Answer(result={"content": [{"type": "text", "text": "own"}]})
 GUESSED = Answer(result={"content": [{"type": "text", "text": "guessed"}]})
@@ -28,9 +28,11 @@ class Upstream:
     def __init__(self) -> None:
         self.sent: list[JSONRPCRequest] = []
 
-    async def send(self, request: JSONRPCRequest) -> Answer:
+    async def send(self, request: JSONRPCRequest) -> Pending:
         self.sent.append(request)
-        return OWN
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        answer.set_result(OWN)
+        return Pending(request.id, Kind.CLIENT, answer)
 
 
 async def test_a_guess_that_answers_within_the_hedge_sends_no_second_request() -> None:

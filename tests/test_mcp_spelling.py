@@ -1,14 +1,18 @@
 """A guess is spelt as the client spells its calls: arguments at their schema default are left out unless the
-client's latest call of the tool gave them, and ones it gave but the prediction lacks take their default."""
+client's latest call of the tool gave them, and ones it gave but the prediction lacks take their default.
+
+"At its default" means the same JSON: ``0`` is not ``false`` and ``3.0`` is not ``3`` (a server can tell them
+apart, so the core keys them apart)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forethought.mcp.speculation import spelt_as_client
+from forethought.mcp.guessing import spelt_as_client
 
 SCHEMA = {"type": "object", "properties": {
     "repo_path": {"type": "string"}, "context_lines": {"type": "integer", "default": 3},
@@ -16,6 +20,10 @@ SCHEMA = {"type": "object", "properties": {
 DEFAULTS = {"context_lines": 3, "exclude": [], "dry_run": False}
 NAMES = ("repo_path", "context_lines", "exclude", "dry_run")
 values = st.one_of(st.integers(0, 4), st.booleans(), st.just([]), st.text(max_size=3))
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a) == json.dumps(b)
 
 
 def test_the_git_server_case() -> None:
@@ -31,11 +39,11 @@ def test_the_git_server_case() -> None:
 def test_spelling_changes_only_defaults(arguments: dict[str, Any], client: frozenset[str]) -> None:
     spelt = spelt_as_client(arguments, SCHEMA, client)
     for k, v in arguments.items():  # what differs from the default is kept as predicted
-        if k not in DEFAULTS or DEFAULTS[k] != v:
-            assert spelt[k] == v
+        if k not in DEFAULTS or not _same(DEFAULTS[k], v):
+            assert _same(spelt[k], v)
     for k, v in spelt.items():  # nothing new but defaults the client spells out
-        assert (k in arguments and arguments[k] == v) or (k in client and v == DEFAULTS[k])
+        assert (k in arguments and _same(arguments[k], v)) or (k in client and _same(v, DEFAULTS[k]))
     for k in DEFAULTS:
-        if k in spelt and spelt[k] == DEFAULTS[k]:
+        if k in spelt and _same(spelt[k], DEFAULTS[k]):
             assert k in client
     assert spelt_as_client(spelt, SCHEMA, client) == spelt

@@ -16,11 +16,12 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
 
-from forethought import ToolPolicy
+from forethought import Policy, ToolPolicy
 from forethought._core.calls import ToolCall
+from forethought._core.policy import ServerPolicy
 from forethought._core.tools import Effect
 from forethought.errors import PolicyError
-from forethought.mcp.effects import McpPolicy, ProxySettings, ServerPolicy, policy_from_data
+from forethought.mcp.effects import McpPolicy, ProxySettings, policy_from_data
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor
 from test_mcp_proxy import _dump, _probe, direct, proxied
 
@@ -59,7 +60,7 @@ async def _run(session: Any, middle: tuple[str, dict[str, Any]]) -> list[str]:
 async def _hits(tmp_path: Path, lifetime: int, middle: tuple[str, dict[str, Any]]) -> tuple[int, bool]:
     settings = ProxySettings(guesses=2, max_upstream_ratio=3.0, results_per_turn=lifetime)
     writes = {"counted": ToolPolicy(effect=Effect.DESTRUCTIVE)}  # stands in for a write tool
-    policy = McpPolicy(settings=settings, servers={"*": ServerPolicy(trusted=True, tools=writes)})
+    policy = McpPolicy(Policy(servers={"*": ServerPolicy(trusted=True, tools=writes)}), settings)
     name = f"{lifetime}-{middle[0]}"
     async with direct(_probe(tmp_path / f"direct-{name}.log")) as session:
         await session.list_tools()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,6 +26,8 @@ from forethought.mcp.effects import load_mcp_policy
 from forethought.mcp.errors import McpProxyError
 
 UPSTREAM_KEY = "forethought_upstream"
+WARM_WAIT_S = 10.0
+"""How long the command lets the upstream start (and answer) before it loads the rest of the proxy."""
 STORE_FILE = "mcp-patterns.sqlite"
 PROBE_TIMEOUT_S = 10.0
 """How long ``--upstream-url`` may take to answer at start-up."""
@@ -100,6 +103,9 @@ def proxy(
     name: Annotated[str | None, typer.Option(help="The upstream's name in the policy (default: its own).")] = None,
     trust: Annotated[bool, typer.Option("--trust", help="Believe the upstream's readOnlyHint annotations.")] =
         False,
+    accept_observable_reads: Annotated[bool, typer.Option(
+        "--accept-observable-reads", help="Speculate tools whose reads the policy calls observable (a wrong guess "
+                                          "then shows in the server's state).")] = False,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT.")] = None,
     listen: Annotated[str | None, typer.Option(help="Serve clients over streamable HTTP on 127.0.0.1:PORT "
                                                     "(/mcp, and /metrics) instead of stdio.")] = None,
@@ -113,6 +119,12 @@ def proxy(
     if not command and not upstream_url:
         print(ctx.get_help(), file=sys.stderr)
         raise typer.Exit(2)
+    store_path = None if memory else (store or default_store())
+    warm = None
+    if command and listen is None and not upstream_url:
+        warm = _warm_start(command, store_path)  # the upstream first, relayed at once; the proxy loads after
+        if warm is not None:
+            warm.wait_started(WARM_WAIT_S)
     from forethought.mcp.metrics import serve_metrics
     from forethought.mcp.proxy import Proxy, ProxyConfig, run_stdio_until_stopped
 
@@ -120,11 +132,13 @@ def proxy(
         if upstream_url is not None:
             probe_url(upstream_url)
         mcp_policy = load_mcp_policy(policy)
-        config = ProxyConfig(command=tuple(command), url=upstream_url,
-                             policy=mcp_policy.trusting() if trust else mcp_policy,
-                             store=None if memory else (store or default_store()), name=name,
-                             in_process=in_process)
-        server = Proxy(config)
+        if trust:
+            mcp_policy = mcp_policy.trusting()
+        if accept_observable_reads:
+            mcp_policy = mcp_policy.accepting_observable_reads()
+        config = ProxyConfig(command=tuple(command), url=upstream_url, policy=mcp_policy,
+                             store=store_path, name=name, in_process=in_process)
+        server = Proxy(config, clock=warm.clock if warm is not None else None)
     except ForethoughtError as exc:
         raise _fail(exc) from None
     stop = serve_metrics(server.current, metrics_port) if metrics_port is not None else None
@@ -135,7 +149,7 @@ def proxy(
             host, port = parse_listen(listen)
             asyncio.run(serve_http(server, host, port))
         else:
-            asyncio.run(run_stdio_until_stopped(server))
+            asyncio.run(run_stdio_until_stopped(server, warm))
     except ForethoughtError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
@@ -152,15 +166,33 @@ def proxy(
         print(server.finished.summary(), file=sys.stderr)
 
 
+def _warm_start(command: list[str], store: Path | None) -> Any:
+    """Start the upstream and relay the session's first lines at once (:mod:`~forethought.mcp.warmup`), where
+    stdin and stdout are pipes as a client gives them; ``None`` otherwise."""
+    from forethought.mcp.warmup import WarmStart, can_warm_start
+
+    if not can_warm_start():
+        return None
+    from forethought._core.versions import StateVersion
+    from forethought.mcp.sharedclock import SqliteVersion
+
+    try:
+        clock = SqliteVersion(store) if store is not None else StateVersion()
+        return WarmStart(command, clock)
+    except OSError as exc:
+        label = Path(command[0]).name or "the upstream command"
+        raise _fail(McpProxyError(f"cannot start the upstream server {label!r}: {exc.strerror or exc}")) from None
+    except sqlite3.Error as exc:
+        raise _fail(McpProxyError(f"cannot open the pattern store {store}: {exc}")) from None
+
+
 @app.command()
 def stats(
     store: Annotated[Path | None, typer.Option(help="The proxy's store [default: the cache one].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Totals saved in a store: calls, hits, misses, seconds saved, extra upstream calls."""
-    from dataclasses import asdict
-
-    from forethought.mcp.stats import StatsStore
+    """Totals saved in a store: calls, hits, misses, seconds saved, extra upstream calls (in all and per tool)."""
+    from forethought.mcp.stats import StatsStore, stats_document
 
     path = store or default_store()
     if not path.exists():
@@ -172,13 +204,16 @@ def stats(
     finally:
         stats_store.close()
     if as_json:
-        doc: dict[str, Any] = {"store": str(path), "total": asdict(total),
-                               "by_fingerprint": {k: asdict(v) for k, v in per.items()}}
+        doc: dict[str, Any] = {"store": str(path), "total": stats_document(total),
+                               "by_fingerprint": {k: stats_document(v) for k, v in per.items()}}
         print(json.dumps(doc, indent=2))
         return
     print(total.summary().replace("forethought mcp-proxy: ", f"{path}: {total.sessions} sessions, "))
     for fingerprint, s in per.items():
         print(f"  {fingerprint}: {s.summary().replace('forethought mcp-proxy: ', '')}")
+        for tool, t in sorted(s.tools.items()):
+            print(f"    {tool}: {t.calls} calls, {t.hits} hits, {t.upstream_calls} upstream calls "
+                  f"({t.extra_upstream_calls} extra)")
 
 
 @app.command()

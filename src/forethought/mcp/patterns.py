@@ -33,6 +33,7 @@ import os
 import signal
 import sqlite3
 import sys
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -51,6 +52,8 @@ SAVE_SESSION = "forethought-mcp-save"
 worker runs calls in order, so once it answers, every observation queued before it is saved."""
 SAVE_EVERY = 64
 """Observations between the worker's saves (its checkpoints: a replacement worker starts from there)."""
+EARLY_OBSERVATIONS = 256
+"""Observations kept for a worker not started yet (the latest)."""
 CLOSE_TIMEOUT_S = 1.5
 """How long a session's end waits for its worker to start (if it has not yet) and save, before stopping it."""
 _NEVER = sys.maxsize
@@ -115,17 +118,36 @@ def _opened(path: str, tools: Mapping[str, Mapping[str, Any]], config: PatternCo
 
 class WorkerPatterns:
     """A session's pattern predictor run by a worker process (implements
-    :class:`~forethought.predictors.base.Predictor`); build it on the running loop, which starts the
-    worker at once."""
+    :class:`~forethought.predictors.base.Predictor`). The worker starts at :meth:`start` (``start=True``: at
+    once, on the running loop); until then it predicts nothing, and what it is told to learn waits (the
+    latest :data:`EARLY_OBSERVATIONS`) and is learnt once it starts. The proxy starts it once it knows a
+    guess can pay (after a session's first answers), so that starting it (an interpreter and its imports)
+    is never on the path of the first answers, nor started at all for a client that never leaves time."""
 
     def __init__(self, path: str | Path, tools: Mapping[str, Mapping[str, Any]],
-                 config: PatternConfig | None = None) -> None:
+                 config: PatternConfig | None = None, start: bool = True) -> None:
         patterns = StoredPatterns(str(path), tools, config)
         self.name = patterns.name
         self.fingerprint = patterns.fingerprint
         self.worker = OffloadedPredictor(patterns, checkpoint_every=SAVE_EVERY)
-        self._started: asyncio.Task[bool] = asyncio.get_running_loop().create_task(self._start())
+        self._started: asyncio.Task[bool] | None = None
         self._closed = False
+        self._early: deque[tuple[PredictionContext, ObservedCall]] = deque(maxlen=EARLY_OBSERVATIONS)
+        if start:
+            self.start()
+
+    @property
+    def started(self) -> bool:
+        return self._started is not None
+
+    def start(self) -> None:
+        """Start the worker (once; on the running loop); what waited to be learnt is queued to it first."""
+        if self._started is not None or self._closed:
+            return
+        self._started = asyncio.get_running_loop().create_task(self._start())
+        early, self._early = list(self._early), deque(maxlen=EARLY_OBSERVATIONS)
+        for context, observed in early:
+            self.observe(context, observed)
 
     async def _start(self) -> bool:
         try:
@@ -136,11 +158,14 @@ class WorkerPatterns:
             return False
 
     async def ready(self) -> bool:
-        """Wait until the worker has loaded the predictor; whether it did."""
-        return await asyncio.shield(self._started)
+        """Wait until the worker has loaded the predictor; whether it did (``False`` if never started)."""
+        return await asyncio.shield(self._started) if self._started is not None else False
 
     async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
-        """The worker's predictions (none, logged, when the worker failed or died meanwhile)."""
+        """The worker's predictions (none, logged, when the worker failed or died meanwhile; none before it
+        was started)."""
+        if self._started is None:
+            return []
         try:
             return await self.worker.predict(replace(context, tools=_NO_TOOLS))
         except PredictorError as exc:
@@ -148,7 +173,10 @@ class WorkerPatterns:
             return []
 
     def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
-        """Queue the call for the worker to learn; returns at once."""
+        """Queue the call for the worker to learn; returns at once (before :meth:`start`, it waits)."""
+        if self._started is None:
+            self._early.append((context, observed))
+            return
         try:
             self.worker.observe(replace(context, tools=_NO_TOOLS), observed)
         except PredictorError as exc:
@@ -162,10 +190,12 @@ class WorkerPatterns:
         if self._closed:
             return
         self._closed = True
+        if self._started is None:
+            return  # never started: nothing to save or stop
         saved = False
         try:
             async with asyncio.timeout(timeout_s):
-                if await asyncio.shield(self._started):
+                if self._started is not None and await asyncio.shield(self._started):
                     for _ in range(2):  # the second try goes to a worker replaced after a death
                         try:
                             await self.worker.predict(_SAVE)
@@ -175,7 +205,7 @@ class WorkerPatterns:
                             log.warning("pattern store: the worker failed to save: %s", exc)
         except TimeoutError:
             log.warning("pattern store: the worker did not save within %.1f s; stopping it", timeout_s)
-        if not saved:
+        if not saved and self._started is not None:
             self._started.cancel()
             self._stop_now()
         with contextlib.suppress(PredictorError):

@@ -22,20 +22,28 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from forethought._core.runtime import Runtime
+from forethought._core.versions import StateVersion, Version
 from forethought.errors import ForethoughtError
+from forethought.mcp.calibration import CalibrationStore, Calibrator, Carried
+from forethought.mcp.concurrency import Concurrency
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError
+from forethought.mcp.firstcalls import FirstCalls, MemoryFirstCalls, SqliteFirstCalls
+from forethought.mcp.naming import ServerName
 from forethought.mcp.patterns import WorkerPatterns
+from forethought.mcp.pipes import fd_streams, process_streams
 from forethought.mcp.relay import MessageSource, Relay
-from forethought.mcp.speculation import CallReport, PredictorFactory, SessionSpeculator
+from forethought.mcp.sharedclock import SqliteVersion
+from forethought.mcp.speculation import CallReport, Learning, PredictorFactory, SessionSpeculator
 from forethought.mcp.stats import ProxyStats, StatsStore
 from forethought.mcp.upstream import MessageSink, UpstreamLink
-from forethought.mcp.writeclock import MemoryWriteClock, SqliteWriteClock, WriteClock
+from forethought.mcp.warmup import Handoff, WarmStart
 from forethought.predictors.base import Predictor
 from forethought.predictors.patterns import PatternPredictor
 from forethought.predictors.patterns.store import MemoryPatternStore, PatternStore, SqlitePatternStore
@@ -43,6 +51,8 @@ from forethought.predictors.patterns.store import MemoryPatternStore, PatternSto
 log = logging.getLogger(__name__)
 
 UNLISTED = "unlisted"
+MAX_CREDIT = 2.0
+"""The most upstream requests a session may spend beyond its own bound, from what earlier sessions left unspent."""
 """Fingerprint the stats of a session are kept under when its client never listed the tools."""
 
 
@@ -70,7 +80,18 @@ class ProxyConfig:
 
     @property
     def label(self) -> str:
-        return self.url or " ".join(self.command)
+        """How errors and logs name the upstream: its program's name, or its URL's scheme, host and path;
+        never its arguments or a URL's query (either may carry a secret)."""
+        if self.url:
+            parts = urlsplit(self.url)
+            host = parts.hostname or ""
+            host = f"[{host}]" if ":" in host else host
+            try:
+                port = f":{parts.port}" if parts.port is not None else ""
+            except ValueError:
+                port = ""
+            return f"{parts.scheme}://{host}{port}{parts.path.split(';', 1)[0]}"
+        return Path(self.command[0]).name or "the upstream command"
 
 
 @contextlib.asynccontextmanager
@@ -93,24 +114,44 @@ async def open_upstream(config: ProxyConfig) -> AsyncIterator[tuple[MessageSourc
 class Proxy:
     """What all client sessions of one proxy process share."""
 
-    def __init__(self, config: ProxyConfig, predictor_for: PredictorFactory | None = None) -> None:
+    def __init__(self, config: ProxyConfig, predictor_for: PredictorFactory | None = None,
+                 clock: Version | None = None) -> None:
+        """``clock``: the shared write clock, when the caller made it already (a warm start relays writes
+        before the proxy exists); by default it is made here, for the store or for this process."""
         self.config = config
         self._factory = predictor_for
         """Builds each session's predictor (default: the pattern predictor on the store)."""
-        self.runtime = Runtime(policy=config.policy.runtime_for(config.name or ""))
+        self.runtime = Runtime(policy=config.policy.runtime)
         self._patterns: PatternStore = MemoryPatternStore()
         self._stats_store: StatsStore | None = None
-        self._sqlite_clock: SqliteWriteClock | None = None
-        self.clock: WriteClock = MemoryWriteClock()
-        """The write clock of this proxy's sessions, shared through the store with other proxy processes."""
+        self._sqlite_clock: SqliteVersion | None = None
+        self.clock: Version = clock if clock is not None else StateVersion()
+        """The state every early-allowed tool reads and every other tool writes (see
+        :mod:`~forethought.mcp.sharedclock`): this process's, or shared through the store."""
         if config.store is not None:
             try:
                 self._patterns = SqlitePatternStore(config.store)
                 self._stats_store = StatsStore(config.store)
-                self._sqlite_clock = SqliteWriteClock(config.store)
-                self.clock = self._sqlite_clock
+                if clock is None:
+                    self._sqlite_clock = SqliteVersion(config.store)
+                    self.clock = self._sqlite_clock
             except (sqlite3.Error, OSError) as exc:
                 raise McpProxyError(f"cannot open the pattern store {config.store}: {exc}") from None
+        self._calibration_store: CalibrationStore | None = None
+        self._first_calls: SqliteFirstCalls | None = None
+        first_calls: FirstCalls = MemoryFirstCalls()
+        if config.store is not None:
+            try:
+                self._calibration_store = CalibrationStore(config.store)
+                first_calls = self._first_calls = SqliteFirstCalls(config.store)
+            except (sqlite3.Error, OSError) as exc:
+                raise McpProxyError(f"cannot open the pattern store {config.store}: {exc}") from None
+        self.concurrency = Concurrency(self.runtime.tool_runtime_ewma.get)
+        """Whether the upstream server handles calls at once, as learnt (shared by the sessions)."""
+        self.calibrator = Calibrator(self.runtime, self.concurrency, config.policy.settings.guess_overhead_ms / 1000)
+        self.carried = Carried(self.calibrator, self._calibration_store)
+        self.learning = Learning(self.calibrator, first_calls, self.carried.listed, self._credit)
+        """What the sessions share of what they learn (see :class:`~forethought.mcp.speculation.Learning`)."""
         self.finished = ProxyStats()
         self._relays: list[Relay] = []
         """The relay of every client session being served (each holds its session's speculator)."""
@@ -126,6 +167,11 @@ class Proxy:
         """The speculators of the sessions being served."""
         return [relay.speculator for relay in self._relays]
 
+    @property
+    def speculators(self) -> list[SessionSpeculator]:
+        """The speculators of the client sessions being served (tests and benchmarks look inside)."""
+        return self._live
+
     def current(self) -> ProxyStats:
         """Totals so far, the sessions still open included (what the metrics show)."""
         total = self.finished
@@ -139,7 +185,7 @@ class Proxy:
         if self.config.in_process:
             predictor = PatternPredictor.for_tools(schemas, store=self._patterns)
             return predictor, predictor.fingerprint
-        worker = WorkerPatterns(self.config.store or self._scratch_store(), schemas)
+        worker = WorkerPatterns(self.config.store or self._scratch_store(), schemas, start=False)
         return worker, worker.fingerprint
 
     def _scratch_store(self) -> Path:
@@ -157,18 +203,23 @@ class Proxy:
         :meth:`Relay.settled`); for tests and benchmarks that must not depend on the worker's speed."""
         await asyncio.gather(*(relay.settled() for relay in list(self._relays)))
 
-    async def serve_session(self, down_read: MessageSource, down_write: MessageSink) -> ProxyStats:
-        """Relay one client session until the client disconnects; returns its stats."""
-        async with open_upstream(self.config) as (up_read, up_write):
-            link = UpstreamLink(up_write)
+    async def serve_session(self, down_read: MessageSource, down_write: MessageSink,
+                            handoff: Handoff | None = None) -> ProxyStats:
+        """Relay one client session until the client disconnects; returns its stats. ``handoff``: the session
+        began in a warm start (its upstream already running, its first lines relayed), which goes on here."""
+        upstream = process_streams(handoff.process, handoff.server_rest) if handoff is not None else \
+            open_upstream(self.config)
+        async with upstream as (up_read, up_write):
+            link = UpstreamLink(up_write, self.config.policy.settings.abandoned_s, self.concurrency)
             self.links.append(link)
-            speculator = SessionSpeculator(link, self.config.policy, self.config.name or "", self.runtime,
-                                           self._predictor_for, named=self.config.name is not None,
-                                           clock=self.clock)
+            speculator = SessionSpeculator(link, self.config.policy, self.runtime, self._predictor_for, self.clock,
+                                           ServerName(self.config.name), self.learning)
             relay = Relay(down_read, down_write, up_read, link, speculator, on_call=self.on_call,
                           exit_detail=lambda: f"{self.config.label!r} exited or closed its connection")
             self._relays.append(relay)
             try:
+                if handoff is not None:
+                    await relay.adopt(handoff)
                 await relay.run()
             finally:
                 self._relays.remove(relay)
@@ -176,7 +227,21 @@ class Proxy:
                 stats = speculator.stats()
                 self.finished = self.finished.plus(stats)
                 self._save(speculator.fingerprint or UNLISTED, stats)
+                self.carried.save(speculator.fingerprint, [n for n, d in speculator.decisions.items() if not d.private])
         return stats
+
+    def _credit(self, fingerprint: str) -> float:
+        """What earlier sessions of ``fingerprint`` left unspent under the upstream bound (the store's totals, or
+        this process's finished sessions without a store), at most :data:`MAX_CREDIT` requests."""
+        totals = self.finished
+        if self._stats_store is not None:
+            try:
+                totals = self._stats_store.by_fingerprint().get(fingerprint, ProxyStats())
+            except sqlite3.Error:
+                return 0.0
+        upstream = totals.calls + totals.extra_upstream_calls
+        unspent = self.config.policy.settings.max_upstream_ratio * totals.calls - upstream
+        return max(0.0, min(MAX_CREDIT, unspent))
 
     def _save(self, fingerprint: str, stats: ProxyStats) -> None:
         if self._stats_store is None:
@@ -189,6 +254,9 @@ class Proxy:
     def close(self) -> None:
         self.runtime.close()
         self._patterns.close()
+        for store in (self._calibration_store, self._first_calls):
+            if store is not None:
+                store.close()
         if self._stats_store is not None:
             self._stats_store.close()
         if self._sqlite_clock is not None:
@@ -198,8 +266,13 @@ class Proxy:
             self._scratch = None
 
 
-async def run_stdio(proxy: Proxy) -> ProxyStats:
-    """Serve one client on this process's stdin/stdout (the way MCP clients start a server)."""
+async def run_stdio(proxy: Proxy, warm: WarmStart | None = None) -> ProxyStats:
+    """Serve one client on this process's stdin/stdout (the way MCP clients start a server); ``warm``: its
+    upstream was started and its first lines relayed while the proxy loaded, and the session goes on here."""
+    if warm is not None:
+        handoff = warm.handoff()
+        async with fd_streams(0, 1, handoff.client_rest) as (read, write):
+            return await proxy.serve_session(read, write, handoff)
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read, write):
@@ -209,7 +282,7 @@ async def run_stdio(proxy: Proxy) -> ProxyStats:
             write.close()  # lets the transport's writer finish
 
 
-async def run_stdio_until_stopped(proxy: Proxy) -> ProxyStats | None:
+async def run_stdio_until_stopped(proxy: Proxy, warm: WarmStart | None = None) -> ProxyStats | None:
     """:func:`run_stdio`, ending cleanly (stats saved) on SIGTERM as on the client's disconnect."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
@@ -217,7 +290,7 @@ async def run_stdio_until_stopped(proxy: Proxy) -> ProxyStats | None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
     try:
-        return await run_stdio(proxy)
+        return await run_stdio(proxy, warm)
     except asyncio.CancelledError:
         return None
     except BaseExceptionGroup as group:  # the SDK's task groups wrap what failed

@@ -23,23 +23,23 @@ from collections.abc import Awaitable, Callable
 
 from mcp_types import JSONRPCRequest, RequestId
 
-from forethought.mcp.upstream import Answer
+from forethought.mcp.upstream import Answer, Pending
 
 
 class GuessRace:
     """The running guesses of one session, and the client requests sent while they ran."""
 
-    def __init__(self, send: Callable[[JSONRPCRequest], Awaitable[Answer]]) -> None:
-        self._send = send
+    def __init__(self, begin: Callable[[JSONRPCRequest], Awaitable[Pending]]) -> None:
+        self._begin = begin
         self._running: dict[str, asyncio.Future[Answer]] = {}
         """Call key -> where the client's own answer goes while a guess of that call runs."""
         self._started: dict[str, float] = {}
         """Call key -> when its running guess was sent (the event loop's clock)."""
         self._hedges: dict[RequestId, asyncio.Task[None]] = {}
         """Client request id -> the timer that sends it if its guess has not answered in time."""
-        self._sent: dict[RequestId, asyncio.Task[Answer]] = {}
-        """Client request id -> its request, sent while a guess of it ran."""
-        self._tasks: set[asyncio.Task[Answer]] = set()
+        self._sent: dict[RequestId, asyncio.Task[Pending]] = {}
+        """Client request id -> its request (once sent), sent while a guess of it ran."""
+        self._tasks: set[asyncio.Task[Pending]] = set()
         self.raced = 0
         """Client requests sent while their guess was still running."""
 
@@ -64,6 +64,8 @@ class GuessRace:
                 self._started.pop(key, None)
             if not spec.done():
                 spec.cancel()  # abandoned: the link consumes its late answer
+            elif not spec.cancelled():
+                spec.exception()  # ended as this guess was given up (the link closed): nobody else reads it
 
     def claim(self, key: str, request: JSONRPCRequest, hedge_s: float = 0.0) -> None:
         """The client asks for ``key``: if its guess is still running, send the client's request now, or
@@ -87,20 +89,28 @@ class GuessRace:
             self._race(slot, request)
 
     def _race(self, slot: asyncio.Future[Answer], request: JSONRPCRequest) -> None:
-        task = asyncio.ensure_future(self._send(request))
+        task = asyncio.ensure_future(self._begin(request))
         self.raced += 1
         self._sent[request.id] = task
         self._tasks.add(task)
 
-        def done(t: asyncio.Task[Answer]) -> None:
+        def answered(answer: asyncio.Future[Answer]) -> None:
+            if not slot.done() and not answer.cancelled() and answer.exception() is None:
+                slot.set_result(answer.result())
+
+        def sent(t: asyncio.Task[Pending]) -> None:
             self._tasks.discard(t)
-            if not slot.done() and not t.cancelled() and t.exception() is None:
-                slot.set_result(t.result())
+            if not t.cancelled() and t.exception() is None:
+                t.result().answer.add_done_callback(answered)
 
-        task.add_done_callback(done)
+        task.add_done_callback(sent)
 
-    def own(self, request: JSONRPCRequest) -> asyncio.Task[Answer] | None:
-        """The client's request if :meth:`claim` already sent it (the authoritative run awaits that one).
+    def running(self) -> list[str]:
+        """The keys of the guesses still waiting for the upstream."""
+        return [key for key, slot in self._running.items() if not slot.done()]
+
+    def own(self, request: JSONRPCRequest) -> asyncio.Task[Pending] | None:
+        """The client's request if :meth:`claim` already sent it (the authoritative run awaits its answer).
 
         Otherwise the caller sends it itself, so a hedge still waiting to send it is stopped."""
         self._stop_hedge(request.id)

@@ -5,7 +5,13 @@ and the server's own: sampling, elicitation, roots), responses, errors and notif
 cancellation, logging, list changes). The one exception is a client's ``tools/call``, which the
 :class:`~forethought.mcp.speculation.SessionSpeculator` answers (from a speculation, or by sending the very
 same request upstream). The relay also watches ``tools/list`` answers (every page) so the speculator knows
-the tools, and ``notifications/tools/list_changed`` so nothing stale is served.
+the tools, ``notifications/tools/list_changed`` so nothing stale is served, and the handshake, so the
+speculator learns the upstream's name (:mod:`~forethought.mcp.naming`; the proxy sends a ``server/discover``
+of its own before a client's first request when only that can tell it).
+
+Progress notifications for a guess (whose request carries its own id as progress token) are kept with it;
+when the guess serves a client's call that asked for progress, they are replayed to that call's own token,
+in order, just before its answer. Progress of the client's own requests passes through as it comes.
 
 When the upstream goes away the relay keeps serving the client: every request then gets one JSON-RPC error
 that says the upstream server is gone (requests in flight included), and the relay ends when the client
@@ -15,16 +21,19 @@ disconnects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+import mcp_types
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, RequestId
 
 from forethought.mcp.errors import UpstreamClosedError, upstream_gone_error
 from forethought.mcp.speculation import CallReport, SessionSpeculator
-from forethought.mcp.upstream import Answer, MessageSink, UpstreamLink
+from forethought.mcp.upstream import Answer, Kind, MessageSink, UpstreamLink
+from forethought.mcp.warmup import Handoff
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +77,36 @@ class Relay:
             for task in [*self._calls.values(), *self._tasks]:
                 task.cancel()
             await asyncio.gather(upstream, *self._calls.values(), *self._tasks, return_exceptions=True)
+            self.link.close("the client session ended")  # every request still tracked has ended for us
+            self.speculator.name.give_up("the client session ended")
             await self.speculator.close()
+
+    async def adopt(self, handoff: Handoff) -> None:
+        """Take over a session whose first lines were relayed during warm-up (:mod:`~forethought.mcp.warmup`):
+        learn from them what the relay learns as messages pass (the handshake, the tool list), watch the calls
+        still waiting for their answers, and ask the upstream's name if only that can tell it."""
+        probe: JSONRPCRequest | None = None
+        for line in handoff.client_lines:
+            message = _message(line)
+            if not isinstance(message, JSONRPCRequest):
+                continue
+            probe = self.speculator.name.client_request(message, self.link.new_id) or probe
+            if message.method == "tools/call":
+                self.speculator.relayed_blind()
+            else:
+                self._forwarded[message.id] = (message.method, message.params)
+        for line in handoff.server_lines:
+            answer = _message(line)
+            if isinstance(answer, JSONRPCResponse | JSONRPCError):
+                self.speculator.name.upstream_answered(answer)
+                sent = self._forwarded.pop(answer.id, None) if answer.id is not None else None
+                if sent is not None and sent[0] == "tools/list" and isinstance(answer, JSONRPCResponse):
+                    await self.speculator.tools_page((sent[1] or {}).get("cursor"), answer.result)
+        for request_id, write in handoff.open_writes.items():
+            self.link.watch(request_id[1], write.end)
+        if probe is not None:
+            with contextlib.suppress(UpstreamClosedError):
+                await self.link.begin(probe, Kind.PROBE)
 
     async def settled(self) -> None:
         """Wait until the work owed to the answers already sent (each answer's guesses, then its learning)
@@ -97,7 +135,14 @@ class Relay:
             self._progress[meta["progressToken"]] = message.id
         if self.link.gone is not None:
             await self._send_down(Answer(error=upstream_gone_error(self.link.gone)).message(message.id))
-        elif message.method == "tools/call" and message.id not in self._calls:
+            return
+        probe = self.speculator.name.client_request(message, self.link.new_id)
+        if probe is not None:  # only the upstream itself can tell its name: ask before relaying the request
+            try:
+                await self.link.begin(probe, Kind.PROBE)
+            except UpstreamClosedError:
+                self.speculator.name.give_up("the upstream is gone")
+        if message.method == "tools/call" and message.id not in self._calls:
             task = asyncio.create_task(self._tool_call(message))
             self._calls[message.id] = task
             task.add_done_callback(self._forget_call(message.id))
@@ -122,10 +167,23 @@ class Relay:
 
     async def _tool_call(self, message: JSONRPCRequest) -> None:
         report = await self.speculator.call(message)
+        if report.kind == "hit" and report.answer.progress:
+            await self._replay_progress(message, report.answer.progress)
         await self._send_down(report.answer.message(message.id))
         if self._on_call is not None:
             self._on_call(report)
-        self._spawn(self.speculator.learn_and_guess(message, report))
+        self._spawn(self.speculator.after_answer(message, report))
+
+    async def _replay_progress(self, message: JSONRPCRequest, progress: tuple[Mapping[str, Any], ...]) -> None:
+        """A guess's progress, to the token of the client call it serves (if that call asked for progress)."""
+        meta = (message.params or {}).get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, Mapping) else None
+        if not isinstance(token, str | int):
+            return
+        related = ServerMessageMetadata(related_request_id=message.id)
+        for params in progress:
+            await self._send_down(JSONRPCNotification(jsonrpc="2.0", method=PROGRESS,
+                                                      params={**params, "progressToken": token}), related)
 
     def _spawn(self, job: Awaitable[None]) -> None:
         async def guarded() -> None:
@@ -160,6 +218,7 @@ class Relay:
 
     async def _server_message(self, message: JSONRPCMessage) -> None:
         if isinstance(message, JSONRPCResponse | JSONRPCError):
+            self.speculator.name.upstream_answered(message)
             if self.link.deliver(message):
                 return
             sent = self._forwarded.pop(message.id, None) if message.id is not None else None
@@ -168,11 +227,11 @@ class Relay:
                 cursor = (sent[1] or {}).get("cursor")
                 await self.speculator.tools_page(cursor, message.result)
                 return
-            if sent is not None and sent[0] == "initialize" and isinstance(message, JSONRPCResponse):
-                self.speculator.upstream_named(message.result.get("serverInfo"))
         elif isinstance(message, JSONRPCNotification) and message.method == TOOLS_CHANGED:
-            await self.speculator.tools_changed()
+            self.speculator.tools_changed()
         elif isinstance(message, JSONRPCNotification) and message.method == PROGRESS and message.params:
+            if self.link.progress(message.params):
+                return  # a guess's progress: kept with it
             related = self._progress.get(message.params.get("progressToken"))
             if related is not None:
                 await self._send_down(message, ServerMessageMetadata(related_request_id=related))
@@ -192,3 +251,11 @@ class Relay:
             await self._down_write.send(SessionMessage(message, metadata))
         except Exception as exc:  # the client is gone; the downstream pump ends the relay
             log.debug("could not answer the client: %s", exc)
+
+
+def _message(line: bytes) -> JSONRPCMessage | None:
+    try:
+        message: JSONRPCMessage = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError:
+        return None
+    return message

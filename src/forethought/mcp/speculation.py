@@ -1,64 +1,56 @@
-"""One client session's speculation: its runtime session, its predictor and the calls it sees.
+"""One client session's speculation: its runtime session, its guesses, and the calls it answers.
 
-A :class:`SessionSpeculator` turns the upstream's tool list (as it passes through) into runtime
-:class:`~forethought.Tool` values, one per upstream tool, with the effect :mod:`effects` decides. Every
-``tools/call`` of a listed tool goes through the runtime session: a matching speculation is claimed, else the
-client's request is sent upstream verbatim (same id, same ``_meta``, so progress and cancellation pass
-through). After each answer the pattern predictor learns the call and its result, and the most likely next
-calls of early-allowed tools are speculated under the proxy's own request ids.
+A :class:`SessionSpeculator` turns the upstream's tool list (as it passes through) into core tools
+(:mod:`~forethought.mcp.tooling`), resolved by the core's policy for the upstream's name
+(:mod:`~forethought.mcp.naming`), and opens one runtime session on them. Every ``tools/call`` of a listed
+tool goes through that session as a real :class:`~forethought._core.calls.ToolCall`: a speculation with the
+identical core key is claimed, else the client's request is sent upstream verbatim (same id, same ``_meta``,
+so progress and cancellation pass through). A call the session cannot see (an unlisted tool, a request of
+another shape) is relayed blind, as an untracked write of the core's write clock. After each answer the
+:class:`~forethought.mcp.guessing.Guesser` speculates the likely next calls and learns the call.
 
-A tool is keyed on its exact JSON arguments (one ``payload`` argument holding them, key-sorted), so two calls
-share a speculation only when the upstream cannot tell them apart, and the arguments sent upstream are the
-client's own bytes, never a canonicalised copy. Freshness is the runtime's: a speculation expires after its
-TTL, any call of a tool that is not read-only (or unknown) makes every read speculated before it stale, and
-each tool's validator (:mod:`~forethought.mcp.freshness`) makes it stale when a write went through another
-proxy sharing the write clock, or when the validator the policy names for it answers differently.
-
-Guesses are bounded twice: at most ``guesses`` launches after each result, and never more upstream requests
-than ``max_upstream_ratio`` times the client's own calls when a client call comes (a guess that would pass
-the bound at the next call, hit or miss, is not made).
+A write is in progress, for every proxy sharing the clock, from before its request is sent until that
+request has really ended: the tool function's task ends only when the upstream answered or the link closed
+(or, for a request the client cancelled and the server never answers, ``abandoned_s`` later), even when
+the client stopped waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
-import json
 import logging
-from collections import Counter, deque
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcp_types import JSONRPCRequest
 
-from forethought._core.calls import ToolCall
+from forethought._core.calls import ArgumentSpec, ToolCall
+from forethought._core.policy import Server, ValidatorSpec
 from forethought._core.runtime import Runtime, Session
-from forethought._core.tools import Effect, Tool
-from forethought.errors import ForethoughtError
-from forethought.mcp.effects import McpPolicy, ToolEffect, decide
+from forethought._core.tools import PRIVATE_LABEL
+from forethought._core.versions import Version, Write
+from forethought.errors import CallError, ForethoughtError
+from forethought.mcp.calibration import Calibrator
+from forethought.mcp.concurrency import Concurrency
+from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError, UpstreamClosedError, upstream_gone_error
-from forethought.mcp.freshness import PAYLOAD, freshness_validator
+from forethought.mcp.firstcalls import FirstCalls, MemoryFirstCalls
+from forethought.mcp.freshness import named_validator
+from forethought.mcp.guessing import SERIAL_P, Guesser, GuessSettings
+from forethought.mcp.naming import ServerName
 from forethought.mcp.patterns import WorkerPatterns
 from forethought.mcp.race import GuessRace
-from forethought.mcp.stats import ProxyStats
-from forethought.mcp.upstream import Answer, UpstreamLink
-from forethought.mcp.writeclock import MemoryWriteClock, WriteClock
-from forethought.predictors.base import ObservedCall, PredictionContext, Predictor
+from forethought.mcp.stats import ProxyStats, ToolStats
+from forethought.mcp.tooling import Decision, ToolFunction, build_tools, decide, schema_of
+from forethought.mcp.upstream import Answer, Kind, Pending, UpstreamLink
+from forethought.predictors.base import Predictor
 
 log = logging.getLogger(__name__)
 
-SOURCE_PREFIX = "mcp-"
-"""Guesses are priced and reported under ``mcp-`` and their predictor's source (``mcp-pattern``)."""
-HISTORY = 32
-"""Calls of the session the predictor sees (the latest ones)."""
-OUTPUT_CHARS = 4000
-SEND_YIELDS = 8
-"""Event-loop turns a step waits at most for its guesses' requests to go out before the predictor learns."""
-"""Characters of a result's text the predictor learns from."""
-_PAYLOAD = PAYLOAD
-_PARAMETERS = {"type": "object", "properties": {_PAYLOAD: {"type": "string"}}, "required": [_PAYLOAD]}
-_READS = (Effect.PURE, Effect.READ_ONLY)
 _CALL_KEYS = frozenset({"name", "arguments", "_meta"})
 _ENVELOPE_PREFIX = "io.modelcontextprotocol/"
 
@@ -80,161 +72,180 @@ class CallReport:
     """``hit``, ``miss`` or ``passthrough``."""
 
 
-def _integral(value: Any) -> Any:
-    """JSON numbers as written by a client: a predictor's 3.0 is the client's 3."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral(v) for v in value]
-    return value
+class PredictorFactory(Protocol):
+    """Builds the predictor of a tool set (``schemas``: name -> input schema) and names its fingerprint."""
+
+    def __call__(self, schemas: Mapping[str, Mapping[str, Any]], /) -> tuple[Predictor, str]: ...
 
 
-def payload_of(arguments: Mapping[str, Any]) -> str:
-    """The key text of a call's arguments: compact, key-sorted JSON."""
-    return json.dumps(_integral(dict(arguments)), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+@dataclass(frozen=True, slots=True)
+class Learning:
+    """What the client sessions of one proxy share of what they learn: the pricing of guesses (runtimes, hit
+    rates, the server's concurrency) and how sessions begin. ``listed`` is told each tool set a session lists
+    (the proxy loads what its store holds for it then)."""
+
+    calibrator: Calibrator
+    first_calls: FirstCalls
+    listed: Callable[[str], None] = lambda _fingerprint: None
+    credit: Callable[[str], float] = lambda _fingerprint: 0.0
+    """Upstream requests earlier sessions of a tool set left unspent under the bound (see ``within_bound``)."""
 
 
-def output_text(answer: Answer) -> str:
-    """What a model would read of an answer: the text blocks (else the JSON), cut to a bounded size."""
-    if answer.result is None:
-        return json.dumps(answer.error, sort_keys=True)[:OUTPUT_CHARS]
-    content = answer.result.get("content")
-    texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"] \
-        if isinstance(content, list) else []
-    text = "\n".join(t for t in texts if isinstance(t, str))
-    if not text:
-        structured = answer.result.get("structuredContent")
-        text = json.dumps(structured if structured is not None else answer.result, sort_keys=True, default=str)
-    return text[:OUTPUT_CHARS]
+@dataclass(frozen=True, slots=True)
+class _Own(Answer):
+    """The answer to the client's own request, returned through a guess that lost the race to it."""
 
 
 class SessionSpeculator:
     """Speculation for one downstream client session in front of one upstream server."""
 
-    def __init__(self, link: UpstreamLink, policy: McpPolicy, server_name: str, runtime: Runtime,
-                 predictor_for: PredictorFactory, named: bool = False, clock: WriteClock | None = None) -> None:
-        self._link = link
-        self._clock: WriteClock = clock if clock is not None else MemoryWriteClock()
-        self._race = GuessRace(link.request)
+    def __init__(self, link: UpstreamLink, policy: McpPolicy, runtime: Runtime, predictor_for: PredictorFactory,
+                 clock: Version, name: ServerName | None = None, learning: Learning | None = None) -> None:
+        """``policy``: the proxy's settings (its core policy is the one ``runtime`` was made with, which
+        resolves the tools). ``learning``: what the proxy's sessions share of what they learn (its pricing,
+        how sessions begin); default: this session's own, in memory."""
+        self.link = link
+        self.learning = learning if learning is not None else Learning(
+            Calibrator(runtime, Concurrency(runtime.tool_runtime_ewma.get), policy.settings.guess_overhead_ms / 1000),
+            MemoryFirstCalls())
+        self._clock = clock
+        self._race = GuessRace(link.begin)
         self._policy = policy
-        self.server_name = server_name
-        self._named = named
+        self.name = name if name is not None else ServerName()
         self._runtime = runtime
         self._predictor_for = predictor_for
-        self._listing: dict[str, Mapping[str, Any]] = {}
-        self.tools: dict[str, Mapping[str, Any]] = {}
+        self._pages: dict[str, Mapping[str, Any]] = {}
+        self.listing: dict[str, Mapping[str, Any]] = {}
         """The upstream's tools as last listed in full (name -> the ``tools/list`` entry)."""
-        self.effects: dict[str, ToolEffect] = {}
+        self.decisions: dict[str, Decision] = {}
+        """What the policy decided for each listed tool (see :mod:`~forethought.mcp.tooling`)."""
+        self.server: Server | None = None
+        """The server name the tools were resolved for (``UNKNOWN_SERVER`` when it could not be learnt)."""
         self.fingerprint = ""
-        self._session: Session | None = None
-        self._predictor: Predictor | None = None
-        self._history: deque[ObservedCall] = deque(maxlen=HISTORY)
-        self._observed = 0
-        """Calls appended to the history so far."""
-        self._asked: tuple[int, PredictionContext] | None = None
-        """The context of the latest prediction, and how many calls the history had then: the call that
-        follows is learned in that same context (the predictor reuses what it derived for it)."""
-        self._schemas: Mapping[str, Mapping[str, Any]] = {}
-        self._sent: dict[str, frozenset[str]] = {}
-        """Tool -> the argument names of the client's latest call of it."""
+        self.session: Session | None = None
+        self._specs: dict[str, ArgumentSpec] = {}
+        self.guesser: Guesser | None = None
         self._envelope: dict[str, Any] = {}
-        self._in_flight = 0
-        self._calls = self._hits = self._misses = self._passthrough = 0
+        self.in_flight = 0
+        self._credit = 0.0
+        self._answered_at: float | None = None
+        """When the latest answer went out (the client's think time runs from there)."""
+        self._tool_calls: Counter[str] = Counter()
+        self._tool_hits: Counter[str] = Counter()
+        self._refusals: Counter[str] = Counter()
+        self._priced_out: Counter[str] = Counter()
+        self.calls = self._hits = self._misses = self._passthrough = 0
         self._saved_s = 0.0
-        self.refusals: Counter[str] = Counter()
-        """Predictions the proxy itself did not speculate, by reason (the runtime's refusals are its events)."""
-        self._results_in_turn = 0
-        """Results since the runtime's turn last ended (see ``results_per_turn``)."""
         self._listed = asyncio.Event()
         """Set once the tools were listed (the session has its predictor)."""
-
-    def upstream_named(self, info: object) -> None:
-        """The upstream introduced itself (``serverInfo`` of its ``initialize`` answer); a name given on the
-        command line wins."""
-        if not self._named and isinstance(info, Mapping) and isinstance(info.get("name"), str):
-            self.server_name = info["name"]
+        self._background: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     # --- the tool list --------------------------------------------------------------------------------
 
     async def tools_page(self, cursor: object, result: Mapping[str, Any]) -> None:
-        """A ``tools/list`` answer passed through; a complete list (re)builds the session's tools."""
+        """A ``tools/list`` answer passed through; a complete list (re)builds the session's tools once the
+        upstream's name is known (meanwhile calls pass through)."""
         if cursor is None:
-            self._listing = {}
+            self._pages = {}
         tools = result.get("tools")
         if isinstance(tools, list):
             for entry in tools:
                 if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
-                    self._listing[entry["name"]] = entry
-        if result.get("nextCursor") is None:
-            await self._rebuild(dict(self._listing))
+                    self._pages[entry["name"]] = entry
+        if result.get("nextCursor") is not None:
+            return
+        listing = dict(self._pages)
+        if self.name.settled is not None:
+            self._rebuild(listing, self.name.settled)
+        else:
+            self._in_background(self._rebuild_when_named(listing))
 
-    async def tools_changed(self) -> None:
+    async def _rebuild_when_named(self, listing: dict[str, Mapping[str, Any]]) -> None:
+        server = await self.name.wait(self._policy.settings.name_wait_s)
+        if not self._closed:
+            self._rebuild(listing, server)
+
+    def tools_changed(self) -> None:
         """The upstream says its tool list changed: nothing speculated so far may be served."""
-        if self._session is not None:
-            self._session.end_turn()
+        if self.session is not None:
+            self.session.end_turn()
 
-    async def _rebuild(self, listing: dict[str, Mapping[str, Any]]) -> None:
-        if self._session is not None and listing == self.tools:
+    def _rebuild(self, listing: dict[str, Mapping[str, Any]], server: Server) -> None:
+        if self.session is not None and listing == self.listing and server == self.server:
             return  # listed again, unchanged: keep what was learned and speculated
-        server = self._policy.server(self.server_name)
-        effects = {name: decide(entry, server, self._policy.settings) for name, entry in listing.items()}
-        schemas = {name: _schema(entry) for name, entry in listing.items()}
-        for name, spec in server.validators.items():
-            guard = effects.get(spec.tool)
-            if name in effects and (guard is None or guard.effect not in _READS):
-                log.warning("%s: validator %s is not a read-only tool of this server: %s never runs early",
-                            name, spec.tool, name)
-                effects[name] = replace(effects[name], speculate=False, reason=f"validator {spec.tool} unusable")
-        tools = [Tool(name=name, fn=self._tool_fn(name), parameters=_PARAMETERS,
-                      description=str(listing[name].get("description", "")), effect=e.effect, ttl_s=e.ttl_s,
-                      cost_units=e.cost_units,
-                      validator=freshness_validator(self._link, self._clock, server.validators.get(name),
-                                                    schemas.get(server.validators[name].tool, {})
-                                                    if name in server.validators else {}, self._envelope_now))
-                 for name, e in effects.items()]
-        await self._end_session()
-        self.tools, self.effects = listing, effects
-        self._session = self._runtime.session(tools=tools)
-        self._predictor, self.fingerprint = self._predictor_for(schemas)
-        self._schemas = schemas
-        self._history.clear()
-        self._asked = None
+        decisions = decide(listing, self._runtime.policy, server)
+        tools = build_tools(listing, decisions, self._policy.settings.ttl_s, self._clock, self._tool_fn,
+                            self._validator)
+        schemas = {name: schema_of(entry) for name, entry in listing.items()}
+        self._end_session()
+        self.listing, self.decisions, self.server = listing, decisions, server
+        session = self.session = self._runtime.session(tools=tools, server=server)
+        self._specs = {name: session.tools[name].arguments for name in listing}
+        predictor, self.fingerprint = self._predictor_for(schemas)
+        self.learning.listed(self.fingerprint)
+        self._credit = self.learning.credit(self.fingerprint)
+        settings = self._policy.settings
+        self.guesser = Guesser(self, predictor, schemas,
+                               GuessSettings(settings.guesses, settings.min_confidence, settings.results_per_turn),
+                               self.learning.calibrator, self.name.instructions, self._refusals, self._priced_out)
         self._listed.set()
+        if not self.calls:
+            self.guesser.first_guess(self.learning.first_calls.most_likely(self.fingerprint, self.name.client))
 
     async def ready(self) -> None:
         """Wait until the client has listed the tools and the session's predictor is ready to predict (a
         worker process has started): what a benchmark waits for before it times anything."""
         await self._listed.wait()
-        predictor = self._predictor
+        predictor = self.guesser.predictor if self.guesser is not None else None
         if isinstance(predictor, WorkerPatterns):
+            predictor.start()
             await predictor.ready()
 
     def _envelope_now(self) -> Mapping[str, Any]:
         return self._envelope
 
-    def _tool_fn(self, name: str) -> Any:
-        link = self._link
+    def _validator(self, spec: ValidatorSpec, schema: Mapping[str, Any]) -> Any:
+        return named_validator(self.link, spec, schema, self._envelope_now)
 
-        async def run(payload: str) -> Answer:
+    def _tool_fn(self, name: str) -> ToolFunction:
+        async def run(**arguments: Any) -> Answer:
             request = _client_request.get()
             if request is not None:  # the client's own call: relayed exactly as it came (or already sent)
-                sent = self._race.own(request)
-                return await (asyncio.shield(sent) if sent is not None else link.request(request))
-            params: dict[str, Any] = {"name": name, "arguments": json.loads(payload)}
-            if self._envelope:
-                params["_meta"] = dict(self._envelope)
-            answer, own = await self._race.guess(_race_key(name, payload), link.request(
-                JSONRPCRequest(jsonrpc="2.0", id=link.new_id(), method="tools/call", params=params),
-                speculative=True))
-            if own:
-                return _Own(answer.result, answer.error)
-            if not answer.servable:
-                raise UnservableAnswer(f"{name}: the speculation got an error or a non-final result")
-            return answer
+                return await self._authoritative(request)
+            return await self._speculative(name, arguments)
 
         return run
+
+    async def _authoritative(self, request: JSONRPCRequest) -> Answer:
+        """Send the client's own request (unless the race already did) and wait until it has really ended:
+        a cancelled wait keeps waiting for the upstream's answer, so a write's version moves on only then."""
+        sent = self._race.own(request)
+        pending = await asyncio.shield(sent) if sent is not None else await self.link.begin(request)
+        return await self._until_ended(pending)
+
+    async def _until_ended(self, pending: Pending) -> Answer:
+        try:
+            return await asyncio.shield(pending.answer)
+        except asyncio.CancelledError:
+            self.link.abandon(pending)
+            await pending.wait_ended()  # the write is in progress until the upstream request has ended
+            raise
+
+    async def _speculative(self, name: str, arguments: Mapping[str, Any]) -> Answer:
+        link = self.link
+        request_id = link.new_id()
+        params: dict[str, Any] = {"name": name, "arguments": dict(arguments)}
+        # its progress is kept (its own id is its token), and replayed to the client's call it serves
+        params["_meta"] = {**self._envelope, "progressToken": request_id}
+        key = self._specs[name].key(ToolCall(name, arguments))
+        answer, own = await self._race.guess(key, link.request(
+            JSONRPCRequest(jsonrpc="2.0", id=request_id, method="tools/call", params=params), Kind.GUESS))
+        if own:
+            return _Own(answer.result, answer.error)
+        if not answer.servable:
+            raise UnservableAnswer(f"{name}: the speculation got an error or a non-final result")
+        return answer
 
     # --- calls ----------------------------------------------------------------------------------------
 
@@ -242,41 +253,43 @@ class SessionSpeculator:
         """Answer one client ``tools/call``: from a speculation when one matches, else from upstream."""
         params = request.params or {}
         name, arguments = params.get("name"), params.get("arguments", {})
-        self._calls += 1
+        if self._answered_at is not None and not self.in_flight:
+            self.learning.calibrator.note_gap(asyncio.get_running_loop().time() - self._answered_at)
+        self.calls += 1
         meta = params.get("_meta")
         if isinstance(meta, Mapping):
             self._envelope = {k: v for k, v in meta.items() if isinstance(k, str) and k.startswith(_ENVELOPE_PREFIX)}
-        session = self._session
-        if (session is None or not isinstance(name, str) or name not in self.effects
-                or not isinstance(arguments, dict) or not set(params) <= _CALL_KEYS):
-            if session is not None:
-                session.end_turn()  # a call the runtime cannot see may change anything
+        session = self.session
+        key = None
+        if (session is not None and isinstance(name, str) and name in self.decisions and isinstance(arguments, dict)
+                and set(params) <= _CALL_KEYS):
+            with contextlib.suppress(CallError):
+                key = session.resolve(ToolCall(name, arguments))[2]
+        if session is None or key is None:
             self._passthrough += 1
-            self._clock.tick()
-            try:
-                return CallReport(await self._relay(request), "passthrough")
-            finally:
-                self._clock.tick()
-        self._in_flight += 1
+            return CallReport(await self._relay_blind(request, session), "passthrough")
+        assert isinstance(name, str) and isinstance(arguments, dict)
+        self._tool_calls[name] += 1
+        if self.calls == 1 and not self.decisions[name].private:
+            self.learning.first_calls.record(self.fingerprint, self.name.client, ToolCall(name, arguments))
+        if self.learning.calibrator.concurrency.serial_p >= SERIAL_P:
+            for running in self._race.running():  # on a server that may take one call at a time, a guess this
+                if running != key:               # call cannot claim would only make it wait
+                    session.discard(running)
+        self.in_flight += 1
         token = _client_request.set(request)
-        writes = self.effects[name].effect not in _READS
-        if writes:
-            self._clock.tick()  # before the write is sent: every proxy sharing the clock stops serving guesses
-        payload = payload_of(arguments)
-        self._race.claim(_race_key(name, payload), request, self._hedge_s(name))
+        self._race.claim(key, request, self._hedge_s(name))
         try:
-            outcome = await session.execute_detailed(ToolCall(name, {_PAYLOAD: payload}))
+            outcome = await session.execute_detailed(ToolCall(name, arguments))
         except ForethoughtError as exc:
             cause = exc.__cause__ if isinstance(exc.__cause__, UpstreamClosedError) else exc
             if not isinstance(cause, UpstreamClosedError):
                 raise
             return CallReport(Answer(error=upstream_gone_error(cause.detail)), "miss")
         finally:
-            if writes:
-                self._clock.tick()  # and again once it has ended: a guess started meanwhile is stale too
             self._race.settled(request)
             _client_request.reset(token)
-            self._in_flight -= 1
+            self.in_flight -= 1
         answer = outcome.value
         if not isinstance(answer, Answer):  # pragma: no cover - the tool function returns nothing else
             raise McpProxyError(f"{name}: unexpected value {type(answer).__name__} from the runtime")
@@ -285,10 +298,12 @@ class SessionSpeculator:
             return CallReport(Answer(answer.result, answer.error), "miss")
         if outcome.kind == "miss":
             self._misses += 1
-        else:
-            self._hits += 1
-            self._saved_s += outcome.saved_s
-        return CallReport(answer, "miss" if outcome.kind == "miss" else "hit")
+            return CallReport(answer, "miss")
+        self._hits += 1
+        self._tool_hits[name] += 1
+        self._saved_s += outcome.saved_s
+        self.learning.calibrator.saved(outcome.saved_s)
+        return CallReport(answer, "hit")
 
     def _hedge_s(self, name: str) -> float:
         """How long a guess of ``name`` may run before a client's call of it also goes upstream: the hedge
@@ -300,137 +315,104 @@ class SessionSpeculator:
         typical = measured.get(name)
         return factor * (typical if typical is not None else sum(measured.values()) / len(measured))
 
-    async def _relay(self, request: JSONRPCRequest) -> Answer:
+    async def _relay_blind(self, request: JSONRPCRequest, session: Session | None) -> Answer:
+        """Relay a call the session cannot see: an untracked write of the shared clock (and the session),
+        which ends when the upstream request has really ended."""
+        write = (session.begin_untracked_write(states=(self._clock,)) if session is not None
+                 else Write((), (self._clock,)))
         try:
-            return await self._link.request(request)
+            pending = await self.link.begin(request)
+        except UpstreamClosedError as exc:
+            write.end()
+            return Answer(error=upstream_gone_error(exc.detail))
+        pending.answer.add_done_callback(lambda _: write.end())
+        try:
+            return await self.link.answer(pending)
         except UpstreamClosedError as exc:
             return Answer(error=upstream_gone_error(exc.detail))
 
-    async def learn_and_guess(self, request: JSONRPCRequest, report: CallReport) -> None:
-        """After an answer went to the client: speculate the likely next calls, then learn the call.
+    def relayed_blind(self) -> None:
+        """A client's call was relayed before the proxy could see it (during warm-up): counted as passed through."""
+        self.calls += 1
+        self._passthrough += 1
 
-        The guesses go first: they are predicted from the history with this call in it, and the predictor
-        learns the call (which only refines its counts for later steps) once their requests are out, so
-        learning never delays a guess."""
-        session, predictor = self._session, self._predictor
+    async def after_answer(self, request: JSONRPCRequest, report: CallReport) -> None:
+        """After an answer went to the client: the guesser's step (guess, then learn)."""
         params = request.params or {}
-        name = params.get("name")
-        if session is None or predictor is None or report.kind == "passthrough" or not isinstance(name, str):
+        name, arguments = params.get("name"), params.get("arguments")
+        guesser = self.guesser
+        if guesser is None or report.kind == "passthrough" or not isinstance(name, str):
             return
-        effect = self.effects.get(name)
-        learn: tuple[PredictionContext, ObservedCall] | None = None
-        if effect is not None and not effect.private:
-            observed = ObservedCall(ToolCall(name, dict(params.get("arguments") or {})), output_text(report.answer),
-                                    ok=report.answer.servable)
-            asked = self._asked
-            learn = (asked[1] if asked is not None and asked[0] == self._observed else self._context(), observed)
-            self._history.append(observed)
-            self._observed += 1
-            self._sent[name] = frozenset(params.get("arguments") or {})
-        try:
-            if not self._in_flight:  # else another call of this step is still running: its end starts the next
-                await self._guess(session, predictor)
-        finally:
-            if learn is not None:
-                try:
-                    predictor.observe(*learn)
-                except Exception:  # a failing predictor costs the guess, never the call
-                    log.warning("pattern predictor failed to learn a call of %s", name, exc_info=True)
+        if not self.in_flight:
+            self._answered_at = asyncio.get_running_loop().time()
+        predictor = guesser.predictor
+        if (isinstance(predictor, WorkerPatterns) and not predictor.started
+                and self.learning.calibrator.think_s is not None and guesser.anything_pays()):
+            predictor.start()  # once a guess can pay: never on the first answers' path, nor for a hurried client
+        await guesser.after_answer(name, arguments if isinstance(arguments, Mapping) else {}, report.answer)
 
-    async def _guess(self, session: Session, predictor: Predictor) -> None:
-        """Speculate the most likely next calls (then wait, briefly, for their requests to go out).
+    # --- the bound and the counts ---------------------------------------------------------------------
 
-        A runtime turn spans ``results_per_turn`` results (default 1: each result starts one); its end
-        discards the unclaimed guesses."""
-        self._results_in_turn += 1
-        if self._results_in_turn >= self._policy.settings.results_per_turn:
-            self._results_in_turn = 0
-            session.end_turn()
-        if self._link.gone is not None or session.closed:
-            return
-        context = self._context()
-        self._asked = (self._observed, context)
-        calls = self._calls
-        try:
-            predictions = await predictor.predict(context)
-        except Exception:
-            log.warning("pattern predictor failed to predict", exc_info=True)
-            return
-        if self._calls != calls or session.closed:  # the client's next call came first (a worker was slow)
-            self.refusals["predicted too late"] += len(predictions)
-            return
-        settings = self._policy.settings
-        validators = self._policy.server(self.server_name).validators
-        launched = sent = 0
-        for p in predictions:
-            if launched >= settings.guesses:
-                break
-            effect = self.effects.get(p.call.name)
-            if not p.executable or effect is None or not effect.early:
-                self.refusals["not an early-allowed call"] += 1
-                continue
-            if p.confidence < settings.min_confidence:
-                self.refusals["below min_confidence"] += 1
-                continue
-            cost = 1 + (2 if p.call.name in validators else 0)  # the guess, and its validator at start and claim
-            if not self._within_bound(cost):
-                self.refusals["upstream bound"] += 1
-                break
-            arguments = self._spelt(p.call.name, p.call.arguments)
-            ticket = session.speculate(ToolCall(p.call.name, {_PAYLOAD: payload_of(arguments)}),
-                                       source=SOURCE_PREFIX + p.source, confidence=float(p.confidence))
-            launched += ticket.status in ("launched", "deduplicated")
-            sent += ticket.status == "launched"
-        target = self._link.speculative_calls + sent
-        for _ in range(SEND_YIELDS):  # a guess's task takes a few loop turns to send its request
-            if self._link.speculative_calls >= target:
-                break
-            await asyncio.sleep(0)
-
-    def _spelt(self, name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
-        return spelt_as_client(arguments, _schema(self.tools.get(name, {})), self._sent.get(name, frozenset()))
-
-    def _context(self) -> PredictionContext:
-        return PredictionContext(session_id="mcp", messages=(), user_message="", history=tuple(self._history),
-                                 tools=self._schemas)
-
-    # --- the end --------------------------------------------------------------------------------------
-
-    def _within_bound(self, cost: int) -> bool:
+    def within_bound(self, cost: int, ahead: int = 0) -> bool:
         """Whether ``cost`` more upstream requests for a guess of the client's next call keep the session
-        within ``max_upstream_ratio`` of direct when that call comes, whether it claims the guess or is sent
-        upstream as well: ``upstream + cost + 1 <= ratio * (calls + 1)``. So every client call finds the
-        upstream within the bound (only a session that ends without a next call can pass it, by less than
-        one request)."""
-        ratio = self._policy.settings.max_upstream_ratio
-        return self._upstream_requests() + cost + 1 <= ratio * (self._calls + 1)
+        within ``max_upstream_ratio`` of direct (plus ``upstream_slack`` requests) when that call comes, whether
+        it claims the guess or is sent upstream as well: ``upstream + cost + 1 <= ratio * (calls + 1) + slack``.
+        So every client call finds the upstream within the bound (only a session that ends without a next call
+        can pass it, by less than one request). ``ahead``: the bound is checked that many calls later instead
+        (a guess of a session's first call: a miss makes two requests for the first call). A session also may
+        spend what earlier sessions of its tool set left unspent under the same bound (their ``ratio * calls``
+        less their upstream requests, at most ``MAX_CREDIT``), so over many sessions the upstream stays within
+        the ratio while a short session can still guess."""
+        settings = self._policy.settings
+        return (self._upstream_requests() + cost + 1
+                <= settings.max_upstream_ratio * (self.calls + 1 + ahead) + settings.upstream_slack + self._credit)
 
     @property
     def raced(self) -> int:
         """Client requests sent upstream while their guess was still running (not budgeted: see the race)."""
         return self._race.raced
 
+    @property
+    def refusals(self) -> Mapping[str, int]:
+        """Predictions the proxy itself did not speculate in this session, by reason."""
+        return self._refusals
+
     def _upstream_requests(self) -> int:
         """Every ``tools/call`` sent upstream: the client's (raced ones included), guesses and validators."""
-        link = self._link
+        link = self.link
         return link.client_calls + link.speculative_calls + link.validator_calls
 
     def stats(self) -> ProxyStats:
-        link = self._link
-        speculative = link.speculative_calls
-        return ProxyStats(sessions=1, calls=self._calls, hits=self._hits, misses=self._misses,
-                          passthrough=self._passthrough, saved_s=self._saved_s, speculative_calls=speculative,
-                          extra_upstream_calls=max(0, self._upstream_requests() - self._calls))
+        link = self.link
+        tools: dict[str, ToolStats] = {}
+        for name in self._tool_calls.keys() | link.by_tool.keys():
+            decision = self.decisions.get(name)
+            if decision is None:
+                continue  # a tool it does not know: relayed blind, counted in the totals only
+            label = PRIVATE_LABEL if decision.private else name
+            counts = ToolStats(self._tool_calls[name], self._tool_hits[name], link.by_tool[name],
+                               self._priced_out[name] if not decision.private else 0)
+            tools[label] = tools[label].plus(counts) if label in tools else counts
+        return ProxyStats(sessions=1, calls=self.calls, hits=self._hits, misses=self._misses,
+                          passthrough=self._passthrough, saved_s=self._saved_s,
+                          speculative_calls=link.speculative_calls,
+                          extra_upstream_calls=max(0, self._upstream_requests() - self.calls), tools=tools)
 
-    async def close(self) -> None:
-        """The client session ended: stop every speculation and request, save what the predictor learned."""
-        self._race.abandon()
-        await self._end_session()
+    # --- the end --------------------------------------------------------------------------------------
 
-    async def _end_session(self) -> None:
-        """Stop every speculation and save what the predictor learned."""
-        session, predictor = self._session, self._predictor
-        self._session = self._predictor = None
+    def _in_background(self, job: Any) -> None:
+        task = asyncio.get_running_loop().create_task(job)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _end_session(self) -> None:
+        """Stop the session's speculations and save what its predictor learned, in the background."""
+        session, guesser = self.session, self.guesser
+        self.session = self.guesser = None
+        if session is not None or guesser is not None:
+            self._in_background(self._close(session, guesser.predictor if guesser is not None else None))
+
+    async def _close(self, session: Session | None, predictor: Predictor | None) -> None:
         if session is not None:
             await session.close()
         if isinstance(predictor, WorkerPatterns):
@@ -441,37 +423,12 @@ class SessionSpeculator:
                 try:
                     flush()
                 except Exception:
-                    log.warning("pattern predictor failed to save", exc_info=True)
+                    log.warning("the predictor failed to save", exc_info=True)
 
-
-@dataclass(frozen=True, slots=True)
-class _Own(Answer):
-    """The answer to the client's own request, returned through a guess that lost the race to it."""
-
-
-def _race_key(name: str, payload: str) -> str:
-    return f"{name}\0{payload}"
-
-
-def spelt_as_client(arguments: Mapping[str, Any], schema: Mapping[str, Any], given: frozenset[str]
-                    ) -> dict[str, Any]:
-    """A predicted call's arguments spelt as the client spells its calls (keys are exact JSON: ``{}`` is not
-    ``{"context_lines": 3}``). ``given``: the argument names of the client's latest call of the tool. An
-    argument at its schema default is left out unless given; one given but missing is its default."""
-    properties = schema.get("properties")
-    if not isinstance(properties, Mapping):
-        return dict(arguments)
-    defaults = {k: p["default"] for k, p in properties.items() if isinstance(p, Mapping) and "default" in p}
-    spelt = {k: v for k, v in arguments.items() if k in given or k not in defaults or defaults[k] != v}
-    return spelt | {k: defaults[k] for k in sorted(given) if k not in spelt and k in defaults}
-
-
-def _schema(entry: Mapping[str, Any]) -> Mapping[str, Any]:
-    schema = entry.get("inputSchema")
-    return schema if isinstance(schema, Mapping) else {"type": "object", "properties": {}}
-
-
-class PredictorFactory(Protocol):
-    """Builds the predictor of a tool set (``schemas``: name -> input schema) and names its fingerprint."""
-
-    def __call__(self, schemas: Mapping[str, Mapping[str, Any]], /) -> tuple[Predictor, str]: ...
+    async def close(self) -> None:
+        """The client session ended: stop every speculation and request, save what the predictor learned."""
+        self._closed = True
+        self._race.abandon()
+        self._end_session()
+        while self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)

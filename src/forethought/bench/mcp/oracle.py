@@ -5,15 +5,20 @@
 through the proxy exactly as the pattern predictor does, so the proxy's policy still decides what may run
 early (only the server's read-only tools), the upstream bound still holds and the runtime still prices the
 guesses. Its time saved is what speculation after each result can hide at all on a workload; the other
-arms are reported as a share of it. It is a bench arm only: a real proxy never knows the future.
+arms are reported as a share of it. It is a bench arm only: a real proxy never knows the future. Its proxy
+gets one request of slack in the upstream bound (:func:`oracle_settings`): a guess that is always right never
+adds an upstream request, but the bound counts every guess as a possible miss, and in a session too short to
+earn one it would keep the ceiling from guessing at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from forethought._core.calls import ToolCall
+from forethought.mcp.effects import ProxySettings
 from forethought.mcp.speculation import PredictorFactory
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor
 
@@ -50,3 +55,8 @@ def oracle_factory(calls: Sequence[ToolCall], depth: int = 1) -> PredictorFactor
         return OraclePredictor(calls, depth), SOURCE
 
     return build
+
+
+def oracle_settings(settings: ProxySettings) -> ProxySettings:
+    """``settings`` with the slack the oracle's proxy gets in the upstream bound (see the module docstring)."""
+    return replace(settings, upstream_slack=max(1, settings.upstream_slack))

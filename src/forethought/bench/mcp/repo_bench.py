@@ -27,13 +27,14 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from forethought.bench.mcp.repo import RepoShape, TraceCall, git_env, make_repository, make_traces
-from forethought.bench.mcp.runner import ARMS, ArmTotals, Replay, _dump, _null_log, _results
+from forethought.bench.mcp.runner import ARMS, ArmTotals, Replay, _dump, _null_log, _results, merge_tools, tool_report
 from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.errors import McpProxyError
 from forethought.mcp.proxy import Proxy, ProxyConfig
@@ -130,7 +131,7 @@ async def _stop(to_proxy: Any, serving: asyncio.Task[Any]) -> None:
 
 def _proxies(store: Path, commands: Mapping[str, Sequence[str]], settings: ProxySettings,
              in_process: bool = False) -> dict[str, Proxy]:
-    policy = McpPolicy(settings=settings, trust_all=True)
+    policy = McpPolicy(settings=settings).trusting()
     return {server: Proxy(ProxyConfig(command=tuple(command), policy=policy, store=store, env=git_env(),
                                       in_process=in_process))
             for server, command in commands.items()}
@@ -171,7 +172,12 @@ async def _run_arm(arm: str, trace: Sequence[TraceCall], template: Path, root: P
     upstream = sum(link.client_calls + link.speculative_calls + link.validator_calls for link in links)
     early = sum(1 for link in links for tool in link.speculative_tools if tool not in read_only)
     hits = sum(proxy.finished.hits for proxy in proxies.values())
-    return Replay(seconds, tuple(answers), repository_state(root), upstream, early, hits)
+    refusals: Counter[str] = Counter()
+    tools: dict[str, dict[str, Any]] = {}
+    for proxy in proxies.values():
+        refusals.update({f"proxy refused: {reason}": n for reason, n in proxy.refusals.items()})
+        merge_tools(tools, tool_report(proxy))
+    return Replay(seconds, tuple(answers), repository_state(root), upstream, early, hits, dict(refusals), tools)
 
 
 async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -213,6 +219,8 @@ async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = 
                 t.calls += len(run.answers)
                 t.identical &= run.answers == base.answers and run.state == base.state
                 t.per_trajectory_saved.append(1 - run.seconds / base.seconds if base.seconds else 0.0)
+                t.speculation.update(run.speculation)
+                merge_tools(t.tools, run.tools)
             progress(f"task {i}: {len(trace)} calls, " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in ARMS))
     calls = [c.tool for trace in test for c in trace]
     share = sum(c in read_only for c in calls) / len(calls) if calls else 0.0

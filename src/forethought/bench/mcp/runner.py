@@ -37,7 +37,7 @@ from typing import Any, TextIO
 import anyio
 
 from forethought._core.calls import ToolCall
-from forethought.bench.mcp.oracle import oracle_factory
+from forethought.bench.mcp.oracle import oracle_factory, oracle_settings
 from forethought.bench.workloads.bfcl import BfclEntry, load_bfcl, split_interleaved, to_trajectory
 from forethought.bench.workloads.bfcl_workload import spread
 from forethought.bench.workloads.latency import LatencyModel, call_key_text
@@ -94,6 +94,8 @@ class Replay:
     speculation: Mapping[str, int] = field(default_factory=dict)
     """What happened to the guesses: the runtime's events by kind (rejections by reason) and the proxy's
     own refusals."""
+    tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per tool: counts and the calibration's decision (:func:`tool_report`)."""
 
 
 @dataclass(slots=True)
@@ -106,6 +108,7 @@ class ArmTotals:
     identical: bool = True
     per_trajectory_saved: list[float] = field(default_factory=list)
     speculation: Counter[str] = field(default_factory=Counter)
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _dump(result: Any) -> str:
@@ -181,7 +184,30 @@ async def _run_arm(arm: str, trajectory: Trajectory, command: Sequence[str], pro
     hits = proxy.finished.hits
     events.update({f"proxy refused: {reason}": n for reason, n in proxy.refusals.items()})
     return Replay(seconds, tuple(answers), state, link.client_calls + link.speculative_calls, early_non_read, hits,
-                  dict(events))
+                  dict(events), tool_report(proxy))
+
+
+def tool_report(proxy: Proxy) -> dict[str, dict[str, Any]]:
+    """Per tool, what the proxy's finished sessions did (calls, hits, upstream calls, guesses priced out) and
+    the calibration's latest decision with the runtime it priced."""
+    tools: dict[str, dict[str, Any]] = {
+        name: {"calls": t.calls, "hits": t.hits, "upstream_calls": t.upstream_calls, "priced_out": t.priced_out}
+        for name, t in proxy.finished.tools.items()}
+    for name, verdict in proxy.calibrator.verdicts.items():
+        tools.setdefault(name, {})["decision"] = verdict.reason
+        tools[name]["run_ms"] = round(1000 * verdict.run_s, 1)
+    return tools
+
+
+def merge_tools(into: dict[str, dict[str, Any]], tools: Mapping[str, Mapping[str, Any]]) -> None:
+    """Add one run's :func:`tool_report` to an arm's (counts summed, the latest decision kept)."""
+    for name, t in tools.items():
+        mine = into.setdefault(name, {})
+        for key, value in t.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                mine[key] = mine.get(key, 0) + value
+            else:
+                mine[key] = value
 
 
 def event_label(event: Event) -> str:
@@ -193,17 +219,17 @@ def event_label(event: Event) -> str:
 
 
 def _proxy(store: Path, command: Sequence[str], settings: ProxySettings, in_process: bool = False) -> Proxy:
-    return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=settings, trust_all=True), store=store,
+    return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=settings).trusting(), store=store,
                              in_process=in_process))
 
 
 async def _train(entries: Sequence[BfclEntry], store: Path, config: McpBenchConfig, read_only: frozenset[str],
                  progress: Callable[[str], None]) -> None:
-    """Warm ``store``: replay the training fold through the proxy (no think time, no latency), a few
+    """Warm ``store``: replay the training fold through the proxy (no think time, the same tool latency), a few
     trajectories at a time (each through its own proxy on the shared store, as concurrent clients would)."""
 
-    async def one(entry: BfclEntry) -> None:
-        command = server_command(config.python, entry, 0.0, config.seed, sorted(read_only))
+    async def one(entry: BfclEntry) -> None:  # at the same latencies: the store learns the tools' runtimes too
+        command = server_command(config.python, entry, config.latency_s, config.seed, sorted(read_only))
         proxy = _proxy(store, command, config.settings, config.in_process)
         trajectory = to_trajectory(entry)
         try:
@@ -253,6 +279,7 @@ async def mcp_bench(config: McpBenchConfig, progress: Callable[[str], None] = la
                 t.identical &= run.answers == base.answers and run.state == base.state
                 t.per_trajectory_saved.append(1 - run.seconds / base.seconds if base.seconds else 0.0)
                 t.speculation.update(run.speculation)
+                merge_tools(t.tools, run.tools)
             progress(f"{entry.id}: " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in arms))
     calls = [c for e in test for step in e.ground_truth for c in step]
     share = sum(c.name in read_only for c in calls) / len(calls) if calls else 0.0
@@ -270,7 +297,8 @@ def _arm_proxy(arm: str, cold: Path, warm: Path, command: Sequence[str], config:
         return None
     if arm == ORACLE:
         calls = [call for turn in trajectory.turns for step in turn.steps for call in step]
-        return Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(settings=config.settings, trust_all=True)),
+        return Proxy(ProxyConfig(command=tuple(command),
+                                 policy=McpPolicy(settings=oracle_settings(config.settings)).trusting()),
                      predictor_for=oracle_factory(calls, config.oracle_depth))
     return _proxy(cold if arm == "proxy-cold" else warm, command, config.settings, config.in_process)
 
@@ -313,6 +341,8 @@ def _results(params: dict[str, Any], totals: dict[str, ArmTotals], read_only: fr
             "identical_to_direct": t.identical,
             "speculation": dict(sorted(t.speculation.items())),
         }
+        if t.tools:
+            arms[arm]["tools"] = dict(sorted(t.tools.items()))
     oracle = arms.get(ORACLE, {}).get("time_saved")
     for r in arms.values():
         r["oracle_share"] = round(r["time_saved"] / oracle, 4) if oracle else None
