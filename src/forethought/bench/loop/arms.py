@@ -171,7 +171,7 @@ async def open_arm(arm: str, upstream: str, commands: Mapping[str, Sequence[str]
 
             store = work / "proxy-patterns.sqlite"
             for name, command in commands.items():
-                proxy = Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy(trust_all=True), store=store,
+                proxy = Proxy(ProxyConfig(command=tuple(command), policy=McpPolicy().trusting(), store=store,
                                           name=name, env=env))
                 exits.callback(proxy.close)
                 stack.proxies[name] = proxy
