@@ -1,4 +1,5 @@
-"""The daemon's command line as a user runs it: ``serve`` in a subprocess (its file, its token, its exit),
+"""The daemon's command line as a user runs it (``forethought serve`` and ``doctor``, mounted on the main one):
+``serve`` in a subprocess (its file, its token, its exit),
 ``serve config`` for each client, ``doctor`` against a live daemon and a missing one, bad flags."""
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import httpx2
 import pytest
 from typer.testing import CliRunner
 
-from forethought.daemon.cli import app, load_daemon_policy
+from forethought.cli import app
+from forethought.daemon.cli import load_daemon_policy
 from forethought.errors import PolicyError
 from forethought.mcp.daemon_link import LINK_PREFIX, TOKEN_HEADER, read_daemon_file
 
@@ -79,7 +81,7 @@ def test_a_policy_file_leaves_the_edges_tables_to_them_and_names_a_bad_key(tmp_p
 def test_serve_announces_itself_privately_links_shims_answers_doctor_and_exits_on_sigterm(tmp_path: Path) -> None:
     announce = tmp_path / "run" / "daemon.json"
     env = {**os.environ, "PYTHONPATH": SRC, "FORETHOUGHT_BACKOFF": "off"}
-    process = subprocess.Popen([sys.executable, "-m", "forethought.daemon.cli", "serve", "--port", "0", "--memory",
+    process = subprocess.Popen([sys.executable, "-m", "forethought.cli", "serve", "--port", "0", "--memory",
                                 "--anthropic-upstream", "http://127.0.0.1:9", "--openai-upstream", "",
                                 "--daemon-file", str(announce)], env=env, stderr=subprocess.PIPE, text=True)
     try:

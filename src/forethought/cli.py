@@ -31,6 +31,7 @@ except ImportError as missing:  # the library installed without its command line
 from forethought._core.policy import Policy
 from forethought._core.policy_file import load_policy
 from forethought._version import __version__
+from forethought.daemon.cli import app as daemon_app
 from forethought.errors import ForethoughtError
 from forethought.mcp.cli import app as mcp_proxy_app
 
@@ -130,6 +131,7 @@ if _piped() and typer.rich_utils.MAX_WIDTH is None:  # help boxes were cut at 80
 app = typer.Typer(help="forethought: speculative tool execution for tool-using LLM agents.",
                   no_args_is_help=True, add_completion=False, cls=_Commands, pretty_exceptions_enable=False)
 app.add_typer(mcp_proxy_app, name="mcp-proxy")
+app.add_typer(daemon_app)  # `serve` (and `serve config`) and `doctor` join the top level
 console = Console(width=PIPED_WIDTH if _piped() else None)
 T = TypeVar("T")
 
@@ -232,7 +234,8 @@ def _counts(text: str, option: str) -> list[int]:
 
 @app.command()
 def bench(
-    workload: Annotated[str, typer.Option(help="bfcl, synthetic, sweep, paper-table, code or mcp.")] = "bfcl",
+    workload: Annotated[str, typer.Option(help="bfcl, synthetic, sweep, paper-table, code, mcp or loop (the "
+                                               "daemon on a coding agent's whole loop).")] = "bfcl",
     arms: Annotated[str, typer.Option(help="Comma-separated arms (serial is always run; oracle is the limit).")] =
         "serial,spec-model,spec-stream,spec-pattern,pattern+stream,all,oracle",
     trajectories: Annotated[int, typer.Option(min=1, help="Trajectories to run (spread over domains).")] = 8,
@@ -279,6 +282,11 @@ def bench(
     mcp_arms: Annotated[str, typer.Option(help="mcp workload, bfcl suite: the arms to run, comma-separated "
                                                "(direct always runs): proxy-cold, proxy-warm, oracle.")] =
         "proxy-cold,proxy-warm,oracle",
+    loop_suite: Annotated[str, typer.Option(help="loop workload: notes (a server with --tool-latency per call) or "
+                                                 "repo (real filesystem and git servers; `make mcp-servers`).")] =
+        "notes",
+    loop_arms: Annotated[str, typer.Option(help="loop workload: the arms, comma-separated (direct always runs).")] =
+        "direct,proxy,daemon,daemon+speculator,oracle",
     policy: PolicyOption = None,
     json_path: JsonOption = None,
 ) -> None:
@@ -328,6 +336,11 @@ def bench(
         doc = _run(lambda: run_mcp_bench(trajectories, tool_latency * (time_scale or 0.25), seed, console, json_path,
                                          suite=mcp_suite, arms=tuple(a for a in mcp_arms.split(",") if a),
                                          in_process=not offload))
+    elif workload == "loop":
+        from forethought.bench.loop.command import run_loop_command
+
+        loop_config = _loop_config(loop_suite, loop_arms, trajectories, repeats, seed, tool_latency, time_scale)
+        doc = _run(lambda: run_loop_command(loop_config, console, json_path))
     elif workload == "code":
         from forethought.bench.code.runner import code_bench, format_code_bench, save_document
 
@@ -343,6 +356,25 @@ def bench(
     if not doc["results"].get("equivalent", True):
         console.print("[red]speculative arms differ from serial[/red]")
         raise typer.Exit(1)
+
+
+LOOP_TIME_SCALE = 0.3
+"""The loop workload's default time scale: its notes server answers in 0.3 s and its scripted model keeps the
+timing the loop bench was measured with; --time-scale scales both from there."""
+
+
+def _loop_config(suite: str, arms: str, tasks: int, repeats: int, seed: int, latency_s: float,
+                 time_scale: float | None) -> Any:
+    from forethought.bench.loop.runner import LoopBenchConfig
+
+    chosen = tuple(a for a in arms.split(",") if a)
+    scale = LOOP_TIME_SCALE if time_scale is None else time_scale  # the server's latency: 1.0 s x 0.3 by default
+    try:
+        return LoopBenchConfig(suite, tasks, repeats=repeats, seed=seed, latency_s=latency_s * scale,
+                               time_scale=scale / LOOP_TIME_SCALE,
+                               arms=chosen if "direct" in chosen else ("direct", *chosen))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--loop-suite' / '--loop-arms'") from None
 
 
 @app.command("serve-model")

@@ -18,8 +18,23 @@ core), ``guesses`` and ``speculator`` (where guesses come from), ``headers`` (wh
 
 from __future__ import annotations
 
-from forethought.daemon.app import Daemon, DaemonConfig, serve_daemon
-from forethought.daemon.naming import Client
-from forethought.daemon.relay import Upstreams
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from forethought.daemon.app import Daemon, DaemonConfig, serve_daemon
+    from forethought.daemon.naming import Client
+    from forethought.daemon.relay import Upstreams
 
 __all__ = ["Client", "Daemon", "DaemonConfig", "Upstreams", "serve_daemon"]
+
+_HOMES = {"Client": "naming", "Daemon": "app", "DaemonConfig": "app", "Upstreams": "relay", "serve_daemon": "app"}
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported on first use (``forethought --help`` does not load the daemon)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'forethought.daemon' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"forethought.daemon.{home}"), name)

@@ -1,7 +1,8 @@
 """``forethought serve`` (and ``serve config``) and ``forethought doctor``: the daemon's command line.
 
 The typer app :data:`app` holds two top-level commands; the main command line mounts it with
-``app.add_typer(daemon_app)`` (no name: its commands join the top level). Configuration enters here, is
+``app.add_typer(daemon_app)`` (no name: its commands join the top level). The daemon itself is imported only
+when a command runs (``forethought --help`` stays quick). Configuration enters here, is
 checked, and flows inward as a :class:`~forethought.daemon.app.DaemonConfig`; a bad flag or policy file is
 one line on stderr and exit status 2.
 """
@@ -17,20 +18,18 @@ import signal
 import sys
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from forethought._core.policy import Policy
 from forethought._core.policy_file import policy_from_mapping
-from forethought.daemon.app import DaemonConfig, serve_daemon
-from forethought.daemon.doctor import run_doctor
-from forethought.daemon.guesses import SpeculatorSettings
 from forethought.daemon.naming import Client
-from forethought.daemon.relay import Upstreams
 from forethought.daemon.setup import DEFAULT_PORT, ServerEntry, client_setup, parse_server
 from forethought.errors import ForethoughtError, PolicyError
-from forethought.mcp.daemon_link import daemon_file
+
+if TYPE_CHECKING:
+    from forethought.daemon.app import DaemonConfig
 
 __all__ = ["app", "load_daemon_policy"]
 
@@ -94,6 +93,11 @@ def serve(
     """Run the daemon until interrupted."""
     if ctx.invoked_subcommand is not None:
         return
+    from forethought.daemon.app import DaemonConfig  # the daemon loads only when it runs
+    from forethought.daemon.guesses import SpeculatorSettings
+    from forethought.daemon.relay import Upstreams
+    from forethought.mcp.daemon_link import daemon_file
+
     try:
         chosen = Client(client)
     except ValueError:
@@ -115,6 +119,8 @@ def serve(
 
 
 async def _serve(config: DaemonConfig, port: int) -> None:
+    from forethought.daemon.app import serve_daemon
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -154,6 +160,8 @@ def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Check the daemon, its upstreams, the linked servers and what would run early."""
+    from forethought.daemon.doctor import run_doctor
+
     checks = run_doctor(announce)
     if as_json:
         doc: list[dict[str, Any]] = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks]
@@ -166,7 +174,7 @@ def doctor(
         raise typer.Exit(1)
 
 
-def main() -> None:  # pragma: no cover - the lead mounts `app` on the main command line
+def main() -> None:  # pragma: no cover - `forethought serve` and `forethought doctor` are the way in
     app()
 
 
