@@ -24,7 +24,6 @@ import asyncio
 import dataclasses
 import logging
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, cast, runtime_checkable
 
@@ -105,6 +104,7 @@ class GuessFeed:
         self._samplers_left = 0  # this step's sampling predictors that have not ended yet
         self._step_votes: list[SampleVotes] = []
         self._combine = session.runtime.policy.combine_evidence
+        self._clock = session.runtime.clock
         self.narrowing = StreamNarrowing(session, self.eta_s, on_ticket=on_ticket)
         """The step's guesses narrowed by the model's streamed call (:meth:`streamed`)."""
         self.deferral = Deferral(session, self.narrowing,
@@ -120,7 +120,7 @@ class GuessFeed:
         already covered (``context.covered``: the calibrated chances of this step's distinct guesses).
         """
         self._step += 1
-        self._started = time.monotonic()
+        self._started = self._clock.monotonic()
         self._covered = 0.0
         self._offered = set()
         self._priors = {}
@@ -197,7 +197,7 @@ class GuessFeed:
         """Seconds until the model's call is expected (``None`` until one step has been timed)."""
         if self.generation_s is None:
             return None
-        return max(0.0, self.generation_s - (time.monotonic() - self._started))
+        return max(0.0, self.generation_s - (self._clock.monotonic() - self._started))
 
     def _limit(self, count: int) -> int:
         level = self.session.runtime.pressure().level
@@ -299,7 +299,7 @@ class GuessFeed:
             self.deferral.samples_ended(self._step_votes, self._elapsed(), self.eta_s())
 
     def _elapsed(self) -> float:
-        return max(0.0, time.monotonic() - self._started)
+        return max(0.0, self._clock.monotonic() - self._started)
 
     def _chain_held(self, key: str, held: Held) -> None:
         self._maybe_chain(key, held.prediction, held.predictor, held.context, 0)

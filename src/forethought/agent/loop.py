@@ -31,7 +31,6 @@ import contextlib
 import difflib
 import inspect
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -196,7 +195,7 @@ class Agent:
                 stream = self.pacer.paced(stream)  # a return with tool results: admitted by the server's load
         context = self._context(transcript)
         self.feed.start(context)
-        started = time.monotonic()
+        started = self.runtime.clock.monotonic()
         first_at: float | None = None
         state = EarlyDispatch(self.session, enabled=self.early_dispatch, started=started,
                               on_speculated=self._on_ticket if self.engine_side else None)
@@ -208,7 +207,7 @@ class Agent:
         try:
             async for event in until_served(stream, served, state):
                 if first_at is None and isinstance(event, TextDelta | ToolCallStarted):
-                    first_at = time.monotonic()  # the first token: the rest of the step is decode time
+                    first_at = self.runtime.clock.monotonic()  # the first token: the rest of the step is decode time
                 if isinstance(event, ToolCallStarted | ToolCallArgumentsDelta):
                     self.feed.streamed(event)  # guesses that fit the streamed call may run now
                     if self.on_tool_event is not None:
@@ -243,7 +242,7 @@ class Agent:
         if served:
             self._carry = stream
             finish = "tool_calls"
-        generated = time.monotonic()
+        generated = self.runtime.clock.monotonic()
         self.feed.stop(generated - started, completion, None if first_at is None else first_at - started)
         text = "".join(text_parts)
         ordered = state.ordered()
@@ -273,7 +272,7 @@ class Agent:
                 observed = ObservedCall(pending.call, output, ok)
                 self.history.append(observed)
                 self.feed.learn(context, observed)
-        finished = time.monotonic()
+        finished = self.runtime.clock.monotonic()
         await self._stop_watchers()
         self.session.end_turn()
         if served:

@@ -29,7 +29,6 @@ claimed later by another conversation after a change no shim sees (the user's ed
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +89,8 @@ class StepDispatch:
     """Called once when the message has ended, with its well-formed calls (none when it could not be read)."""
     on_ticket: Callable[[SpeculationTicket], None] | None = None
     """Called with the ticket of each call started from the stream."""
-    started: float = field(default_factory=time.monotonic)
+    started: float = -1.0
+    """When the step began, on the runtime's clock (set at construction)."""
     calls: dict[int, StreamedCall] = field(default_factory=dict)
     launched: int = 0
     blocked: bool = False
@@ -98,9 +98,14 @@ class StepDispatch:
     _names: dict[int, str] = field(default_factory=dict)
     _first_s: float | None = None
 
+    def __post_init__(self) -> None:
+        self._clock = self.session.runtime.clock
+        if self.started < 0:
+            self.started = self._clock.monotonic()
+
     def event(self, event: LLMEvent) -> None:
         if self._first_s is None:
-            self._first_s = time.monotonic() - self.started
+            self._first_s = self._clock.monotonic() - self.started
         if isinstance(event, ToolCallStarted):
             self._names[event.index] = event.name
             kind = self.kind_of(event.name)
@@ -149,7 +154,7 @@ class StepDispatch:
             return
         self.done = True
         if self.feed is not None:
-            self.feed.stop(time.monotonic() - self.started, tokens, self._first_s)
+            self.feed.stop(self._clock.monotonic() - self.started, tokens, self._first_s)
         if self.on_end is not None:
             self.on_end(self.streamed_calls() if readable else [])
 
