@@ -8,9 +8,12 @@ tests can count what ran, where (live state or a snapshot) and in which order, w
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextvars
 import copy
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +28,9 @@ __all__ = ["PHASE", "ExecLog", "FakeClock", "FakeSnapshot", "FakeState", "Gate",
            "spin"]
 
 os.environ["FORETHOUGHT_BACKOFF"] = "off"  # Policy() and every process a test starts: no load back-off
+_CACHE = tempfile.mkdtemp(prefix="forethought-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE  # what tests learn (patterns stores) never reaches the user's ~/.cache
+atexit.register(shutil.rmtree, _CACHE, True)
 
 
 @pytest.fixture(autouse=True)

@@ -182,7 +182,8 @@ def children(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.C
     One runner serves every block: a child interpreter costs about a second of CPU to import forethought,
     and the blocks are short.
     """
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    cache = tmp_path_factory.mktemp("cache")  # what the blocks learn (adapters' patterns) stays out of ~/.cache
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "XDG_CACHE_HOME": str(cache)}
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": env}
     cwd = tmp_path_factory.mktemp("blocks")
     (cwd / "blocks.json").write_text(json.dumps([{"id": b.id, "code": b.code} for b in BLOCKS]), encoding="utf-8")
