@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
 
+import contextlib
+
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from forethought.cli import app
@@ -25,6 +27,28 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _calls_counted(metrics: str) -> float:
+    return sum(float(line.split()[1]) for line in metrics.splitlines()
+               if line.startswith("forethought_mcp_calls_total"))
+
+
+async def _metrics_once_counted(port: int, calls: int, attempts: int = 600) -> str:
+    """The proxy's /metrics once they count ``calls``: the command relays the session's first lines while the
+    proxy itself loads (warm start), serves metrics once loaded and counts what passed at its takeover
+    (bounded: 600 tries, 30 s; the last answer is returned whatever it counts)."""
+    import asyncio
+
+    metrics = ""
+    async with httpx2.AsyncClient() as http:
+        for _ in range(attempts):
+            with contextlib.suppress(httpx2.ConnectError):
+                metrics = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            if metrics and _calls_counted(metrics) >= calls:
+                return metrics
+            await asyncio.sleep(0.05)
+    return metrics
 
 
 async def test_proxy_subprocess_serves_metrics_summary_and_stats(tmp_path: Path) -> None:
@@ -40,12 +64,9 @@ async def test_proxy_subprocess_serves_metrics_summary_and_stats(tmp_path: Path)
             for key in ("a", "b", "a", "b"):
                 result = await session.call_tool("lookup", {"key": key})
                 texts.append(result.content[0].text)  # type: ignore[union-attr]
-            async with httpx2.AsyncClient() as http:
-                metrics = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            metrics = await _metrics_once_counted(port, 4)
     assert texts == ["value-of-a", "value-of-b", "value-of-a", "value-of-b"]
-    calls = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
-             if line.startswith("forethought_mcp_calls_total")}
-    assert sum(calls.values()) == 4
+    assert _calls_counted(metrics) == 4
     summary = errlog.read_text().strip().splitlines()[-1]
     assert summary.startswith("forethought mcp-proxy: 4 calls")
     result = CliRunner().invoke(app, ["mcp-proxy", "stats", "--store", str(store), "--json"])
