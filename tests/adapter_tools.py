@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from forethought import Effect, Runtime, Session, tool
+from forethought.serve.http import buffered_request
 
 
 @pytest.fixture(autouse=True)
@@ -51,24 +52,9 @@ class RecordingApp:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body, replay = await buffered_request(receive)
         if body:
             self.bodies.append(json.loads(body))
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
         await self.app(scope, replay, send)
 
 

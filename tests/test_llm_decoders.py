@@ -1,4 +1,4 @@
-"""The Responses API and Anthropic Messages decoders: the same events as the Chat Completions client.
+"""The Responses API, Anthropic Messages and streamed Chat chunk decoders: the same events as the Chat client.
 
 Fed plain event dicts (as the clients are) or the SDKs' objects (as the tap is): calls close the moment
 their arguments do, malformed or cut-off arguments become a ``ToolCallClosed`` with ``error``, terminal
@@ -19,7 +19,15 @@ from starlette.routing import Route
 
 from forethought.errors import StreamDroppedError, UpstreamError
 from forethought.llm.anthropic import AnthropicDecoder, AnthropicMessagesClient
-from forethought.llm.events import MessageDone, TextDelta, ToolCallClosed, ToolCallStarted
+from forethought.llm.chat_chunks import ChatChunkDecoder
+from forethought.llm.events import (
+    MessageDone,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallClosed,
+    ToolCallStarted,
+    Usage,
+)
 from forethought.llm.responses import OpenAIResponsesClient, ResponsesDecoder
 from forethought.serve.http import serve_in_process
 
@@ -85,6 +93,53 @@ def test_anthropic_decoder_closes_at_the_brace_and_empty_input_is_an_empty_objec
     assert done.usage is not None and (done.usage.prompt_tokens, done.usage.completion_tokens) == (4, 9)
     with pytest.raises(UpstreamError, match="overloaded"):
         AnthropicDecoder().feed({"type": "error", "error": {"type": "overloaded_error", "message": "overloaded"}})
+
+
+def _chat(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "c1", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+CHAT_CHUNKS = [_chat({"content": "Hi"}),
+               _chat({"tool_calls": [{"index": 0, "id": "t0", "function": {"name": "f", "arguments": '{"a"'}}]}),
+               _chat({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}),
+               _chat({"tool_calls": [{"index": 1, "id": "t1", "function": {"name": "g", "arguments": ""}}]}),
+               _chat({}, "tool_calls"),
+               {"id": "c1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}]
+
+
+@pytest.mark.parametrize("close_at_finish", [False, True])
+def test_chat_chunk_decoder_closes_calls_mid_stream_and_the_rest_at_the_finish(close_at_finish: bool) -> None:
+    decoder = ChatChunkDecoder(close_at_finish=close_at_finish)
+    out = _feed(decoder, CHAT_CHUNKS[:3])
+    assert out == [TextDelta("Hi"), ToolCallStarted(0, "t0", "f"), ToolCallArgumentsDelta(0, '{"a"'),
+                   ToolCallArgumentsDelta(0, ": 1}"), ToolCallClosed(0, "t0", "f", {"a": 1}, '{"a": 1}')]
+    assert _feed(decoder, CHAT_CHUNKS[3:4]) == [ToolCallStarted(1, "t1", "g")]
+    at_finish = _feed(decoder, CHAT_CHUNKS[4:])
+    closed_g = ToolCallClosed(1, "t1", "g", {}, "")
+    assert at_finish == ([closed_g] if close_at_finish else [])  # the daemon acts before the usage chunk
+    done = MessageDone("tool_calls", Usage(3, 4, 7), "c1")
+    assert decoder.end() == ([done] if close_at_finish else [closed_g, done]) and decoder.done
+    assert decoder.end() == []
+
+
+def test_chat_chunk_decoder_needs_a_finish_reason_and_reads_sdk_objects_alike() -> None:
+    decoder = ChatChunkDecoder()
+    _feed(decoder, CHAT_CHUNKS[:3])
+    assert decoder.end() == [] and not decoder.done  # no finish reason: the message did not end
+
+    class Obj:
+        def __init__(self, **fields: Any) -> None:
+            self.__dict__.update(fields)
+
+    def sdk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return Obj(**{k: sdk(v) for k, v in value.items()})
+        return [sdk(v) for v in value] if isinstance(value, list) else value
+
+    plain, objects = ChatChunkDecoder(), ChatChunkDecoder()
+    from_plain = _feed(plain, CHAT_CHUNKS) + plain.end()
+    from_objects = [e for chunk in CHAT_CHUNKS for e in objects.feed(sdk(chunk))] + objects.end()
+    assert from_objects[:-1] == from_plain[:-1] and isinstance(from_objects[-1], MessageDone)
 
 
 def test_anthropic_malformed_input_is_an_error_for_that_call_only() -> None:

@@ -22,7 +22,7 @@ from forethought.daemon.claims import ClaimDesk
 from forethought.daemon.shims import Shim, Shims
 from forethought.daemon.token_file import token_matches
 from forethought.mcp.daemon_link import KEEPALIVE_S, LINK_PREFIX, TOKEN_HEADER, LinkAnswer
-from forethought.serve.http import EventStream, StreamChunks
+from forethought.serve.http import EventStream, StreamChunks, read_capped
 
 __all__ = ["LinkApi"]
 
@@ -77,18 +77,11 @@ class LinkApi:
             raise _Refused(403, "wrong token")
 
     async def _body(self, request: Request) -> dict[str, Any]:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raw = await read_capped(request, MAX_BODY)
+        if raw is None:
             raise _Refused(413, f"body over {MAX_BODY} bytes")
-        parts: list[bytes] = []
-        size = 0
-        async for part in request.stream():
-            size += len(part)
-            if size > MAX_BODY:
-                raise _Refused(413, f"body over {MAX_BODY} bytes")
-            parts.append(part)
         try:
-            body = json.loads(b"".join(parts))
+            body = json.loads(raw)
         except ValueError:
             raise _Refused(400, "the body is not JSON") from None
         if not isinstance(body, dict):

@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from forethought.daemon.wire import ChatChunkDecoder, Wire, decoder_for, whole_events
+from forethought.daemon.wire import Wire, decoder_for, stream_ended, whole_events
 from forethought.errors import ForethoughtError
 from forethought.llm.events import LLMEvent, MessageDone
 from forethought.llm.sse import DONE, SSEDecoder, parse_json_data
@@ -125,8 +125,7 @@ class ResponseObserver:
         while True:
             chunk = await self._queue.get()
             if chunk is None or chunk is _END:
-                if isinstance(decoder, ChatChunkDecoder):
-                    self._emit(decoder.end())
+                self._emit(stream_ended(decoder))
                 if not decoder.done:
                     self._fail("the stream ended before its message did" if chunk is _END else "the stream broke")
                 return
@@ -135,8 +134,7 @@ class ResponseObserver:
             data = inflate(chunk) if inflate is not None else chunk
             for event in sse.feed(data):
                 if event.data == DONE:
-                    if isinstance(decoder, ChatChunkDecoder):
-                        self._emit(decoder.end())
+                    self._emit(stream_ended(decoder))
                     continue
                 parsed = parse_json_data(event.data)
                 if self.wire is Wire.CHAT and parsed.get("error"):

@@ -34,6 +34,7 @@ from starlette.types import Receive, Scope, Send
 from forethought.daemon.headers import request_headers, response_headers
 from forethought.daemon.observer import ResponseObserver, Watcher
 from forethought.daemon.wire import Wire
+from forethought.serve.http import BodyRefused, pump_until_disconnect, read_body
 
 __all__ = ["ModelRelay", "RelayCounts", "StepSource", "Upstreams"]
 
@@ -75,13 +76,6 @@ class RelayCounts:
     dropped: int = 0
     refused: int = 0
     unreadable: int = 0
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, message: str, code: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -130,8 +124,8 @@ class ModelRelay:
             return _error(404, f"no {provider} upstream is configured", "no_upstream")
         url = base + path + (f"?{request.url.query}" if request.url.query else "")
         try:
-            raw = await self._read(request)
-        except _Refused as exc:
+            raw = await read_body(request, self._max, self._body_timeout_s)
+        except BodyRefused as exc:
             self.counts.refused += 1
             return _error(exc.status, str(exc), exc.code)
         headers = request_headers(request.headers.items())
@@ -173,24 +167,6 @@ class ModelRelay:
         self.counts.observed += 1
         return observer
 
-    async def _read(self, request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self._max:
-            raise _Refused(413, f"request body over {self._max} bytes", "too_large")
-        parts: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(self._body_timeout_s):
-                async for part in request.stream():
-                    size += len(part)
-                    if size > self._max:
-                        raise _Refused(413, f"request body over {self._max} bytes", "too_large")
-                    parts.append(part)
-        except TimeoutError:
-            late = f"request body not received within {self._body_timeout_s:g} s"
-            raise _Refused(408, late, "body_timeout") from None
-        return b"".join(parts)
-
 
 class _LateWatcher:
     """Forwards to the step's watcher once it is known (the observer waits for it before reading)."""
@@ -231,14 +207,9 @@ class _PassThrough(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        pump = asyncio.ensure_future(self._pump(send))
-        watch = asyncio.ensure_future(_disconnected(receive))
         try:
-            await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
+            await pump_until_disconnect(self._pump(send), receive)  # a cancelled pump told the observer
         finally:
-            for task in (pump, watch):
-                task.cancel()
-            await asyncio.gather(pump, watch, return_exceptions=True)  # a cancelled pump told the observer
             await self._upstream.aclose()
 
     async def _pump(self, send: Send) -> None:
@@ -264,8 +235,3 @@ async def _raw(response: httpx2.Response) -> AsyncIterator[bytes]:
     async for chunk in response.aiter_raw():
         if chunk:
             yield chunk
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass

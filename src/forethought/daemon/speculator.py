@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx2
 
-from forethought.daemon.wire import ChatChunkDecoder, Wire, decoder_for
+from forethought.daemon.wire import Wire, decoder_for, stream_ended
 from forethought.errors import StreamDroppedError, UpstreamError
 from forethought.llm.events import LLMEvent, MessageDone
 from forethought.llm.sse import DONE, aiter_events, parse_json_data
@@ -118,10 +118,9 @@ class ReplayClient:
                         yield out
                     if decoder.done:
                         break
-                if isinstance(decoder, ChatChunkDecoder):
-                    for out in decoder.end():
-                        tokens = _tokens(out, tokens)
-                        yield out
+                for out in stream_ended(decoder):
+                    tokens = _tokens(out, tokens)
+                    yield out
                 if not decoder.done:
                     raise StreamDroppedError("the speculator model's stream ended early")
         except httpx2.HTTPError as exc:

@@ -3,9 +3,10 @@
 :class:`Wire` names the API a request speaks (by its path): OpenAI Chat Completions, OpenAI Responses or
 Anthropic Messages. For a streamed response :func:`decoder_for` gives the project's own decoder of that
 stream (:class:`~forethought.llm.responses.ResponsesDecoder`, :class:`~forethought.llm.anthropic.AnthropicDecoder`,
-or :class:`ChatChunkDecoder` over the same :class:`~forethought.llm.chat.ToolCallAssembler`), so a call is
-known the moment its arguments close; for a whole (non-streamed) response :func:`whole_events` gives the
-same events from the JSON body. Reading never changes what is relayed: it runs beside the relay.
+or the stream tap's :class:`~forethought.llm.chat_chunks.ChatChunkDecoder`), so a call is known the moment its
+arguments close, and :func:`stream_ended` what the stream's end says; for a whole (non-streamed) response
+:func:`whole_events` gives the same events from the JSON body. Reading never changes what is relayed: it runs
+beside the relay.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any, Protocol
 
 from forethought.llm.anthropic import AnthropicDecoder
 from forethought.llm.chat import ToolCallAssembler
-from forethought.llm.events import LLMEvent, MessageDone, Usage
+from forethought.llm.chat_chunks import ChatChunkDecoder
+from forethought.llm.events import LLMEvent, MessageDone
 from forethought.llm.responses import ResponsesDecoder
 
-__all__ = ["ChatChunkDecoder", "StreamDecoder", "Wire", "decoder_for", "whole_events"]
+__all__ = ["ChatChunkDecoder", "StreamDecoder", "Wire", "decoder_for", "stream_ended", "whole_events"]
 
 
 class Wire(enum.StrEnum):
@@ -51,61 +53,20 @@ class StreamDecoder(Protocol):
     def feed(self, event: dict[str, Any]) -> list[LLMEvent]: ...
 
 
-class ChatChunkDecoder:
-    """Chat Completions chunks of one response -> events. The message ends at its finish reason (with the
-    usage chunk that may follow it, or the stream's end)."""
-
-    def __init__(self) -> None:
-        self._assembler = ToolCallAssembler()
-        self._finish: str | None = None
-        self._usage: Any = None
-        self._id: str | None = None
-        self.done = False
-
-    def feed(self, event: dict[str, Any]) -> list[LLMEvent]:
-        self._id = self._id or event.get("id")
-        if event.get("usage") is not None:
-            self._usage = event["usage"]
-        out: list[LLMEvent] = []
-        for choice in event.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                out += self._assembler.add_text(str(delta["content"]))
-            for tool in delta.get("tool_calls") or ():
-                function = tool.get("function") or {}
-                out += self._assembler.add_tool_delta(int(tool.get("index") or 0), tool.get("id"),
-                                                      function.get("name"), function.get("arguments"))
-            if choice.get("finish_reason") is not None and self._finish is None:
-                self._finish = str(choice["finish_reason"])
-                out += self._assembler.finish(self._finish)
-        return out
-
-    def end(self) -> list[LLMEvent]:
-        """The stream ended (``[DONE]`` or the body's end): the message is done if it had a finish reason."""
-        if self._finish is None or self.done:
-            return []
-        self.done = True
-        return [MessageDone(self._finish, _chat_usage(self._usage), self._id)]
-
-
-def _chat_usage(usage: Any) -> Usage | None:
-    if not isinstance(usage, dict):
-        return None
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-                 int(usage.get("total_tokens") or 0), int(cached or 0))
-
-
 def decoder_for(wire: Wire) -> ResponsesDecoder | AnthropicDecoder | ChatChunkDecoder:
-    """A fresh decoder of one streamed response of ``wire``."""
+    """A fresh decoder of one streamed response of ``wire`` (a Chat one closes its open calls at the finish
+    reason: the daemon acts on them before the usage chunk and ``[DONE]``)."""
     if wire is Wire.RESPONSES:
         return ResponsesDecoder()
     if wire is Wire.MESSAGES:
         return AnthropicDecoder()
-    return ChatChunkDecoder()
+    return ChatChunkDecoder(close_at_finish=True)
+
+
+def stream_ended(decoder: StreamDecoder) -> list[LLMEvent]:
+    """The events of a stream's end (``[DONE]`` or the body's end): a Chat message ends there, the other
+    APIs' at their terminal event (nothing here)."""
+    return decoder.end() if isinstance(decoder, ChatChunkDecoder) else []
 
 
 def whole_events(wire: Wire, body: Mapping[str, Any]) -> list[LLMEvent]:

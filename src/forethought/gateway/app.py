@@ -34,7 +34,6 @@ docs/gateway.md describes the protocol, the timing race and its bound (``post_wa
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hmac
 import json
@@ -66,7 +65,7 @@ from forethought.llm.tool_cache import (
     SEGMENT_HEADER,
     TOKEN_HEADER,
 )
-from forethought.serve.http import EventStream
+from forethought.serve.http import BodyRefused, EventStream, read_body
 
 CACHE_ROUTE = "/cache-tool-output/{response_id}"
 ADMIN_TOKEN_HEADER = "x-forethought-admin-token"
@@ -135,15 +134,6 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
     return Response(status_code=CLIENT_CLOSED)
 
 
-class _BadBody(Exception):
-    """A request body the gateway refuses, with the status and message of the answer."""
-
-    def __init__(self, status: int, message: str, code: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-
-
 def json_depth(value: Any) -> int:
     """How deeply ``value`` nests (a scalar is 0, ``[]`` is 1), without recursion."""
     deepest = 0
@@ -160,43 +150,16 @@ def json_depth(value: Any) -> int:
 
 
 def parse_body(raw: bytes, max_depth: int) -> Any:
-    """The JSON of a request body; :class:`_BadBody` (400) when it is not JSON or nests too deeply."""
+    """The JSON of a request body; :class:`BodyRefused` (400) when it is not JSON or nests too deeply."""
     try:
         value = json.loads(raw)
     except RecursionError:
-        raise _BadBody(400, f"request body nests deeper than {max_depth} levels", "too_deep") from None
+        raise BodyRefused(400, f"request body nests deeper than {max_depth} levels", "too_deep") from None
     except ValueError as exc:
-        raise _BadBody(400, f"request body is not JSON: {exc}", "invalid_json") from None
+        raise BodyRefused(400, f"request body is not JSON: {exc}", "invalid_json") from None
     if json_depth(value) > max_depth:
-        raise _BadBody(400, f"request body nests deeper than {max_depth} levels", "too_deep")
+        raise BodyRefused(400, f"request body nests deeper than {max_depth} levels", "too_deep")
     return value
-
-
-async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The whole request body within ``timeout_s``; :class:`_BadBody` 413 past ``limit`` bytes, 408 when late."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            raw = await _read_capped(request, limit)
-    except TimeoutError:
-        raise _BadBody(408, f"request body not received within {timeout_s:g} s", "body_timeout") from None
-    if raw is None:
-        raise _BadBody(413, f"request body exceeds {limit} bytes", "too_large")
-    return raw
-
-
-async def _read_capped(request: Request, limit: int) -> bytes | None:
-    """The request body, or ``None`` once it exceeds ``limit`` bytes (read no further)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    parts: list[bytes] = []
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            return None
-        parts.append(part)
-    return b"".join(parts)
 
 
 class Gateway:
@@ -261,13 +224,13 @@ class Gateway:
     # --- routes -----------------------------------------------------------------------------------
 
     async def _request_body(self, request: Request) -> tuple[bytes, Any]:
-        raw = await _read_body(request, self.config.max_request_bytes, self.config.body_timeout_s)
+        raw = await read_body(request, self.config.max_request_bytes, self.config.body_timeout_s)
         return raw, parse_body(raw, self.config.max_json_depth)
 
     async def _completions(self, request: Request) -> Response:
         try:
             raw, body = await self._request_body(request)
-        except _BadBody as exc:
+        except BodyRefused as exc:
             return _error(exc.status, str(exc), exc.code)
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object")
@@ -310,9 +273,9 @@ class Gateway:
         except PostRejected as exc:
             return _error(exc.status, str(exc), f"http_{exc.status}")
         try:
-            raw = await _read_body(request, self.config.limits.max_body_bytes, self.config.body_timeout_s)
+            raw = await read_body(request, self.config.limits.max_body_bytes, self.config.body_timeout_s)
             body = parse_body(raw, self.config.max_json_depth)
-        except _BadBody as exc:
+        except BodyRefused as exc:
             self.cache.reject(exc.status)
             return _error(exc.status, str(exc).replace("request body", "body"), f"http_{exc.status}")
         try:
@@ -326,7 +289,7 @@ class Gateway:
         proxied as they are."""
         try:
             raw, body = await self._request_body(request)
-        except _BadBody as exc:
+        except BodyRefused as exc:
             return _error(exc.status, str(exc), exc.code)
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object")

@@ -30,26 +30,25 @@ at step start; the model's own calls then claim them as before.
 The tap raises nothing that plain iteration of the stream would not: an ``error`` or ``response.failed``
 event is yielded to you as the SDK yields it and recorded in :attr:`StreamTap.error` (the message did not
 finish: its speculations are dropped); Chat Completions chunks are read as tolerantly as the SDK passes
-them on (a tool-call index that is not an integer, arguments sent as an object, ``tool_calls`` as one
-object, every call numbered 0 with its own id: each call is kept, none is merged into another), and an
-event no decoder understands ends decoding with :attr:`StreamTap.error` set instead of an exception.
+them on (:class:`~forethought.llm.chat_chunks.ChatChunkDecoder`, which the daemon reads with too: a
+tool-call index that is not an integer, arguments sent as an object, ``tool_calls`` as one object, every
+call numbered 0 with its own id: each call is kept, none is merged into another), and an event no decoder
+understands ends decoding with :attr:`StreamTap.error` set instead of an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
 from forethought.integrations.foresight import Foresight, foresight_for
-from forethought.integrations.transcripts import field_of as _get
 from forethought.llm.anthropic import AnthropicDecoder
-from forethought.llm.chat import ToolCallAssembler
+from forethought.llm.chat_chunks import ChatChunkDecoder
 from forethought.llm.dispatch import EarlyDispatch
 from forethought.llm.events import (
     LLMEvent,
@@ -59,6 +58,7 @@ from forethought.llm.events import (
     ToolCallClosed,
     ToolCallStarted,
 )
+from forethought.llm.fields import field_of as _get
 from forethought.llm.responses import ResponsesDecoder
 
 log = logging.getLogger(__name__)
@@ -82,117 +82,7 @@ class TappedCall:
     error: str | None = None
 
 
-def _items(value: Any) -> list[Any]:
-    """A list's items; one object (a mapping where a list belongs) as a list of one; nothing else."""
-    if isinstance(value, list | tuple):
-        return list(value)
-    if value is None or isinstance(value, str | bytes | int | float | bool):
-        return []
-    return [value]
-
-
-def _text(value: Any) -> str | None:
-    """A streamed id or name: strings as they are, numbers spelt out; anything else is absent."""
-    if isinstance(value, str):
-        return value or None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return None
-
-
-def _fragment(arguments: Any) -> str | None:
-    """A call's argument text: a string fragment as it is; arguments sent whole as an object (or any JSON
-    value) as their JSON text, keys in their own order, so they close (or fail) at once."""
-    if arguments is None or isinstance(arguments, str):
-        return arguments or None
-    try:
-        return json.dumps(arguments, ensure_ascii=False, allow_nan=False, default=str)
-    except (TypeError, ValueError):
-        return json.dumps(str(arguments))  # not an object: the call is reported malformed
-
-
-def _index_key(raw: Any) -> tuple[str, Any]:
-    """How a streamed tool-call index identifies its call: a non-negative int as itself (absent: 0, as the
-    openai SDK's own accumulator reads it), any other value by its spelling."""
-    if raw is None:
-        return ("int", 0)
-    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
-        return ("int", raw)
-    try:
-        return ("raw", json.dumps(raw, sort_keys=True, default=repr))
-    except (TypeError, ValueError):
-        return ("raw", repr(raw))
-
-
-class _ChatDecoder:
-    """Chat Completions chunks (SDK objects or dicts) -> events; the message ends when the stream does.
-
-    Tolerant as plain iteration is: a tool-call index that is not an integer names its own call (after
-    the integer-indexed ones), a delta that carries a new id at an index whose call already has another
-    id starts a new call (servers that number every call 0), arguments sent as an object are that
-    object's JSON text, and ``tool_calls`` sent as one object is one delta.
-    """
-
-    def __init__(self) -> None:
-        self._assembler = ToolCallAssembler()
-        self._slots: dict[tuple[str, Any], int] = {}  # index key -> the assembler's index of its current call
-        self._ids: dict[int, str] = {}  # the assembler's index -> the call's id
-        self.finish_reason: str | None = None
-        self.done = False
-
-    def _allocate(self, key: tuple[str, Any]) -> int:
-        taken = self._ids.keys() | set(self._slots.values())
-        wanted = key[1] if key[0] == "int" else None
-        index = wanted if wanted is not None and wanted not in taken else max(taken, default=-1) + 1
-        self._slots[key] = index
-        return index
-
-    def _slot(self, raw_index: Any, call_id: str | None) -> int:
-        key = _index_key(raw_index)
-        index = self._slots.get(key)
-        if index is None:
-            index = self._allocate(key)
-        elif call_id is not None and self._ids.get(index, call_id) != call_id:
-            index = self._allocate(key)  # the same index, another id: another call
-        if call_id is not None:
-            self._ids.setdefault(index, call_id)
-        return index
-
-    def feed(self, chunk: Any) -> list[LLMEvent]:
-        kind = _get(chunk, "type")
-        if kind == "chunk":  # the ``chat.completions.stream()`` helper wraps each chunk
-            chunk = _get(chunk, "chunk")
-        elif isinstance(kind, str):
-            return []  # the helper's derived events repeat what the chunk said
-        events: list[LLMEvent] = []
-        for choice in _items(_get(chunk, "choices")):
-            if _index_key(_get(choice, "index")) != ("int", 0):
-                continue
-            delta = _get(choice, "delta")
-            content = _get(delta, "content")
-            if isinstance(content, str) and content:
-                events += self._assembler.add_text(content)
-            for tool in _items(_get(delta, "tool_calls")):
-                if not isinstance(tool, Mapping) and isinstance(tool, str | bytes | int | float | bool):
-                    continue
-                function = _get(tool, "function")
-                call_id = _text(_get(tool, "id"))
-                index = self._slot(_get(tool, "index"), call_id)
-                events += self._assembler.add_tool_delta(index, call_id, _text(_get(function, "name")),
-                                                         _fragment(_get(function, "arguments")))
-            reason = _get(choice, "finish_reason")
-            if reason is not None:
-                self.finish_reason = str(reason)
-        return events
-
-    def end(self) -> list[LLMEvent]:
-        if self.finish_reason is None:
-            return []
-        self.done = True
-        return [*self._assembler.finish(self.finish_reason), MessageDone(self.finish_reason)]
-
-
-_Decoder = _ChatDecoder | ResponsesDecoder | AnthropicDecoder
+_Decoder = ChatChunkDecoder | ResponsesDecoder | AnthropicDecoder
 
 
 def _decoder_for(kind: str | None) -> _Decoder:
@@ -200,7 +90,7 @@ def _decoder_for(kind: str | None) -> _Decoder:
         return ResponsesDecoder()
     if kind in _ANTHROPIC_TYPES:
         return AnthropicDecoder()
-    return _ChatDecoder()
+    return ChatChunkDecoder()
 
 
 def _error_message(event: Any, kind: str) -> str:
@@ -285,7 +175,7 @@ class StreamTap:
                     await asyncio.sleep(0)
                 yield event
             decoder = self._decoder
-            if isinstance(decoder, _ChatDecoder) and self.error is None:
+            if isinstance(decoder, ChatChunkDecoder) and self.error is None:
                 self._decode(decoder.end)
             completed = self.finished and self.error is None
         finally:

@@ -19,22 +19,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from forethought.llm.fields import field_of
+
 Message = dict[str, Any]
-
-
-_PLAIN = (str, bytes, int, float, bool, list, tuple)
-
-
-def field_of(obj: Any, name: str) -> Any:
-    """``obj[name]`` for a mapping, the field ``name`` of an SDK object; ``None`` for anything else (a
-    string, a number, a list: no field of theirs, nor a method, is ever taken for a message's field)."""
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    if obj is None or isinstance(obj, _PLAIN):
-        return None
-    value = getattr(obj, name, None)
-    return None if callable(value) else value
-
 
 
 def _plain(obj: Any) -> Any:

@@ -148,7 +148,8 @@ class ToolCallAssembler:
         return ToolCallClosed(call.index, call.id, call.name, arguments, stream.raw, None)
 
 
-def _usage(usage: Any) -> Usage | None:
+def chat_usage(usage: Any) -> Usage | None:
+    """A Chat Completions ``usage`` object as :class:`~forethought.llm.events.Usage` (``None`` unless a dict)."""
     if not isinstance(usage, dict):
         return None
     details = usage.get("prompt_tokens_details")
@@ -245,7 +246,7 @@ class OpenAIChatClient:
             async for chunk in _chunks(response.http_response):
                 response_id = response_id or chunk.get("id")
                 if chunk.get("usage") is not None:
-                    usage = _usage(chunk["usage"])
+                    usage = chat_usage(chunk["usage"])
                 for choice in chunk.get("choices") or ():
                     if choice.get("index", 0) != 0:
                         continue

@@ -10,6 +10,12 @@ serve-model`` and the gateway. :class:`EventStream` is the SSE response both ser
 that many connections; ``timeout_keep_alive``: idle kept-alive connections closed) plus the one it lacks: a
 header read timeout (``header_timeout_s``), so a client that opens a connection and never finishes its
 request headers is disconnected instead of holding a file descriptor forever.
+
+Request bodies: :func:`read_body` reads one whole, bounded in size and time (:class:`BodyRefused` 413 or 408;
+:func:`read_capped` is its size bound alone), for the gateway's routes and the daemon's alike;
+:func:`buffered_request` reads one in an ASGI app that must look at it before it passes the request on.
+:func:`pump_until_disconnect` sends a streamed body only while the client is there (:class:`EventStream`
+and the daemon's pass-through).
 """
 
 from __future__ import annotations
@@ -18,13 +24,14 @@ import asyncio
 import contextlib
 import enum
 import socket
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 LOOPBACK = "127.0.0.1"
@@ -170,15 +177,7 @@ class EventStream(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         await send({"type": "http.response.start", "status": self.status_code, "headers": headers})
-        pump = asyncio.ensure_future(self._pump(send))
-        watch = asyncio.ensure_future(self._watch(receive))
-        try:
-            await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (pump, watch):
-                task.cancel()
-            await asyncio.gather(pump, watch, return_exceptions=True)
-        error = pump.exception() if pump.done() and not pump.cancelled() else None
+        error = await pump_until_disconnect(self._pump(send), receive)
         if error is not None:
             raise error
 
@@ -195,7 +194,82 @@ class EventStream(Response):
         finally:
             await self.chunks.aclose()
 
-    @staticmethod
-    async def _watch(receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
+
+async def pump_until_disconnect(pump: Coroutine[Any, Any, None], receive: Receive) -> BaseException | None:
+    """Run ``pump`` (a response's body being sent) until it ends or the client disconnects, whichever comes
+    first: the other is cancelled and awaited. Returns the error ``pump`` ended with (``None``: none)."""
+    pumping = asyncio.ensure_future(pump)
+    watch = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({pumping, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (pumping, watch):
+            task.cancel()
+        await asyncio.gather(pumping, watch, return_exceptions=True)
+    return pumping.exception() if pumping.done() and not pumping.cancelled() else None
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class BodyRefused(Exception):
+    """A request body a server refuses: ``status`` and ``code`` for its answer, the message as its text."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+async def read_capped(request: Request, limit: int) -> bytes | None:
+    """The request body, or ``None`` once it exceeds ``limit`` bytes (read no further; a larger declared
+    ``content-length`` is not read at all)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            return None
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole request body within ``timeout_s``; :class:`BodyRefused` 413 past ``limit`` bytes, 408 when late."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await read_capped(request, limit)
+    except TimeoutError:
+        raise BodyRefused(408, f"request body not received within {timeout_s:g} s", "body_timeout") from None
+    if raw is None:
+        raise BodyRefused(413, f"request body exceeds {limit} bytes", "too_large")
+    return raw
+
+
+async def buffered_request(receive: Receive) -> tuple[bytes, Receive]:
+    """An ASGI request's whole body, and a ``receive`` for the app it is passed on to: the body once, as one
+    message, then whatever ``receive`` says next (a disconnect)."""
+    parts: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = b"".join(parts)
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, replay

@@ -58,6 +58,14 @@ def result_text(answer: LinkAnswer) -> tuple[str, bool]:
     return text, bool(answer.result.get("isError"))
 
 
+async def _run_call(router: ToolRouter, run: LoopRun, name: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
+    """Run one of the model's calls, as every API's loop does: recorded in ``run``; what the model is shown."""
+    answer = await router.call(name, arguments)
+    run.calls.append(name)
+    run.answers.append(answer_text(answer))
+    return result_text(answer)
+
+
 def _dump(event: Any) -> str:
     return json.dumps(event.model_dump(mode="json"), sort_keys=True)
 
@@ -149,10 +157,7 @@ async def run_loop(wire: Wire, base_url: str, model: str, user_text: str, tools:
                     break
                 results = []
                 for call_id, name, arguments in calls:
-                    answer = await router.call(name, arguments)
-                    run.calls.append(name)
-                    run.answers.append(answer_text(answer))
-                    shown, error = result_text(answer)
+                    shown, error = await _run_call(router, run, name, arguments)
                     results.append({"type": "tool_result", "tool_use_id": call_id, "content": shown,
                                     **({"is_error": True} if error else {})})
                 messages.append({"role": "user", "content": results})
@@ -181,10 +186,7 @@ async def run_loop(wire: Wire, base_url: str, model: str, user_text: str, tools:
                     run.final_text = text
                     break
                 for call_id, name, arguments in calls:
-                    answer = await router.call(name, arguments)
-                    run.calls.append(name)
-                    run.answers.append(answer_text(answer))
-                    shown, _ = result_text(answer)
+                    shown, _ = await _run_call(router, run, name, arguments)
                     conversation.append({"type": "function_call_output", "call_id": call_id, "output": shown}
                                         if wire is Wire.RESPONSES else
                                         {"role": "tool", "tool_call_id": call_id, "content": shown})

@@ -17,6 +17,8 @@ from typing import Any
 import httpx2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from forethought.serve.http import buffered_request
+
 __all__ = ["Exchange", "ModelRouter", "RecordingApp", "RecordingTransport"]
 
 
@@ -118,27 +120,10 @@ class ModelRouter:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.default(scope, receive, send)
             return
-        parts: list[bytes] = []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            parts.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(parts)
+        body, replay = await buffered_request(receive)
         try:
             model = json.loads(body).get("model")
         except (ValueError, AttributeError):
             model = None
         app = self.by_model.get(model, self.default) if isinstance(model, str) else self.default
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
         await app(scope, replay, send)

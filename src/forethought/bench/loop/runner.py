@@ -41,7 +41,7 @@ from forethought.bench.loop.recording import RecordingApp, RecordingTransport
 from forethought.bench.loop.workload import GIT_READS, Task, noisy_script, notes_state, notes_tasks, repo_tasks
 from forethought.daemon.transcript import read_request
 from forethought.daemon.wire import Wire
-from forethought.serve.http import serve_in_process
+from forethought.serve.http import buffered_request, serve_in_process
 from forethought.serve.scripted import create_scripted_server, parse_script
 
 __all__ = ["LoopBenchConfig", "run_loop_bench"]
@@ -92,27 +92,12 @@ class _TaskUpstream:
                 scale / config.speculator_speedup)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body_parts: list[bytes] = []
-        while True:
-            message = await receive()
-            body_parts.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(body_parts)
+        body, replay = await buffered_request(receive)
         wire = Wire.of_path(scope["path"]) or Wire.CHAT
         parsed = json.loads(body) if body else {}
         text = read_request(wire, parsed).user_message
         apps = self._speculator if parsed.get("model") == SPECULATOR_MODEL else self._main
         app = apps.get(text) or next(iter(self._main.values()))
-        sent = False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
         await app(scope, replay, send)
 
 
