@@ -116,7 +116,7 @@ def proxy(
                                                     "(http://127.0.0.1:PORT): it guesses, the proxy runs its early "
                                                     "calls.")] = None,
     daemon_file: Annotated[Path | None, typer.Option(help="With --daemon: the daemon's file (URL and link token) "
-                                                          "[default: as forethought serve writes it].")] = None,
+                                                          "(default: the one forethought serve writes).")] = None,
 ) -> None:
     """Run the proxy: forethought mcp-proxy [OPTIONS] -- <upstream command ...>."""
     if ctx.invoked_subcommand is not None:
