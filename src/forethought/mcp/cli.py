@@ -1,7 +1,8 @@
 """``forethought mcp-proxy``: the proxy's command line (run, ``stats``, ``config``).
 
 ``forethought mcp-proxy [OPTIONS] -- <upstream command ...>`` serves an MCP client on stdio in front of a
-stdio upstream (``--upstream-url`` for a streamable-HTTP one). ``stats --store PATH`` prints the totals
+stdio upstream (``--upstream-url`` for a streamable-HTTP one); ``--daemon URL`` links it to ``forethought
+serve`` (:mod:`~forethought.mcp.daemon_hook`). ``stats --store PATH`` prints the totals
 saved in a store, ``config --client NAME -- <server command>`` prints a client's configuration snippet.
 Configuration enters here and flows inward as values; errors of the forethought family print one line and
 exit with status 2.
@@ -111,6 +112,11 @@ def proxy(
                                                     "(/mcp, and /metrics) instead of stdio.")] = None,
     in_process: Annotated[bool, typer.Option("--in-process", help="Learn and predict on the proxy's own event "
                                                                   "loop, not in a worker process.")] = False,
+    daemon: Annotated[str | None, typer.Option(help="Link to the forethought serve at this URL "
+                                                    "(http://127.0.0.1:PORT): it guesses, the proxy runs its early "
+                                                    "calls.")] = None,
+    daemon_file: Annotated[Path | None, typer.Option(help="With --daemon: the daemon's file (URL and link token) "
+                                                          "(default: the one forethought serve writes).")] = None,
 ) -> None:
     """Run the proxy: forethought mcp-proxy [OPTIONS] -- <upstream command ...>."""
     if ctx.invoked_subcommand is not None:
@@ -120,6 +126,9 @@ def proxy(
         print(ctx.get_help(), file=sys.stderr)
         raise typer.Exit(2)
     store_path = None if memory else (store or default_store())
+    linked = None
+    if daemon is not None or daemon_file is not None:
+        linked = _daemon(daemon, daemon_file)  # before anything starts: a wrong link is one line, exit 2
     warm = None
     if command and listen is None and not upstream_url:
         warm = _warm_start(command, store_path)  # the upstream first, relayed at once; the proxy loads after
@@ -137,7 +146,7 @@ def proxy(
         if accept_observable_reads:
             mcp_policy = mcp_policy.accepting_observable_reads()
         config = ProxyConfig(command=tuple(command), url=upstream_url, policy=mcp_policy,
-                             store=store_path, name=name, in_process=in_process)
+                             store=store_path, name=name, in_process=in_process, daemon=linked)
         server = Proxy(config, clock=warm.clock if warm is not None else None)
     except ForethoughtError as exc:
         raise _fail(exc) from None
@@ -164,6 +173,18 @@ def proxy(
             stop()
         server.close()
         print(server.finished.summary(), file=sys.stderr)
+
+
+def _daemon(url: str | None, path: Path | None) -> Any:
+    """The daemon's address and token (``--daemon``, ``--daemon-file``), or exit 2 with one line."""
+    if url is None:
+        raise _fail(McpProxyError("--daemon-file needs --daemon URL (the daemon's http://127.0.0.1:PORT)"))
+    from forethought.mcp.daemon_hook import daemon_address
+
+    try:
+        return daemon_address(url, path)
+    except ForethoughtError as exc:
+        raise _fail(exc) from None
 
 
 def _warm_start(command: list[str], store: Path | None) -> Any:

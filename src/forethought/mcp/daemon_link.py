@@ -54,6 +54,8 @@ KEEPALIVE_S = 5.0
 STALE_STREAM_S = 3 * KEEPALIVE_S
 """A job stream silent this long means the daemon is gone."""
 CONNECT_TIMEOUT_S = 5.0
+CANCELLED_ERROR = {"code": -32800, "message": "the client cancelled the call"}
+"""What a run reports when the client's call ended without an answer (cancelled: the report still ends it)."""
 
 
 def daemon_file() -> Path:
@@ -70,6 +72,8 @@ def daemon_file() -> Path:
 def read_daemon_file(path: Path | None = None) -> tuple[str, str]:
     """The daemon's URL and token from its file; ``OSError`` or ``ValueError`` when there is none usable."""
     data = json.loads((path or daemon_file()).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("the daemon file is not a JSON object")
     url, token = data.get("url"), data.get("token")
     if not isinstance(url, str) or not isinstance(token, str) or not token:
         raise ValueError("the daemon file has no url and token")
@@ -131,6 +135,8 @@ class DaemonLink:
         self.shim: str | None = None
         self._jobs: dict[str, asyncio.Task[None]] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._reports: set[asyncio.Task[None]] = set()
+        """Reports of runs whose call ended without an answer (sent in the background)."""
         self._gone = asyncio.Event()
         self.gone_reason: str | None = None
         self.hits = self.runs = self.jobs = 0
@@ -179,7 +185,8 @@ class DaemonLink:
             return LinkResult(await forward())
         try:
             claim = await self._until_gone(self._post("claim", {"shim": self.shim, "name": name,
-                                                                "arguments": dict(arguments)}))
+                                                                "arguments": dict(arguments)}),
+                                           late=self._claim_abandoned)
         except _LinkError as exc:
             self._lost(str(exc))
             return LinkResult(await forward())
@@ -197,7 +204,11 @@ class DaemonLink:
             self._lost("the daemon answered a claim with neither a hit nor a run")
             return LinkResult(await forward())
         self.runs += 1
-        answer = await forward()
+        try:
+            answer = await forward()
+        except BaseException:  # cancelled (or failed): the run still ends, with no answer to serve
+            self._report_later(run)
+            raise
         with contextlib.suppress(_LinkError):  # a daemon gone meanwhile learns nothing more; the call is done
             await self._until_gone(self._post("done", {"shim": self.shim, "run": run, **answer.to_json()}))
         return LinkResult(answer)
@@ -253,12 +264,18 @@ class DaemonLink:
 
     # --- plumbing -------------------------------------------------------------------------------------
 
-    async def _until_gone(self, request: Awaitable[Any]) -> Any:
-        """``request``'s answer, or :class:`_LinkError` as soon as the daemon is known to be gone."""
+    async def _until_gone(self, request: Awaitable[Any], late: Callable[[Any], None] | None = None) -> Any:
+        """``request``'s answer, or :class:`_LinkError` as soon as the daemon is known to be gone. A cancelled
+        wait leaves the request going; ``late`` then gets its answer when it comes."""
         task = asyncio.ensure_future(request)
         gone = asyncio.ensure_future(self._gone.wait())
         try:
             await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            if late is not None:
+                task.add_done_callback(lambda t: late(t.result()) if not t.cancelled() and t.exception() is None
+                                       else None)
+            raise
         finally:
             gone.cancel()
         if not task.done():
@@ -281,6 +298,27 @@ class DaemonLink:
         except ValueError:
             raise _LinkError(f"the daemon's answer to {what} is not JSON") from None
 
+    def _claim_abandoned(self, claim: Any) -> None:
+        """The answer to a claim whose call was cancelled meanwhile: a run is reported ended at once (the
+        client's request was never sent)."""
+        run = claim.get("run") if isinstance(claim, Mapping) and claim.get("kind") == "run" else None
+        if isinstance(run, str):
+            self._report_later(run)
+
+    def _report_later(self, run: str) -> None:
+        """Report ``run`` ended without an answer (its call was cancelled), in the background: the daemon ends
+        its write then, rather than when the shim leaves."""
+        if self._gone.is_set():
+            return
+
+        async def report() -> None:
+            with contextlib.suppress(_LinkError):
+                await self._post("done", {"shim": self.shim, "run": run, "error": dict(CANCELLED_ERROR)})
+
+        task = asyncio.get_running_loop().create_task(report())
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
     def _lost(self, reason: str) -> None:
         if self._gone.is_set():
             return
@@ -295,6 +333,10 @@ class DaemonLink:
 
     async def aclose(self) -> None:
         """Stop reading jobs and close the connection (the daemon then drops the shim)."""
+        if self._reports:  # the reports of cancelled calls go first (each is one short request)
+            await asyncio.wait(set(self._reports), timeout=CONNECT_TIMEOUT_S)
+            for report in list(self._reports):
+                report.cancel()
         self._gone.set()
         for task in [*self._jobs.values(), *([self._reader] if self._reader is not None else [])]:
             task.cancel()

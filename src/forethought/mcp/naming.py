@@ -11,7 +11,8 @@ connection the client has not yet opened in the newest revision: a 2026 server t
 ``server/discover`` refuses ``initialize``.
 
 :class:`ServerName` also keeps what else the two sides say of themselves there, for better guesses where the
-proxy sees little: the server's ``instructions`` and the client's name (from ``clientInfo``).
+proxy sees little: the server's ``instructions`` and the client's name (from ``clientInfo``), and the
+server's own info (``serverInfo``: its own name, which a proxy linked to the daemon registers beside ``--name``).
 
 :class:`ServerName` watches the client's requests and the upstream's answers and settles once: on the name,
 or on :data:`~forethought._core.policy.UNKNOWN_SERVER` when the handshake answered without one or the
@@ -42,14 +43,21 @@ CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 
 
-def name_in(method: str, result: Mapping[str, Any]) -> str | None:
-    """The server's name in a handshake's result (``method``: ``initialize`` or ``server/discover``)."""
+def info_in(method: str, result: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The server's info (``name``, ``version``, ...) in a handshake's result (``method``: ``initialize`` or
+    ``server/discover``)."""
     if method == INITIALIZE:
         info = result.get("serverInfo")
     else:
         meta = result.get("_meta")
         info = meta.get(SERVER_INFO_KEY) if isinstance(meta, Mapping) else None
-    name = info.get("name") if isinstance(info, Mapping) else None
+    return info if isinstance(info, Mapping) else None
+
+
+def name_in(method: str, result: Mapping[str, Any]) -> str | None:
+    """The server's name in a handshake's result (``method``: ``initialize`` or ``server/discover``)."""
+    info = info_in(method, result)
+    name = info.get("name") if info is not None else None
     return name if isinstance(name, str) and name else None
 
 
@@ -68,6 +76,9 @@ class ServerName:
         """The client's name, as its ``clientInfo`` gives it (empty until seen)."""
         self.instructions = ""
         """The server's ``instructions`` from its handshake answer (empty if it gave none)."""
+        self.server_info: Mapping[str, Any] = {}
+        """The server's info as its handshake answer gave it (its own ``name`` even where ``--name`` settled the
+        policy's; empty until seen)."""
 
     @property
     def settled(self) -> Server | None:
@@ -124,12 +135,16 @@ class ServerName:
             instructions = message.result.get("instructions")
             if isinstance(instructions, str) and not self.instructions:
                 self.instructions = instructions
+            info = info_in(asked[0], message.result)
+            if info is not None and not self.server_info:
+                self.server_info = dict(info)
         if self._settled is not None:
             return
         if asked is None:
             if isinstance(message, JSONRPCResponse):
                 name = name_in(DISCOVER, message.result)
                 if name is not None:
+                    self.server_info = self.server_info or dict(info_in(DISCOVER, message.result) or {})
                     self._settle(name, "from the stamp of a result")
             return
         method, own = asked

@@ -3,8 +3,9 @@
 :class:`ProxyConfig` is everything the command line decides. :class:`Proxy` owns what outlives a client
 session (the runtime, the SQLite store of patterns and stats, the totals the metrics read) and
 :meth:`Proxy.serve_session` relays one client session over any pair of ``mcp`` SDK streams, opening the
-upstream for it (one runtime session, one upstream connection per client session). :func:`run_stdio`
-serves one client on the process's own stdin and stdout.
+upstream for it (one runtime session, one upstream connection per client session), and with ``--daemon``
+links the session to ``forethought serve`` (:mod:`~forethought.mcp.daemon_hook`). :func:`run_stdio` serves
+one client on the process's own stdin and stdout.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from forethought._core.versions import StateVersion, Version
 from forethought.errors import ForethoughtError
 from forethought.mcp.calibration import CalibrationStore, Calibrator, Carried
 from forethought.mcp.concurrency import Concurrency
+from forethought.mcp.daemon_hook import DaemonAddress, DaemonHook
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError
 from forethought.mcp.firstcalls import FirstCalls, MemoryFirstCalls, SqliteFirstCalls
@@ -73,6 +75,8 @@ class ProxyConfig:
     in_process: bool = False
     """Learn and predict on the proxy's own event loop (``--in-process``) instead of in one worker process
     per client session (:mod:`~forethought.mcp.patterns`)."""
+    daemon: DaemonAddress | None = None
+    """The ``forethought serve`` each client session links to (``--daemon``; :mod:`~forethought.mcp.daemon_hook`)."""
 
     def __post_init__(self) -> None:
         if bool(self.command) == bool(self.url):
@@ -157,6 +161,8 @@ class Proxy:
         """The relay of every client session being served (each holds its session's speculator)."""
         self.links: list[UpstreamLink] = []
         """The upstream link of every client session served (the tests count its requests)."""
+        self.daemons: list[DaemonHook] = []
+        """The daemon link of every client session served with ``--daemon`` (the tests look inside)."""
         self.on_call: Callable[[CallReport], None] | None = None
         self.refusals: Counter[str] = Counter()
         """Predictions the finished sessions did not speculate, by reason."""
@@ -214,8 +220,13 @@ class Proxy:
             self.links.append(link)
             speculator = SessionSpeculator(link, self.config.policy, self.runtime, self._predictor_for, self.clock,
                                            ServerName(self.config.name), self.learning)
+            daemon = None
+            if self.config.daemon is not None:
+                daemon = DaemonHook(self.config.daemon, speculator, self.config.name,
+                                    self.config.policy.settings.name_wait_s)
+                self.daemons.append(daemon)
             relay = Relay(down_read, down_write, up_read, link, speculator, on_call=self.on_call,
-                          exit_detail=lambda: f"{self.config.label!r} exited or closed its connection")
+                          exit_detail=lambda: f"{self.config.label!r} exited or closed its connection", daemon=daemon)
             self._relays.append(relay)
             try:
                 if handoff is not None:

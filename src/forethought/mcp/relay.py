@@ -4,7 +4,9 @@ Every JSON-RPC message goes through unchanged, ids included, in both directions:
 and the server's own: sampling, elicitation, roots), responses, errors and notifications (progress,
 cancellation, logging, list changes). The one exception is a client's ``tools/call``, which the
 :class:`~forethought.mcp.speculation.SessionSpeculator` answers (from a speculation, or by sending the very
-same request upstream). The relay also watches ``tools/list`` answers (every page) so the speculator knows
+same request upstream); a session linked to ``forethought serve`` asks the daemon first
+(:mod:`~forethought.mcp.daemon_hook`). The relay also watches ``tools/list`` answers (every page) so the
+speculator knows
 the tools, ``notifications/tools/list_changed`` so nothing stale is served, and the handshake, so the
 speculator learns the upstream's name (:mod:`~forethought.mcp.naming`; the proxy sends a ``server/discover``
 of its own before a client's first request when only that can tell it).
@@ -24,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
@@ -34,6 +36,9 @@ from forethought.mcp.errors import UpstreamClosedError, upstream_gone_error
 from forethought.mcp.speculation import CallReport, SessionSpeculator
 from forethought.mcp.upstream import Answer, Kind, MessageSink, UpstreamLink
 from forethought.mcp.warmup import Handoff
+
+if TYPE_CHECKING:
+    from forethought.mcp.daemon_hook import DaemonHook
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +61,13 @@ class Relay:
 
     def __init__(self, down_read: MessageSource, down_write: MessageSink, up_read: MessageSource,
                  link: UpstreamLink, speculator: SessionSpeculator,
-                 on_call: CallObserver | None = None, exit_detail: Callable[[], str] | None = None) -> None:
+                 on_call: CallObserver | None = None, exit_detail: Callable[[], str] | None = None,
+                 daemon: DaemonHook | None = None) -> None:
+        """``daemon``: the session's link to ``forethought serve`` (``--daemon``), asked first for every call."""
         self._down_read, self._down_write, self._up_read = down_read, down_write, up_read
         self.link = link
         self.speculator = speculator
+        self.daemon = daemon
         self._on_call = on_call
         self._exit_detail = exit_detail or (lambda: "it closed its connection")
         self._forwarded: dict[RequestId, tuple[str, dict[str, Any] | None]] = {}
@@ -77,6 +85,8 @@ class Relay:
             for task in [*self._calls.values(), *self._tasks]:
                 task.cancel()
             await asyncio.gather(upstream, *self._calls.values(), *self._tasks, return_exceptions=True)
+            if self.daemon is not None:
+                await self.daemon.aclose()  # its early runs are withdrawn while the upstream can still hear it
             self.link.close("the client session ended")  # every request still tracked has ended for us
             self.speculator.name.give_up("the client session ended")
             await self.speculator.close()
@@ -166,7 +176,9 @@ class Relay:
         await self._send_up(message)
 
     async def _tool_call(self, message: JSONRPCRequest) -> None:
-        report = await self.speculator.call(message)
+        daemon = self.daemon
+        report = await (daemon.call(message, self.speculator.call) if daemon is not None
+                        else self.speculator.call(message))
         if report.kind == "hit" and report.answer.progress:
             await self._replay_progress(message, report.answer.progress)
         await self._send_down(report.answer.message(message.id))
@@ -229,6 +241,8 @@ class Relay:
                 return
         elif isinstance(message, JSONRPCNotification) and message.method == TOOLS_CHANGED:
             self.speculator.tools_changed()
+            if self.daemon is not None:
+                self.daemon.tools_changed()
         elif isinstance(message, JSONRPCNotification) and message.method == PROGRESS and message.params:
             if self.link.progress(message.params):
                 return  # a guess's progress: kept with it

@@ -7,7 +7,9 @@ tool goes through that session as a real :class:`~forethought._core.calls.ToolCa
 identical core key is claimed, else the client's request is sent upstream verbatim (same id, same ``_meta``,
 so progress and cancellation pass through). A call the session cannot see (an unlisted tool, a request of
 another shape) is relayed blind, as an untracked write of the core's write clock. After each answer the
-:class:`~forethought.mcp.guessing.Guesser` speculates the likely next calls and learns the call.
+:class:`~forethought.mcp.guessing.Guesser` speculates the likely next calls and learns the call, unless the
+session is linked to ``forethought serve`` (:mod:`~forethought.mcp.daemon_hook`): while the daemon is in charge
+it guesses, and the proxy does not.
 
 A write is in progress, for every proxy sharing the clock, from before its request is sent until that
 request has really ended: the tool function's task ends only when the upstream answered or the link closed
@@ -70,6 +72,19 @@ class CallReport:
     answer: Answer
     kind: str
     """``hit``, ``miss`` or ``passthrough``."""
+
+
+class DaemonSide(Protocol):
+    """A session's link to ``forethought serve`` (:mod:`~forethought.mcp.daemon_hook`), as the speculator sees it."""
+
+    @property
+    def in_charge(self) -> bool:
+        """Whether the daemon guesses for this session (linked, or linking): the proxy's own guessing is off."""
+        ...
+
+    def listed(self, listing: Mapping[str, Mapping[str, Any]]) -> None:
+        """The upstream's tools as a complete ``tools/list`` gave them (name -> entry)."""
+        ...
 
 
 class PredictorFactory(Protocol):
@@ -140,6 +155,13 @@ class SessionSpeculator:
         """Set once the tools were listed (the session has its predictor)."""
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
+        self.daemon: DaemonSide | None = None
+        """The session's link to the daemon (``--daemon``): while it is in charge, the proxy does not guess."""
+
+    @property
+    def guessing(self) -> bool:
+        """Whether the proxy guesses itself: always, but while a daemon it is linked to is in charge."""
+        return self.daemon is None or not self.daemon.in_charge
 
     # --- the tool list --------------------------------------------------------------------------------
 
@@ -156,6 +178,8 @@ class SessionSpeculator:
         if result.get("nextCursor") is not None:
             return
         listing = dict(self._pages)
+        if self.daemon is not None:
+            self.daemon.listed(listing)
         if self.name.settled is not None:
             self._rebuild(listing, self.name.settled)
         else:
@@ -190,7 +214,7 @@ class SessionSpeculator:
                                GuessSettings(settings.guesses, settings.min_confidence, settings.results_per_turn),
                                self.learning.calibrator, self.name.instructions, self._refusals, self._priced_out)
         self._listed.set()
-        if not self.calls:
+        if not self.calls and self.guessing:
             self.guesser.first_guess(self.learning.first_calls.most_likely(self.fingerprint, self.name.client))
 
     async def ready(self) -> None:
@@ -198,11 +222,17 @@ class SessionSpeculator:
         worker process has started): what a benchmark waits for before it times anything."""
         await self._listed.wait()
         predictor = self.guesser.predictor if self.guesser is not None else None
-        if isinstance(predictor, WorkerPatterns):
+        if isinstance(predictor, WorkerPatterns) and self.guessing:
             predictor.start()
             await predictor.ready()
 
     def _envelope_now(self) -> Mapping[str, Any]:
+        return self._envelope
+
+    @property
+    def envelope(self) -> Mapping[str, Any]:
+        """The ``io.modelcontextprotocol/`` keys of the ``_meta`` of the client's latest call (a request of the
+        proxy's own carries them, as the client's own would)."""
         return self._envelope
 
     def _validator(self, spec: ValidatorSpec, schema: Mapping[str, Any]) -> Any:
@@ -232,15 +262,18 @@ class SessionSpeculator:
             await pending.wait_ended()  # the write is in progress until the upstream request has ended
             raise
 
+    def guess_request(self, name: str, arguments: Mapping[str, Any]) -> JSONRPCRequest:
+        """A ``tools/call`` of the proxy's own (a guess, or an early run the daemon asked for): its own id, the
+        client's envelope, and its own id as its progress token (its progress is kept with it, and replayed to
+        the client's call it serves)."""
+        request_id = self.link.new_id()
+        params: dict[str, Any] = {"name": name, "arguments": dict(arguments),
+                                  "_meta": {**self._envelope, "progressToken": request_id}}
+        return JSONRPCRequest(jsonrpc="2.0", id=request_id, method="tools/call", params=params)
+
     async def _speculative(self, name: str, arguments: Mapping[str, Any]) -> Answer:
-        link = self.link
-        request_id = link.new_id()
-        params: dict[str, Any] = {"name": name, "arguments": dict(arguments)}
-        # its progress is kept (its own id is its token), and replayed to the client's call it serves
-        params["_meta"] = {**self._envelope, "progressToken": request_id}
         key = self._specs[name].key(ToolCall(name, arguments))
-        answer, own = await self._race.guess(key, link.request(
-            JSONRPCRequest(jsonrpc="2.0", id=request_id, method="tools/call", params=params), Kind.GUESS))
+        answer, own = await self._race.guess(key, self.link.request(self.guess_request(name, arguments), Kind.GUESS))
         if own:
             return _Own(answer.result, answer.error)
         if not answer.servable:
@@ -331,6 +364,15 @@ class SessionSpeculator:
         except UpstreamClosedError as exc:
             return Answer(error=upstream_gone_error(exc.detail))
 
+    def served_early(self, request: JSONRPCRequest) -> None:
+        """A client's call was answered by the daemon from an early run (``--daemon``): counted as a hit."""
+        self.calls += 1
+        self._hits += 1
+        name = (request.params or {}).get("name")
+        if isinstance(name, str) and name in self.decisions:
+            self._tool_calls[name] += 1
+            self._tool_hits[name] += 1
+
     def relayed_blind(self) -> None:
         """A client's call was relayed before the proxy could see it (during warm-up): counted as passed through."""
         self.calls += 1
@@ -341,8 +383,8 @@ class SessionSpeculator:
         params = request.params or {}
         name, arguments = params.get("name"), params.get("arguments")
         guesser = self.guesser
-        if guesser is None or report.kind == "passthrough" or not isinstance(name, str):
-            return
+        if guesser is None or report.kind == "passthrough" or not isinstance(name, str) or not self.guessing:
+            return  # (while the daemon is in charge it guesses, and its predictors learn: the proxy does neither)
         if not self.in_flight:
             self._answered_at = asyncio.get_running_loop().time()
         predictor = guesser.predictor

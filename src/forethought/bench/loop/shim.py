@@ -1,4 +1,5 @@
-"""A linked shim for the bench and the tests, until ``forethought mcp-proxy --daemon`` exists.
+"""A linked shim for the bench and the tests (the bench's daemon arms have not moved to ``forethought mcp-proxy
+--daemon`` yet).
 
 :class:`FakeShim` stands where the real shim will: it holds an ``mcp`` SDK client session to a real MCP
 server (started as a subprocess on stdio) and a :class:`~forethought.mcp.daemon_link.DaemonLink` to the
