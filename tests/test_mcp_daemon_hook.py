@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import pytest
+import typer
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -386,7 +387,6 @@ def _announce(path: Path, url: str) -> Path:
     ("http://example.com:7337", "good", "loopback"),
     ("http://127.0.0.1", "good", "http://127.0.0.1:PORT"),
     ("http://127.0.0.1:7337/anthropic", "good", "nothing after it"),
-    ("http://127.0.0.1:7337", "missing", "cannot read the daemon file"),
     ("http://127.0.0.1:7337", "garbage", "not usable"),
     ("http://127.0.0.1:7337", "other-port", "another port"),
     (None, "good", "--daemon-file needs --daemon"),
@@ -404,6 +404,18 @@ def test_a_wrong_daemon_is_one_line_and_exit_2_before_the_server_starts(
     lines = result.output.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1 and says in lines[0], result.output
     assert "secret-token" not in result.output and not marker.exists()
+
+
+def test_a_daemon_that_is_not_running_leaves_a_plain_proxy_with_one_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """forethought serve removes its file when it stops: every client's shim must still start, unlinked."""
+    from forethought.mcp.cli import _daemon
+
+    assert _daemon("http://127.0.0.1:7337", tmp_path / "none.json") is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no daemon file" in err[0] and "plain proxy" in err[0]
+    with pytest.raises(typer.Exit):  # a wrong URL is still a configuration error, file or not
+        _daemon("https://127.0.0.1:7337", tmp_path / "none.json")
 
 
 def test_the_daemon_file_defaults_to_the_daemons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

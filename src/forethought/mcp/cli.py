@@ -176,12 +176,21 @@ def proxy(
 
 
 def _daemon(url: str | None, path: Path | None) -> Any:
-    """The daemon's address and token (``--daemon``, ``--daemon-file``), or exit 2 with one line."""
+    """The daemon's address and token (``--daemon``, ``--daemon-file``), or exit 2 with one line. A daemon that
+    is not running (no daemon file: ``forethought serve`` removes it when it stops) is not an error: one warning
+    line, and the proxy runs unlinked, as a plain speculative proxy (``None``)."""
     if url is None:
         raise _fail(McpProxyError("--daemon-file needs --daemon URL (the daemon's http://127.0.0.1:PORT)"))
-    from forethought.mcp.daemon_hook import daemon_address
+    from forethought.mcp.daemon_hook import daemon_address, parse_daemon_url
+    from forethought.mcp.daemon_link import daemon_file
 
     try:
+        base = parse_daemon_url(url)
+        where = path or daemon_file()
+        if not where.exists():
+            print(f"forethought mcp-proxy: no daemon file at {where} (is forethought serve running?); going on as "
+                  f"a plain proxy, not linked to {base}", file=sys.stderr)
+            return None
         return daemon_address(url, path)
     except ForethoughtError as exc:
         raise _fail(exc) from None
