@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
-from forethought._core.clock import FakeClock
+from forethought import FakeClock, Session
 from forethought._core.pressure import NO_PRESSURE, LoopPressure, Pressure
-from forethought._core.runtime import Session
 
 __all__ = ["PHASE", "ExecLog", "FakeClock", "FakeSnapshot", "FakeState", "Gate", "settle", "speculate_marked",
            "spin"]

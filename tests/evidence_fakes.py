@@ -9,10 +9,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from conftest import Gate, spin
-from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, tool
+from forethought import Effect, Policy, Runtime, ToolCall, tool
 from forethought.agent.feed import GuessFeed
 from forethought.llm.events import MessageDone, ToolCallClosed
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, SampleVotes

@@ -9,9 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from conftest import ExecLog
-from forethought._core.policy import BreakerPolicy
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, Tool, tool
+from forethought import BreakerPolicy, Effect, Runtime, Tool, tool
 from forethought.telemetry import Event, EventKind
 
 OPEN_BREAKER = BreakerPolicy(max_waste_rate=1.0, max_error_rate=1.0)

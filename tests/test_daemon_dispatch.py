@@ -13,8 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, Tool
+from forethought import Effect, Runtime, Tool
 from forethought.daemon.dispatch import Kind, StepDispatch
 from forethought.daemon.linked import LinkedCall
 from forethought.llm.events import MessageDone, ToolCallArgumentsDelta, ToolCallClosed, ToolCallStarted

@@ -13,16 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import Gate, spin
-from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy
-from forethought._core.pressure import FixedPressure
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, tool
+from forethought import Effect, Policy, Runtime, ToolCall, tool
 from forethought.agent.deferral import Deferral, SampleCounting, SampleTiming
 from forethought.agent.feed import GuessFeed
 from forethought.predictors.base import Prediction, PredictionContext
 from forethought.predictors.model import ModelSpeculator
 from forethought.telemetry import EventKind
+from forethought.testing import FixedPressure
 from test_evidence import Listed, Sampler, ctx, guess
 from test_evidence import tools as evidence_tools
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.bench.engine_sim.cache import PrefixCache, count_tokens
 from forethought.bench.engine_sim.engine import EngineModel, TimingConfig
 from forethought.bench.engine_sim.model_server import ModelServer, SpeculatorConfig

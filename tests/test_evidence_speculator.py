@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from evidence_fakes import ScriptedClient, ctx
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.llm.events import MessageDone, ToolCallClosed
 from forethought.predictors.base import ObservedCall, PredictionContext
 from forethought.predictors.model import ModelSpeculator

@@ -10,15 +10,12 @@ from typing import Any
 import pytest
 
 from conftest import Gate, settle, spin
-from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy
-from forethought._core.pressure import FixedPressure
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, tool
+from forethought import Effect, Policy, Runtime, ToolCall, tool
 from forethought.agent.feed import CHAIN_SOURCE, GuessFeed
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 from forethought.predictors.model import ModelSpeculator
 from forethought.telemetry import EventKind
+from forethought.testing import FixedPressure
 
 
 class Listed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.gateway.cache import CachedEntry, ResponseScope, match
 
 TOOLS = [{"type": "function", "name": name, "parameters": {

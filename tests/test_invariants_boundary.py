@@ -12,10 +12,7 @@ from typing import Any
 import pytest
 
 from conftest import ExecLog, FakeState, settle, speculate_marked, spin
-from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy, ToolPolicy
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, tool
+from forethought import Effect, Policy, Runtime, ToolCall, ToolPolicy, tool
 from forethought.telemetry import EventKind
 from invariant_helpers import OPEN_BREAKER, counting_tool, events_of, kinds
 

@@ -10,10 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import FakeState, settle
-from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, tool
+from forethought import Effect, Policy, Runtime, ToolCall, tool
 from invariant_helpers import OPEN_BREAKER
 
 KEYS = ("a", "b")

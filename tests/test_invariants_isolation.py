@@ -8,9 +8,7 @@ ran" and "ran exactly once" are counted, not inferred from timing."""
 from __future__ import annotations
 
 from conftest import PHASE, ExecLog, FakeClock, Gate, settle, speculate_marked, spin
-from forethought._core.calls import ToolCall
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, tool
+from forethought import Effect, Runtime, ToolCall, tool
 from forethought.telemetry import EventKind
 from invariant_helpers import counting_tool, events_of, kinds
 

@@ -11,10 +11,7 @@ import asyncio
 import threading
 
 from conftest import PHASE, ExecLog, FakeSnapshot, FakeState, Gate, settle, speculate_marked, spin
-from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, tool
+from forethought import Effect, Policy, Runtime, ToolCall, tool
 from forethought.telemetry import EventKind
 from invariant_helpers import events_of
 

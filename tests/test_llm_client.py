@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.bench.engine_sim.model_server import ModelServer, SpeculatorConfig, TimingConfig
 from forethought.errors import StreamDroppedError, UpstreamError
 from forethought.llm.chat import OpenAIChatClient, ToolCallAssembler

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.errors import LLMError, StreamDroppedError
 from forethought.llm.chat import ToolCallAssembler
 from forethought.llm.events import LLMEvent, MessageDone, TextDelta, ToolCallClosed

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.cli import app
 from forethought.mcp.effects import McpPolicy, policy_from_data
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor

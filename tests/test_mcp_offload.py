@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.patterns import SAVE_SESSION, StoredPatterns, WorkerPatterns
 from forethought.predictors.base import ObservedCall, PredictionContext

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.bench.mcp.oracle import OraclePredictor, oracle_factory
 from forethought.bench.mcp.runner import McpBenchConfig
 from forethought.predictors.base import ObservedCall, PredictionContext

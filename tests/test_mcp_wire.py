@@ -21,7 +21,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from typer.testing import CliRunner
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.cli import app
 from forethought.mcp.effects import McpPolicy, policy_from_data
 from forethought.mcp.proxy import Proxy, ProxyConfig

@@ -26,7 +26,7 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install '
 
 from mcp import ClientSession
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.mcp.effects import McpPolicy, policy_from_data
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor
 from mcp_handshakes import direct, proxied

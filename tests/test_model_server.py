@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.bench.engine_sim.model_server import (
     ModelServer,
     SpeculatorConfig,

@@ -13,10 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import Gate, spin
-from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, tool
+from forethought import Effect, Policy, Runtime, ToolCall, tool
 from forethought.agent.feed import GuessFeed
 from forethought.agent.narrowing import STREAM_SUFFIX, fits, parse_partial
 from forethought.llm.events import ToolCallArgumentsDelta, ToolCallStarted

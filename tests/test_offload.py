@@ -14,8 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forethought import OffloadedPredictor, PredictorError
-from forethought._core.calls import ToolCall
+from forethought import OffloadedPredictor, PredictorError, ToolCall
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor
 from forethought.predictors.offload import UNPROVEN_DEATHS
 from forethought.predictors.patterns.predictor import PatternPredictor

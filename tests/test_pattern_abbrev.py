@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.derive_rules import MAX_LISTED_CODES, Sources
 from forethought.predictors.patterns.mentions import abbreviated, abbreviation_fit, is_code

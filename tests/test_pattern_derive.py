@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall, Prediction
 from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.derive_schema import schema_checker

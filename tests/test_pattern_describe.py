@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall, PredictionContext
 from forethought.predictors.patterns.counts import Counts
 from forethought.predictors.patterns.describe import description_match, description_words

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.args import ORDINAL_MARK, SEP
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall, PredictionContext
 from forethought.predictors.patterns import flow_maxent
 from forethought.predictors.patterns.counts import Counts

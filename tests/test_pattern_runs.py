@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.derive_index import atom_runs
 from forethought.predictors.patterns.derive_rules import Rule, Sources

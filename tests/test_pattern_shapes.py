@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.counts import Counts
 from forethought.predictors.patterns.predictor import PatternPredictor

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 from forethought.predictors.patterns.derive_outputs import (
     MAX_KEYED_BYTES,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, train

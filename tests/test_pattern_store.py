@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts, CountsState, wilson_lower
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.predictors.base import ObservedCall, PredictionContext
 from forethought.predictors.patterns.counts import Counts
 from forethought.predictors.patterns.derive_index import MAX_FROM_END, MAX_ORDINAL

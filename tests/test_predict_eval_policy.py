@@ -9,8 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from forethought import Policy, ToolPolicy
-from forethought._core.calls import ToolCall
+from forethought import Policy, ToolCall, ToolPolicy
 from forethought.predictors.base import Prediction
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.predictors.patterns.replay import train

@@ -9,13 +9,10 @@ from typing import Any
 import pytest
 
 from conftest import spin
-from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy, ToolPolicy
-from forethought._core.pressure import FixedPressure
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, Tool, tool
+from forethought import Effect, Policy, Runtime, Tool, ToolCall, ToolPolicy, tool
 from forethought.errors import ToolDefinitionError
 from forethought.telemetry import EventKind
+from forethought.testing import FixedPressure
 
 
 def lookup(hook: Any, effect: Effect = Effect.READ_ONLY) -> Tool:

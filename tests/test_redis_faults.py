@@ -7,7 +7,7 @@ import time
 import redis
 
 import redis_fixture
-from forethought._core.clock import FakeClock
+from forethought import FakeClock
 from forethought.predictors.patterns.counts import CountsState
 from forethought.predictors.patterns.store import MemoryPatternStore
 from forethought.stores.fallback import FallbackPatternStore, StoreEvent

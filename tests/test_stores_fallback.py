@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought._core.clock import FakeClock
+from forethought import FakeClock
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.predictors.patterns.store import MemoryPatternStore
 from forethought.stores.events import StoreEvent

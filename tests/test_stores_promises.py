@@ -20,8 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import redis_fixture
-from forethought import Effect, Policy, Runtime, ToolCall, tool
-from forethought._core.clock import FakeClock
+from forethought import Effect, FakeClock, Policy, Runtime, ToolCall, tool
 from forethought.predictors.patterns.counts import CountsState
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.stores.errors import StoreExpiredError, StoreIntegrityError

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forethought import Effect, Policy, Runtime, ToolCall, tool
-from forethought._core.clock import FakeClock
+from forethought import Effect, FakeClock, Policy, Runtime, ToolCall, tool
 from forethought.errors import ToolDefinitionError
 from forethought.stores.errors import StoreIntegrityError
 from forethought.stores.events import StoreEvent

@@ -8,10 +8,7 @@ import logging
 import pytest
 
 from conftest import FakeClock, Gate, settle, spin
-from forethought._core.calls import ToolCall
-from forethought._core.policy import Policy
-from forethought._core.runtime import Runtime
-from forethought._core.tools import Effect, tool
+from forethought import Effect, Policy, Runtime, ToolCall, tool
 from forethought.telemetry import Event, EventKind, Telemetry, key_hash
 
 

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.bench.vllm.forced import FORCED_ARG, call_text, forced_ids, next_forced
 from forethought.bench.vllm.pin import PinnedStep, Position, pin_body, pin_forced_body
 from forethought.bench.vllm.replay import ReplayProxy

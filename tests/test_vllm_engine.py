@@ -19,8 +19,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from forethought._core.calls import ToolCall
-from forethought._core.runtime import Runtime
+from forethought import Runtime, ToolCall
 from forethought.agent.loop import Agent
 from forethought.bench.runner import converse
 from forethought.bench.vllm import metrics

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from forethought._core.calls import ToolCall
 from forethought._core.clock import Clock, FakeClock, SystemClock
 from forethought._core.entry import CallKind, CallOutcome, SpeculationTicket, TicketStatus
-from forethought._core.policy import Policy, ToolPolicy
+from forethought._core.policy import BreakerPolicy, Policy, ToolPolicy
 from forethought._core.policy_file import load_policy
 from forethought._core.runtime import Runtime, Session
 from forethought._core.tools import Effect, PartialRule, StateCell, Tool, tool
@@ -92,6 +92,7 @@ __all__ = [
     "AgentResult",
     "AgentStream",
     "AnthropicMessagesClient",
+    "BreakerPolicy",
     "CallError",
     "CallKind",
     "CallOutcome",

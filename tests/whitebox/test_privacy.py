@@ -1,0 +1,156 @@
+"""Private means private: planted secrets never reach an output channel the core owns.
+
+A private tool and a tool with a private argument are speculated, hit, missed, wasted, rejected (bad
+arguments), failed and conflicted; then every channel is searched for the secrets: telemetry events (their
+repr and every field), log records at every level of every logger, the Prometheus text, ticket, outcome
+and settled-speculation reprs, and the messages of every exception raised. Key hashes are keyed with a
+per-runtime secret, and absent for calls of private tools.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from conftest import settle
+from forethought import Effect, Policy, Tool, ToolPolicy, tool
+from forethought._core.calls import ToolCall, parse_arguments_json
+from forethought._core.policy_file import policy_from_mapping
+from forethought._core.runtime import Runtime, SettledSpeculation
+from forethought.errors import ForethoughtError
+from forethought.sandbox.objects import ObjectState
+from forethought.telemetry import Event, key_hash
+
+PIN = "q7319"  # a letter in it: a bare digit run could turn up inside any float a channel prints
+TOKEN = "tok-SECRET-4242"
+SECRETS = (PIN, TOKEN)
+
+
+def private_tools(cell: ObjectState) -> list[Tool]:
+    @tool(effect=Effect.READ_ONLY)
+    async def unlock(account: str, pin: str) -> str:
+        if pin == "0000":
+            raise ValueError(f"wrong pin {pin}")
+        return f"unlocked {account}"
+
+    @tool(effect=Effect.PURE)
+    async def login(user: str, token: str, mode: str = "fast") -> str:
+        if token.endswith("bad"):
+            raise RuntimeError(f"token {token} refused")
+        return f"hello {user}"
+
+    def remember(target: Any, note: str) -> int:
+        target["notes"].append(note)
+        return len(target["notes"])
+
+    note = Tool(name="remember", fn=remember, effect=Effect.ISOLATED_WRITE, state=cell, parameters={
+        "type": "object", "properties": {"note": {"type": "string"}}, "required": ["note"]})
+    return [unlock, login, note]
+
+
+POLICY = Policy(max_calls_per_turn=100, tools={
+    "unlock": ToolPolicy(private=True),
+    "remember": ToolPolicy(private=True),
+    "login": ToolPolicy(private_arguments=frozenset({"token"})),
+})
+
+
+def leaks(text: str) -> list[str]:
+    return [s for s in SECRETS if s in text]
+
+
+async def test_planted_secrets_reach_no_output_channel(caplog: pytest.LogCaptureFixture) -> None:
+    cell = ObjectState({"notes": []})
+    runtime = Runtime(private_tools(cell), POLICY)
+    events: list[Event] = []
+    runtime.telemetry.subscribe(events.append)
+    outputs: list[str] = []
+    errors: list[BaseException] = []
+    caplog.set_level(logging.DEBUG)
+    session = runtime.session()
+
+    def watch(settled: SettledSpeculation) -> None:
+        outputs.append(repr(settled))
+
+    calls = [ToolCall("unlock", {"account": "acct", "pin": PIN}),
+             ToolCall("login", {"user": "ann", "token": TOKEN}),
+             ToolCall("remember", {"note": f"pin is {PIN}"})]
+    for call in calls:
+        ticket = session.speculate(call, source="p", confidence=0.9)
+        outputs.append(repr(ticket))
+        assert ticket.key is not None
+        session.on_settled(ticket.key, watch)
+    outputs.append(repr(session.speculate(ToolCall("unlock", {"account": "acct", "pin": PIN + "9"}))))  # wasted
+    outputs.append(repr(session.speculate(ToolCall("remember", {"note": TOKEN}))))  # will conflict
+    outputs.append(repr(session.speculate(ToolCall("login", {"user": "ann", "token": 5, "x": TOKEN}))))
+    outputs.append(repr(session.speculate(ToolCall("login", {"user": "ann", "token": TOKEN, "mode": TOKEN}))))
+    await settle(session)
+    for call in calls:
+        outputs.append(repr(await session.execute_detailed(call)))
+    await session.execute(ToolCall("remember", {"note": TOKEN}))
+    for bad in (ToolCall("unlock", {"account": "acct", "pin": "0000"}),
+                ToolCall("login", {"user": "ann", "token": TOKEN + "bad"}),
+                ToolCall("login", {"user": "ann", "token": 7, "mode": TOKEN}),
+                ToolCall("unlock", {"account": "acct", "pin": PIN, "extra": PIN})):
+        with pytest.raises(ForethoughtError) as info:
+            await session.execute(bad)
+        errors.append(info.value)
+    with pytest.raises(ForethoughtError) as info:
+        parse_arguments_json('{"pin": "' + PIN + '", }', "unlock")
+    errors.append(info.value)
+    session.end_turn()
+    await session.close()
+
+    assert events, "the scenario emitted no events"
+    for event in events:
+        assert not leaks(repr(event)), event
+        assert event.tool != "unlock" and event.tool != "remember"  # private tools are not even named
+    for event in events:
+        if event.tool == "<private>":
+            assert event.key_hash == ""
+    assert not leaks(runtime.telemetry.exposition().decode())
+    assert b'tool="unlock"' not in runtime.telemetry.exposition()
+    for record in caplog.records:
+        assert not leaks(record.getMessage()), record.getMessage()
+        assert not leaks(caplog.text)
+    for text in outputs:
+        assert not leaks(text), text
+    assert len(errors) == 5
+    for exc in errors:
+        assert not leaks(str(exc)) and not leaks(repr(exc)), exc
+    runtime.close()
+
+
+def test_invalid_arguments_name_the_path_not_the_value() -> None:
+    t = Tool(name="f", fn=lambda **kw: kw, effect=Effect.PURE, parameters={
+        "type": "object", "properties": {"units": {"enum": ["metric", "imperial"]}, "n": {"type": "integer"},
+                                         "x": {"type": "number"}}})
+    for arguments in ({"units": TOKEN}, {"n": 1.5}, {"n": TOKEN}, {"x": float("nan")}):
+        with pytest.raises(ForethoughtError) as info:
+            t.arguments.keyed(ToolCall("f", arguments))
+        message = str(info.value)
+        assert "argument " in message and not leaks(message) and "1.5" not in message and "nan" not in message
+
+
+def test_key_hashes_are_keyed_per_runtime() -> None:
+    key = 'login\x1f{"token":"7319"}'
+    a, b = Runtime(), Runtime()
+    assert a.telemetry.key_hash(key) != b.telemetry.key_hash(key)
+    assert a.telemetry.key_hash(key) == a.telemetry.key_hash(key)
+    assert a.telemetry.key_hash(key) != key_hash(key)
+    # 10,000 PINs hashed without the secret find nothing: the unkeyed digest is not what events carry.
+    seen = a.telemetry.key_hash(key)
+    assert all(key_hash('login\x1f{"token":"' + f"{n:04d}" + '"}') != seen for n in range(10_000))
+    a.close()
+    b.close()
+
+
+def test_policy_files_set_privacy() -> None:
+    policy = policy_from_mapping({"tools": {"unlock": {"private": True},
+                                            "login": {"private_arguments": ["token"]}}})
+    runtime = Runtime(private_tools(ObjectState({"notes": []})), policy)
+    assert runtime.tools["unlock"].private and not runtime.tools["login"].private
+    assert runtime.tools["login"].private_arguments == frozenset({"token"})
+    runtime.close()
