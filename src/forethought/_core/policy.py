@@ -21,13 +21,43 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from forethought._core.tools import UNKNOWN_SERVER, Effect, Server, Tool
 from forethought.errors import PolicyError
 
 __all__ = ["ANY_SERVER", "BACKOFF_ENV", "UNKNOWN_SERVER", "BreakerPolicy", "Policy", "Resolved", "Server",
            "ServerPolicy", "ToolPolicy", "ValidatorSpec", "resolve"]
+
+
+class _Overriding(Protocol):
+    @property
+    def cost_units(self) -> float | None: ...
+    @property
+    def ttl_s(self) -> float | None: ...
+    @property
+    def expected_s(self) -> float | None: ...
+    @property
+    def private(self) -> bool: ...
+    @property
+    def private_arguments(self) -> frozenset[str]: ...
+
+
+def _overrides(policy: _Overriding, t: Tool) -> dict[str, Any]:
+    """The changes to ``t`` that a tool's policy and a resolution both make: costs and timings where given,
+    privacy only ever added."""
+    changes: dict[str, Any] = {}
+    if policy.cost_units is not None:
+        changes["cost_units"] = policy.cost_units
+    if policy.ttl_s is not None:
+        changes["ttl_s"] = policy.ttl_s
+    if policy.expected_s is not None:
+        changes["expected_s"] = policy.expected_s
+    if policy.private and not t.private:
+        changes["private"] = True
+    if not policy.private_arguments <= t.private_arguments:
+        changes["private_arguments"] = t.private_arguments | policy.private_arguments
+    return changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,19 +101,9 @@ class ToolPolicy:
 
     def apply(self, t: Tool) -> Tool:
         """The tool with this policy's overrides applied (privacy only ever added, never removed)."""
-        changes: dict[str, Any] = {}
+        changes = _overrides(self, t)
         if self.effect is not None:
             changes["effect"] = self.effect
-        if self.cost_units is not None:
-            changes["cost_units"] = self.cost_units
-        if self.ttl_s is not None:
-            changes["ttl_s"] = self.ttl_s
-        if self.expected_s is not None:
-            changes["expected_s"] = self.expected_s
-        if self.private and not t.private:
-            changes["private"] = True
-        if not self.private_arguments <= t.private_arguments:
-            changes["private_arguments"] = t.private_arguments | self.private_arguments
         return replace(t, **changes) if changes else t
 
 
@@ -247,19 +267,9 @@ class Resolved:
     def apply(self, t: Tool) -> Tool:
         """``t`` with these decisions applied (privacy only ever added and speculation only ever turned off, so
         resolving an already resolved tool again never grants it more)."""
-        changes: dict[str, Any] = {}
+        changes = _overrides(self, t)
         if self.effect is not t.effect:
             changes["effect"] = self.effect
-        if self.cost_units is not None:
-            changes["cost_units"] = self.cost_units
-        if self.ttl_s is not None:
-            changes["ttl_s"] = self.ttl_s
-        if self.expected_s is not None:
-            changes["expected_s"] = self.expected_s
-        if self.private and not t.private:
-            changes["private"] = True
-        if not self.private_arguments <= t.private_arguments:
-            changes["private_arguments"] = t.private_arguments | self.private_arguments
         if not self.speculate and t.speculate:  # like privacy, only ever taken away (never fails open)
             changes["speculate"] = False
         return replace(t, **changes) if changes else t

@@ -19,7 +19,7 @@ from forethought._core.policy import BreakerPolicy, Policy, ServerPolicy, ToolPo
 from forethought._core.tools import Effect
 from forethought.errors import PolicyError
 
-__all__ = ["load_policy", "policy_from_mapping"]
+__all__ = ["load_policy", "policy_from_mapping", "read_policy_file"]
 
 _GLOBAL_KEYS = {f.name: f for f in fields(Policy) if f.name not in ("breaker", "tools", "servers")}
 _BREAKER_KEYS = {f.name for f in fields(BreakerPolicy)}
@@ -148,15 +148,20 @@ def _tool_policy(name: str, spec: Any, origin: str, path: str | None = None) -> 
     return ToolPolicy(**kwargs)
 
 
-def load_policy(path: str | Path) -> Policy:
-    """Read a TOML policy file; any problem raises :class:`PolicyError` naming the line or key."""
+def read_policy_file(path: str | Path, error: type[PolicyError] = PolicyError) -> dict[str, Any]:
+    """The parsed TOML of a policy file; an unreadable or malformed file raises ``error`` (one line naming the
+    file, and the line of a syntax error). Every way in reads policy files through this."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise PolicyError(f"cannot read policy file {p}: {exc.strerror}") from None
+        raise error(f"cannot read policy file {p}: {exc.strerror}") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"{p}: {exc}") from None
-    return policy_from_mapping(data, origin=str(p))
+        raise error(f"{p}: {exc}") from None
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a TOML policy file; any problem raises :class:`PolicyError` naming the line or key."""
+    return policy_from_mapping(read_policy_file(path), origin=str(path))

@@ -16,17 +16,16 @@ import json
 import os
 import signal
 import sys
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from forethought._core.policy import Policy
-from forethought._core.policy_file import policy_from_mapping
+from forethought._core.policy_file import policy_from_mapping, read_policy_file
 from forethought.daemon.naming import Client
 from forethought.daemon.setup import DEFAULT_PORT, ServerEntry, client_setup, parse_server
-from forethought.errors import ForethoughtError, PolicyError
+from forethought.errors import ForethoughtError
 
 if TYPE_CHECKING:
     from forethought.daemon.app import DaemonConfig
@@ -52,12 +51,7 @@ def load_daemon_policy(path: Path | None, trust: bool = False) -> Policy:
     """The runtime policy of a policy file (``[mcp]`` and ``[daemon]`` left to their edges)."""
     policy = Policy()
     if path is not None:
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise PolicyError(f"cannot read policy file {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise PolicyError(f"{path}: {exc}") from None
+        data = read_policy_file(path)
         policy = policy_from_mapping({k: v for k, v in data.items() if k not in EDGE_TABLES}, str(path))
     return dataclasses.replace(policy, trust_servers=True) if trust else policy
 

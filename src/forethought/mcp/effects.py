@@ -31,14 +31,13 @@ included) as :func:`~forethought._core.policy_file.policy_from_mapping` reads th
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from forethought._core.policy import Policy, Resolved, Server, resolve
-from forethought._core.policy_file import policy_from_mapping
+from forethought._core.policy_file import policy_from_mapping, read_policy_file
 from forethought.errors import PolicyError
 from forethought.mcp.errors import McpPolicyError
 
@@ -167,13 +166,4 @@ def load_mcp_policy(path: str | Path | None) -> McpPolicy:
     """Read an MCP proxy policy file (``None``: the defaults, which trust no server)."""
     if path is None:
         return McpPolicy()
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise McpPolicyError(f"cannot read policy file {p}: {exc.strerror}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise McpPolicyError(f"{p}: {exc}") from None
-    return policy_from_data(data, origin=str(p))
+    return policy_from_data(read_policy_file(path, McpPolicyError), origin=str(path))
