@@ -95,7 +95,7 @@ redis-server:
 
 test: $(STAMP) mcp-servers redis-server
 	-$(MAKE) --no-print-directory sptc-venv  # optional: the spec-ptc comparison test skips (with its reason) without it
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest

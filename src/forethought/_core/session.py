@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+from forethought._core.admission import Admission
 from forethought._core.breaker import CircuitBreaker
 from forethought._core.calls import CallKey, ToolCall
 from forethought._core.claims import Claims
@@ -46,7 +46,6 @@ from forethought._core.entry import (
     SpeculationTicket,
     TicketStatus,
     own_arguments,
-    settled_of,
 )
 from forethought._core.ledger import Guess, Ledger
 from forethought._core.lifecycle import IN_STORE, State, move, proposed, start
@@ -57,8 +56,10 @@ from forethought._core.pricing import Calibration, Worth
 from forethought._core.scheduler import Scheduler, maybe_await
 from forethought._core.shared import SharedRuns
 from forethought._core.store import SpeculationStore
-from forethought._core.tools import Effect, Tool, ToolRegistry
+from forethought._core.tools import Tool, ToolRegistry
+from forethought._core.unrun import Unrun
 from forethought._core.versions import Write, WriteClock, read_token
+from forethought._core.watching import wait_started, watch_settled
 from forethought.errors import CallError
 from forethought.telemetry import EventKind, SessionStats, Telemetry
 
@@ -71,7 +72,6 @@ CERTAIN_VOTE = 0.99
 CLOSE_WAIT_S = 5.0
 """How long :meth:`Session.close` waits for cancelled speculative work to stop."""
 
-_log = logging.getLogger(__name__)
 _NEVER = float("inf")
 
 # Enum members looked up once: attribute access on an Enum class costs ~0.1 µs, and the hot path does many.
@@ -79,7 +79,6 @@ _CANCELLED, _DEDUPLICATED, _DEFERRED = EventKind.CANCELLED, EventKind.DEDUPLICAT
 _EXPIRED, _FAILED, _LAUNCHED = EventKind.EXPIRED, EventKind.FAILED, EventKind.LAUNCHED
 _PREEMPTED, _REJECTED, _STALE, _WITHDRAWN = (EventKind.PREEMPTED, EventKind.REJECTED, EventKind.STALE,
                                              EventKind.WITHDRAWN)
-_ISOLATED_WRITE = Effect.ISOLATED_WRITE
 _T_LAUNCHED, _T_DEDUPLICATED, _T_REJECTED = TicketStatus.LAUNCHED, TicketStatus.DEDUPLICATED, TicketStatus.REJECTED
 _S_QUEUED, _S_RUNNING, _S_READY, _S_FAILED = State.QUEUED, State.RUNNING, State.READY, State.FAILED
 _S_REFUSED, _S_JOINED, _S_DEFERRED, _S_PROPOSED = State.REFUSED, State.JOINED, State.DEFERRED, State.PROPOSED
@@ -132,9 +131,10 @@ class Session:
                           runtime.note_runtime, runtime.pressure)
         self._claims = Claims(self._store, self._ledger, self._live, self._now, runtime.claim_wait_limit,
                               lambda: self.shared)
-        self._static_rejections: dict[str, tuple[Tool, str | None]] = {}
+        self._rejection = Admission(runtime.policy, self._live, self._ledger.allowed).refusal
         self._next_expiry = _NEVER  # no entry in the store expires before this
-        self._unrun: dict[CallKey, list[tuple[str, float]]] = {}  # guesses withdrawn or deferred this turn: votes
+        self._unrun = Unrun(self._ledger.learn)
+        """This turn's guesses withdrawn or deferred: learnt from when the turn's calls are known."""
 
     @property
     def closed(self) -> bool:
@@ -269,38 +269,6 @@ class Session:
         circuit breaker), or ``None``."""
         return self._rejection(t, confidence)
 
-    def _rejection(self, t: Tool, confidence: Any) -> str | None:
-        if self._live.closed:
-            return "session closed"
-        cached = self._static_rejections.get(t.name)
-        if cached is None or cached[0] is not t:
-            cached = self._static_rejections[t.name] = (t, self._static_rejection(t))
-        if cached[1] is not None:
-            return cached[1]
-        kind = type(confidence)
-        exact = kind is float or kind is int  # the fast path; anything else is checked in full
-        if not (exact or (isinstance(confidence, float | int) and not isinstance(confidence, bool))) or not (
-                0.0 <= confidence <= 1.0):
-            return f"confidence {confidence!r} is not a number between 0 and 1"
-        policy = self.runtime.policy
-        if confidence < policy.min_confidence:
-            return f"confidence {confidence:.2f} below threshold {policy.min_confidence:.2f}"
-        if not self._ledger.allowed(t.name):
-            return "circuit breaker open"
-        return None
-
-    def _static_rejection(self, t: Tool) -> str | None:
-        """Why ``t`` may never be speculated under this runtime's policy (constant per tool)."""
-        policy = self.runtime.policy
-        if not t.speculate or not policy.for_tool(t.name).speculate:
-            return "policy denies speculation of this tool"
-        if not t.speculable:
-            return f"effect {t.effect.value} may not run early" + (
-                " (no snapshot state)" if t.effect is _ISOLATED_WRITE else "")
-        if policy.max_concurrent < 1 or policy.max_concurrent_per_session < 1:
-            return "speculation disabled (no speculative slots)"
-        return None
-
     async def _run_speculation(self, entry: Entry) -> Any:
         """The speculative task: never raises (errors land in ``entry.error``), except when cancelled."""
         t = entry.tool
@@ -372,22 +340,7 @@ class Session:
         is never shared); ``copy=False`` is for a watcher that only reads the value at once and keeps nothing
         of it (encodes it, say): it sees the original, and costs no copy on either side.
         """
-        entry = self._store.get(key)
-        task = None if entry is None else entry.task
-        if entry is None or task is None:
-            return False
-
-        def done(_: asyncio.Task[Any]) -> None:
-            try:
-                callback(settled_of(entry, copy))
-            except Exception as exc:
-                _log.error("a settled-speculation callback for %s failed: %s", entry.tool.label,
-                           type(exc).__name__, exc_info=not entry.tool.hide_key)
-
-        if copy:
-            entry.watched = True
-        task.add_done_callback(done)
-        return True
+        return watch_settled(self._store, key, callback, copy)
 
     async def wait_started(self, key: CallKey, grace_s: float, poll_s: float) -> None:
         """Give the speculation under ``key`` up to ``grace_s`` to start its tool (or end), polling.
@@ -395,13 +348,7 @@ class Session:
         A claim cancels a speculation whose tool has not started yet; a caller about to claim a guess
         launched a moment ago waits here so the claim takes it instead of running the call twice.
         """
-        entry = self._store.get(key)
-        if entry is None or entry.task is None:
-            return
-        for _ in range(int(grace_s / poll_s)):
-            if entry.state is not _S_QUEUED or entry.task.done():
-                return
-            await asyncio.sleep(poll_s)
+        await wait_started(self._store, key, grace_s, poll_s)
 
     async def wait_speculations(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until every speculation and prepare hook of this turn has finished (or ``timeout`` passes)."""
@@ -426,7 +373,7 @@ class Session:
         """Like :meth:`execute`, also saying whether it was a hit and how long it waited."""
         t, arguments, key = self.resolve(call)
         if self._unrun:
-            self._learn_unrun(key)
+            self._unrun.settle(key)
         return await self._claims.execute(call, t, arguments, key, share_arguments)
 
     def prepare(self, name: str, known: Mapping[str, Any] | None = None, source: str = "unknown") -> bool:
@@ -482,7 +429,7 @@ class Session:
         self._store.pop(key)
         if entry.state is _S_QUEUED:
             self._budget.refund(entry.tool.cost_units)
-        self._unrun.setdefault(key, []).extend(entry.votes)
+        self._unrun.hold(key, entry.votes)
         self._ledger.discard(entry, _WITHDRAWN, f"P(hit) revised to {p_hit:.2f}", learn=False)
         return True
 
@@ -500,37 +447,20 @@ class Session:
             t, _, key = self.resolve(call)
         except CallError:
             return None
-        self._unrun.setdefault(key, []).append((source, confidence))
+        self._unrun.hold(key, [(source, confidence)])
         proposed(self._ledger, Guess(t, key), _S_DEFERRED, _DEFERRED_CAUSE)
         self._ledger.emit(_DEFERRED, t, key, source, confidence, detail=detail)
         return key
 
     def is_deferred(self, key: CallKey, source: str, confidence: float) -> bool:
         """Whether a guess :meth:`defer` held is still pending: its call has not come, nor the turn's end."""
-        votes = self._unrun.get(key)
-        return votes is not None and (source, confidence) in votes
+        return self._unrun.holds(key, source, confidence)
 
     def undefer(self, key: CallKey, source: str, confidence: float) -> None:
         """A deferred guess runs after all: its outcome is learnt when its speculation ends, not here."""
-        votes = self._unrun.get(key)
-        if votes is not None and (source, confidence) in votes:
-            votes.remove((source, confidence))
-            if not votes:
-                del self._unrun[key]
+        if self._unrun.release(key, source, confidence):
             entry = self._store.get(key)
             proposed(self._ledger, Guess(entry.tool if entry is not None else None, key), _S_PROPOSED)
-
-    def _learn_unrun(self, key: CallKey | None) -> None:
-        """The turn's call ``key`` arrived (``None``: the turn ended): count the withdrawn and deferred
-        guesses it settles."""
-        if key is not None:
-            votes = self._unrun.pop(key, None)
-            if votes is not None:
-                self._ledger.learn(votes, True)
-            return
-        for votes in self._unrun.values():
-            self._ledger.learn(votes, False)
-        self._unrun.clear()
 
     # --- turns and the end ------------------------------------------------------------------------
 
@@ -569,7 +499,7 @@ class Session:
             n += self.discard(entry.key)
         self._next_expiry = _NEVER
         if self._unrun:
-            self._learn_unrun(None)
+            self._unrun.settle(None)
         self._budget.reset()
         self._live.prepared.clear()
         return n
