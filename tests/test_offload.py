@@ -73,6 +73,20 @@ async def test_same_predictions_as_in_process_with_observations_in_order(
     assert remote.failed_observations == 0 and remote.restarts == 0
 
 
+async def test_each_prediction_reports_the_workers_cpu_for_it(
+        pair: tuple[PatternPredictor, OffloadedPredictor]) -> None:
+    """What a prediction costs the machine is the worker's CPU for it, not its round trip (the MCP proxy's
+    payoff of predicting counts this)."""
+    _, remote = pair
+    assert remote.last_predict_cpu_s is None
+    seen = []
+    for context, _ in _steps(20, TOPICS[4]):
+        await remote.predict(context)
+        assert isinstance(remote.last_predict_cpu_s, float)
+        seen.append(remote.last_predict_cpu_s)
+    assert all(0.0 <= s < 5.0 for s in seen) and any(s > 0.0 for s in seen)
+
+
 async def test_a_killed_worker_is_replaced_with_every_observation_replayed(
         pair: tuple[PatternPredictor, OffloadedPredictor]) -> None:
     local, remote = pair

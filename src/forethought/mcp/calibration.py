@@ -15,7 +15,8 @@ adds what only it knows (:meth:`Calibrator.price`):
 A guess is made only when what it is expected to hide exceeds all of that. And predicting itself costs, at
 every answer, whether a guess follows or not (the predictor's work, in a worker that shares the machine with
 the client and the server): :class:`Payoff` keeps, per tool set, the seconds hits saved and the seconds
-predictions took, per answer predicted at. Once enough answers are counted and the hits saved less than the
+predictions cost, per answer predicted at (a worker's CPU seconds for each prediction; the wall time of a
+predictor on the proxy's own loop, which it blocks). Once enough answers are counted and the hits saved less than the
 predictions cost, the proxy stops predicting there (it still predicts at one answer in
 ``EXPLORE_EVERY``, so that it learns if that changes). What was measured (the runtimes,
 the hit rates per tool and confidence, the concurrency evidence) is carried across sessions and processes in

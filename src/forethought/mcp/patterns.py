@@ -161,11 +161,17 @@ class WorkerPatterns:
         """Wait until the worker has loaded the predictor; whether it did (``False`` if never started)."""
         return await asyncio.shield(self._started) if self._started is not None else False
 
+    @property
+    def last_predict_cpu_s(self) -> float | None:
+        """The worker's CPU seconds for the latest prediction (``None``: none came back)."""
+        return self.worker.last_predict_cpu_s
+
     async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
         """The worker's predictions (none, logged, when the worker failed or died meanwhile; none before it
         was started)."""
         if self._started is None:
             return []
+        self.worker.last_predict_cpu_s = None
         try:
             return await self.worker.predict(replace(context, tools=_NO_TOOLS))
         except PredictorError as exc:

@@ -41,6 +41,7 @@ import pickle
 import signal
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -91,8 +92,10 @@ def _observe(context: PredictionContext, observed: ObservedCall) -> None:
     _worker_predictor.observe(context, observed)
 
 
-def _predict(context: PredictionContext) -> list[Prediction]:
-    return list(asyncio.run(_worker_predictor.predict(context)))
+def _predict(context: PredictionContext) -> tuple[list[Prediction], float]:
+    started = time.thread_time()
+    predictions = list(asyncio.run(_worker_predictor.predict(context)))
+    return predictions, time.thread_time() - started
 
 
 def _predict_after(context: PredictionContext, speculated: ObservedCall) -> list[Prediction]:
@@ -149,6 +152,9 @@ class OffloadedPredictor:
         self._unproven_deaths = 0  # workers in a row that died before answering
         self._unloadable: str | None = None
         self._closed = False
+        self.last_predict_cpu_s: float | None = None
+        """CPU seconds the worker spent on the latest prediction (``None`` until one has come back): what a
+        prediction costs the machine, where its wall time (queueing, the round trip) overlaps the caller's."""
         self.restarts = 0
         """How many times a dead worker was replaced (its observations replayed)."""
         self.failed_observations = 0
@@ -199,7 +205,9 @@ class OffloadedPredictor:
 
     async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
         """The wrapped predictor's predictions for ``context``, computed in the worker."""
-        predictions: list[Prediction] = await self._call(_predict, context)
+        self.last_predict_cpu_s = None
+        predictions: list[Prediction]
+        predictions, self.last_predict_cpu_s = await self._call(_predict, context)
         return predictions
 
     async def predict_after_async(self, context: PredictionContext, speculated: ObservedCall) -> list[Prediction]:
