@@ -281,7 +281,9 @@ async def test_a_daemon_not_there_is_one_warning_and_the_plain_proxy_answers(
     assert texts == ["initial"] * 3 + ["written", "v"]
     assert sum(DOWN in r.getMessage() for r in caplog.records) == 1
     clients = [c for c in server_log(log) if not own(c)]
-    assert len(clients) + stats.hits == 5  # every call answered once: by the server, or by a guess of the proxy's
+    # every call answered: by the server, or by a guess of the proxy's; a client's call also goes upstream
+    # when the guess it would claim runs past the hedge (a loaded machine), but never twice
+    assert len(clients) + stats.hits >= 5 and len({c["id"] for c in clients}) == len(clients) <= 5
     assert stats.speculative_calls > 0  # the plain proxy guesses again
 
 
@@ -312,7 +314,7 @@ async def test_a_daemon_that_goes_mid_session_is_one_warning_and_nothing_is_lost
     assert sum(DOWN in r.getMessage() for r in caplog.records) == 1
     clients = [c for c in server_log(log) if not own(c)]
     assert [c["tool"] for c in clients if c["tool"] == "write"] == ["write", "write"]
-    assert len(clients) + stats.hits == 4
+    assert len(clients) + stats.hits >= 4 and len({c["id"] for c in clients}) == len(clients) <= 4  # as above
 
 
 # --- warm start: tools relayed before the proxy loaded ------------------------------------------------------

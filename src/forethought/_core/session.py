@@ -135,6 +135,7 @@ class Session:
         self._next_expiry = _NEVER  # no entry in the store expires before this
         self._unrun = Unrun(self._ledger.learn)
         """This turn's guesses withdrawn or deferred: learnt from when the turn's calls are known."""
+        self._unrun_held = self._unrun.held
 
     @property
     def closed(self) -> bool:
@@ -372,7 +373,7 @@ class Session:
     async def execute_detailed(self, call: ToolCall, *, share_arguments: bool = False) -> CallOutcome:
         """Like :meth:`execute`, also saying whether it was a hit and how long it waited."""
         t, arguments, key = self.resolve(call)
-        if self._unrun:
+        if self._unrun_held:
             self._unrun.settle(key)
         return await self._claims.execute(call, t, arguments, key, share_arguments)
 
@@ -498,7 +499,7 @@ class Session:
         for entry in self._store:
             n += self.discard(entry.key)
         self._next_expiry = _NEVER
-        if self._unrun:
+        if self._unrun_held:
             self._unrun.settle(None)
         self._budget.reset()
         self._live.prepared.clear()

@@ -19,42 +19,41 @@ Votes = list[tuple[str, float]]
 class Unrun:
     """This turn's withdrawn and deferred guesses by key; ``learn(votes, hit)`` calibrates their sources."""
 
-    __slots__ = ("_learn", "_votes")
+    __slots__ = ("_learn", "held")
 
     def __init__(self, learn: Callable[[Iterable[tuple[str, float]], bool], None]) -> None:
         self._learn = learn
-        self._votes: dict[CallKey, Votes] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._votes)
+        self.held: dict[CallKey, Votes] = {}
+        """The votes held, by key (the same dict for the session's life: a caller may test it for emptiness
+        without a call, on the hot path)."""
 
     def hold(self, key: CallKey, votes: Iterable[tuple[str, float]]) -> None:
         """Keep ``votes`` for ``key`` until the turn's calls settle them."""
-        self._votes.setdefault(key, []).extend(votes)
+        self.held.setdefault(key, []).extend(votes)
 
     def holds(self, key: CallKey, source: str, confidence: float) -> bool:
         """Whether ``source``'s guess of ``key`` at ``confidence`` is still held."""
-        votes = self._votes.get(key)
+        votes = self.held.get(key)
         return votes is not None and (source, confidence) in votes
 
     def release(self, key: CallKey, source: str, confidence: float) -> bool:
         """Stop holding one guess (it runs after all); whether it was held."""
-        votes = self._votes.get(key)
+        votes = self.held.get(key)
         if votes is None or (source, confidence) not in votes:
             return False
         votes.remove((source, confidence))
         if not votes:
-            del self._votes[key]
+            del self.held[key]
         return True
 
     def settle(self, key: CallKey | None) -> None:
         """The turn's call ``key`` arrived (its held guesses hit), or, with ``None``, the turn ended (every
         guess still held missed)."""
         if key is not None:
-            votes = self._votes.pop(key, None)
+            votes = self.held.pop(key, None)
             if votes is not None:
                 self._learn(votes, True)
             return
-        for votes in self._votes.values():
+        for votes in self.held.values():
             self._learn(votes, False)
-        self._votes.clear()
+        self.held.clear()

@@ -34,7 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from forethought.bench.mcp.repo import RepoShape, TraceCall, git_env, make_repository, make_traces
-from forethought.bench.mcp.runner import ARMS, ArmTotals, Replay, _dump, _null_log, _results, merge_tools, tool_report
+from forethought.bench.mcp.runner import (
+    ARMS,
+    ArmTotals,
+    Replay,
+    _dump,
+    _null_log,
+    _results,
+    add_runs,
+    merge_tools,
+    tool_report,
+)
 from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.errors import McpProxyError
 from forethought.mcp.proxy import Proxy, ProxyConfig
@@ -209,18 +219,7 @@ async def repo_bench(config: RepoBenchConfig, progress: Callable[[str], None] = 
             for arm in order:
                 store = None if arm == "direct" else (cold if arm == "proxy-cold" else warm)
                 runs[arm] = await _run_arm(arm, trace, template, root, commands, store, config, read_only)
-            base = runs["direct"]
-            for arm, run in runs.items():
-                t = totals[arm]
-                t.seconds += run.seconds
-                t.upstream_calls += run.upstream_calls
-                t.early_non_read += run.early_non_read
-                t.hits += run.hits
-                t.calls += len(run.answers)
-                t.identical &= run.answers == base.answers and run.state == base.state
-                t.per_trajectory_saved.append(1 - run.seconds / base.seconds if base.seconds else 0.0)
-                t.speculation.update(run.speculation)
-                merge_tools(t.tools, run.tools)
+            add_runs(totals, runs)
             progress(f"task {i}: {len(trace)} calls, " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in ARMS))
     calls = [c.tool for trace in test for c in trace]
     share = sum(c in read_only for c in calls) / len(calls) if calls else 0.0

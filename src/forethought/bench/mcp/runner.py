@@ -210,6 +210,23 @@ def merge_tools(into: dict[str, dict[str, Any]], tools: Mapping[str, Mapping[str
                 mine[key] = value
 
 
+def add_runs(totals: dict[str, ArmTotals], runs: Mapping[str, Any]) -> None:
+    """Add one task's runs (arm -> its replay: seconds, upstream and early calls, hits, answers, final state,
+    speculation counts, per-tool stats) to the arms' totals; ``runs["direct"]`` is what the others must equal."""
+    base = runs["direct"]
+    for arm, run in runs.items():
+        t = totals[arm]
+        t.seconds += run.seconds
+        t.upstream_calls += run.upstream_calls
+        t.early_non_read += run.early_non_read
+        t.hits += run.hits
+        t.calls += len(run.answers)
+        t.identical &= run.answers == base.answers and run.state == base.state
+        t.per_trajectory_saved.append(1 - run.seconds / base.seconds if base.seconds else 0.0)
+        t.speculation.update(run.speculation)
+        merge_tools(t.tools, run.tools)
+
+
 def event_label(event: Event) -> str:
     """An event's kind, and for a rejection its reason without the figures (``rejected: worth``)."""
     if event.kind is not EventKind.REJECTED:
@@ -268,18 +285,7 @@ async def mcp_bench(config: McpBenchConfig, progress: Callable[[str], None] = la
                 finally:
                     if proxy is not None:
                         proxy.close()
-            base = runs["direct"]
-            for arm, run in runs.items():
-                t = totals[arm]
-                t.seconds += run.seconds
-                t.upstream_calls += run.upstream_calls
-                t.early_non_read += run.early_non_read
-                t.hits += run.hits
-                t.calls += len(run.answers)
-                t.identical &= run.answers == base.answers and run.state == base.state
-                t.per_trajectory_saved.append(1 - run.seconds / base.seconds if base.seconds else 0.0)
-                t.speculation.update(run.speculation)
-                merge_tools(t.tools, run.tools)
+            add_runs(totals, runs)
             progress(f"{entry.id}: " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in arms))
     calls = [c for e in test for step in e.ground_truth for c in step]
     share = sum(c.name in read_only for c in calls) / len(calls) if calls else 0.0

@@ -34,8 +34,8 @@ from forethought.bench.mcp.runner import (
     _dump,
     _proxied,
     _results,
+    add_runs,
     event_label,
-    merge_tools,
     tool_report,
 )
 from forethought.bench.mcp.service import READS, ServiceShape, Step, make_tasks
@@ -143,17 +143,6 @@ async def service_bench(config: ServiceBenchConfig, progress: Callable[[str], No
                     runs[arm] = await _run_proxy(proxy, task, config.think_s)
                 finally:
                     proxy.close()
-            base = runs["direct"]
-            for arm, run in runs.items():
-                t = totals[arm]
-                t.seconds += run.seconds
-                t.upstream_calls += run.upstream_calls
-                t.early_non_read += run.early_non_read
-                t.hits += run.hits
-                t.calls += len(run.answers)
-                t.identical &= run.answers == base.answers and run.state == base.state
-                t.per_trajectory_saved.append(1 - run.seconds / base.seconds if base.seconds else 0.0)
-                t.speculation.update(run.speculation)
-                merge_tools(t.tools, run.tools)
+            add_runs(totals, runs)
             progress(f"task {i + 1}/{len(test)}: " + ", ".join(f"{a} {runs[a].seconds:.2f}s" for a in arms))
     return _results(asdict(config) | {"shape": asdict(config.shape)}, totals, frozenset(READS))
