@@ -4,10 +4,10 @@ SHELL := /bin/bash
 PY ?= python3
 # A machine's pip configuration may name package indexes (extra-index-url, find-links) that hold only some
 # projects; pip then warns once per project and index ("Location ... is ignored: it is neither a file nor a
-# directory"), hundreds of lines about the machine, not the project. $(PIP) drops exactly that line and
+# directory"), hundreds of lines about the machine, not the project. $(QUIET) drops exactly that line and
 # keeps every other line and pip's exit status (pipefail).
-PIP_NOISE := ^WARNING: Location '[^']*' is ignored: it is neither a file nor a directory\.$$
-QUIET = 2>&1 | { grep -Ev "$(PIP_NOISE)" || true; }
+export PIP_NOISE := ^WARNING: Location '[^']*' is ignored: it is neither a file nor a directory\.$$
+QUIET = 2>&1 | { grep -Ev "$$PIP_NOISE" || true; }
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
