@@ -80,11 +80,9 @@ class DaemonSide(Protocol):
     @property
     def in_charge(self) -> bool:
         """Whether the daemon guesses for this session (linked, or linking): the proxy's own guessing is off."""
-        ...
 
     def listed(self, listing: Mapping[str, Mapping[str, Any]]) -> None:
         """The upstream's tools as a complete ``tools/list`` gave them (name -> entry)."""
-        ...
 
 
 class PredictorFactory(Protocol):

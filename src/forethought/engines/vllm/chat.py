@@ -63,8 +63,7 @@ class Pinner(Protocol):
     async def pin(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
     async def check(self, body: dict[str, Any], calls: Sequence[tuple[str, str]]) -> str | None:
-        """``None`` when the calls are right, else why not."""
-        ...
+        """``None`` when the calls are right, else why not (a protocol: :class:`ReplayPinner` implements it)."""
 
 
 class ReplayPinner:
