@@ -252,3 +252,38 @@ async def test_a_policy_cap_that_stops_speculation_is_in_the_turn_s_notes() -> N
     assert any("not speculated" in n for n in turn.notes), turn.notes
     await session.close()
     rt.close()
+
+
+@needs_isolation
+async def test_an_answer_keeps_the_worker_busy_until_it_has_run_what_the_answer_unblocked() -> None:
+    """The worker counts as busy from each answer it is sent until it reports idle after it: so a real call
+    about to miss, which first lets a busy shadow settle, finds the shadow's launch of a chain's next call
+    (and claims it) instead of racing it, however fast the real run reaches that call."""
+    import threading
+
+    from forethought import Effect, Runtime, ToolCall, tool
+
+    gate = threading.Event()
+
+    def lookup(key: str) -> int:
+        if key == "start":
+            gate.wait(30)  # held until the test lets it end
+        return len(key)
+
+    rt = Runtime([tool(lookup, effect=Effect.PURE)])
+    session = rt.session()
+    turn = CodePredictor(mode=CodeMode.WHOLE, limits=FAST_LIMITS).begin(session, {})
+    turn.feed("a = lookup('start')\nb = lookup(f'next-{a}')\nprint(b)\n")
+    turn.finish()
+    await turn.settle(5.0)  # the first call is launched; the second statement waits for its value
+    _, _, second = session.resolve(ToolCall("lookup", {"key": "next-5"}))
+    assert not session.has_speculation(second)
+    gate.set()
+    await session.wait_speculations(5.0)  # the first call ended: its answer is on its way to the worker
+    assert not turn.idle
+    await turn.settle(5.0)
+    assert session.has_speculation(second)  # (its own answer may already have made the worker busy again)
+    await turn.close()
+    session.end_turn()
+    await session.close()
+    rt.close()

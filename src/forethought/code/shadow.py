@@ -157,6 +157,11 @@ class ShadowRunner:
             self._pending.append(Unit(task.block, -1, peek=task))
             self._wake_locked()
 
+    def recheck(self) -> None:
+        """Look at the pending statements again (something outside them changed): the runner reports idle
+        once more when it has nothing to run, even if it had nothing before."""
+        self._wake()
+
     def stop(self) -> None:
         with self._cond:
             self._stopped = True

@@ -284,17 +284,22 @@ class ShadowClient:
 
     def _answer(self, call_id: int, *, value: Any = None, error: BaseException | None = None,
                 blocked: str | None = None) -> None:
+        # Each answer has a sequence number, as statements have: the worker is not idle until it has run
+        # what the answer lets it run (the next call of a chain), so a real call about to miss waits for
+        # the shadow's launch of that very call instead of racing it (:meth:`settle`).
         if blocked is not None:
-            self.send({"op": "result", "id": call_id, "blocked": blocked})
+            self.send({"op": "result", "id": call_id, "seq": self.next_seq(), "blocked": blocked})
         elif error is not None:
-            self.send({"op": "result", "id": call_id, "error": [type(error).__name__, str(error)[:2000]]})
+            self.send({"op": "result", "id": call_id, "seq": self.next_seq(),
+                       "error": [type(error).__name__, str(error)[:2000]]})
         else:
             try:
                 encoded = wire.encode(value, self.limits.max_frame_tokens, self.limits.max_result_bytes)
             except wire.NotData as exc:
-                self.send({"op": "result", "id": call_id, "blocked": f"the result is not data: {exc}"})
+                self.send({"op": "result", "id": call_id, "seq": self.next_seq(),
+                           "blocked": f"the result is not data: {exc}"})
                 return
-            self.send({"op": "result", "id": call_id, "value": encoded})
+            self.send({"op": "result", "id": call_id, "seq": self.next_seq(), "value": encoded})
 
     def _answer_settled(self, call_id: int, result: SettledSpeculation) -> None:
         if result.cancelled:

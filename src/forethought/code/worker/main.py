@@ -207,6 +207,11 @@ class Turn:
         else:
             reason = str(message.get("blocked", "not speculated"))
             self.launcher.answer(int(message["id"]), lambda cell: cell.set_exception(ShadowBlocked(reason)))
+        seq = message.get("seq")
+        if type(seq) is int:
+            with self.runner.lock:  # the idle report after this one covers what the answer let run
+                self.seq = max(self.seq, seq)
+                self.runner.recheck()
 
 
 def prepare() -> None:
