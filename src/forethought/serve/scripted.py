@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,141 +41,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from forethought.errors import WorkloadError
 from forethought.serve.http import EventStream, StreamChunks, serve_in_process
+from forethought.serve.script import (
+    CHARS_PER_TOKEN,
+    Rejected,
+    Script,
+    ScriptedCall,
+    ScriptedResponse,
+    load_script,
+    parse_script,
+)
 
-DEFAULT_TTFT_S = 0.05
-DEFAULT_CHUNK_S = 0.01
-DEFAULT_FRAGMENT_CHARS = 16
-CHARS_PER_TOKEN = 4
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptedCall:
-    """One tool call a scripted response makes."""
-
-    name: str
-    arguments: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptedResponse:
-    """One model response: its text, its calls (in order), and its timing."""
-
-    text: str = ""
-    calls: tuple[ScriptedCall, ...] = ()
-    ttft_s: float = DEFAULT_TTFT_S
-    chunk_s: float = DEFAULT_CHUNK_S
-    fragment_chars: int = DEFAULT_FRAGMENT_CHARS
-
-
-@dataclass(frozen=True, slots=True)
-class Script:
-    """The responses of a scripted model, served by position in the conversation."""
-
-    responses: tuple[ScriptedResponse, ...]
-    loop: bool = False
-
-    def at(self, turn: int) -> ScriptedResponse:
-        if self.loop:
-            return self.responses[turn % len(self.responses)]
-        if turn >= len(self.responses):
-            raise _Rejected(f"the script has {len(self.responses)} responses; this request is at model turn {turn}")
-        return self.responses[turn]
-
-
-class _Rejected(Exception):
-    """A request the script cannot answer (HTTP 400)."""
-
-
-SCRIPT_KEYS = frozenset({"responses", "ttft_s", "chunk_s", "fragment_chars", "loop"})
-RESPONSE_KEYS = frozenset({"text", "calls", "ttft_s", "chunk_s", "fragment_chars"})
-CALL_KEYS = frozenset({"name", "arguments"})
-
-
-def _number(value: Any, where: str, default: float) -> float:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise WorkloadError(f"{where} must be a non-negative number, got {value!r}")
-    return float(value)
-
-
-def _count(value: Any, where: str, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or value != int(value) or value < 1:
-        raise WorkloadError(f"{where} must be a whole number of at least 1, got {value!r}")
-    return int(value)
-
-
-def _known(item: Mapping[str, Any], keys: frozenset[str], where: str) -> None:
-    unknown = sorted(str(k) for k in item if k not in keys)
-    if unknown:
-        raise WorkloadError(f"{where} has unknown field{'s' if len(unknown) > 1 else ''} "
-                            f"{', '.join(repr(k) for k in unknown)} (expected: {', '.join(sorted(keys))})")
-
-
-def _call(call: Any, where: str) -> ScriptedCall:
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"] \
-            or not isinstance(call.get("arguments", {}), dict):
-        raise WorkloadError(f"{where} needs a non-empty string 'name' and an object 'arguments'")
-    _known(call, CALL_KEYS, where)
-    return ScriptedCall(call["name"], dict(call.get("arguments", {})))
-
-
-def parse_script(data: Any) -> Script:
-    """A :class:`Script` from parsed JSON (raises :class:`WorkloadError` naming the bad field)."""
-    if isinstance(data, list):
-        data = {"responses": data}
-    if not isinstance(data, dict) or not isinstance(data.get("responses"), list) or not data["responses"]:
-        raise WorkloadError("a script is an object with a non-empty list 'responses' (or that list itself)")
-    _known(data, SCRIPT_KEYS, "the script")
-    ttft = _number(data.get("ttft_s"), "ttft_s", DEFAULT_TTFT_S)
-    chunk = _number(data.get("chunk_s"), "chunk_s", DEFAULT_CHUNK_S)
-    fragment = _count(data.get("fragment_chars"), "fragment_chars", DEFAULT_FRAGMENT_CHARS)
-    loop = data.get("loop", False)
-    if not isinstance(loop, bool):
-        raise WorkloadError(f"loop must be true or false, got {loop!r}")
-    responses = []
-    for i, item in enumerate(data["responses"]):
-        where = f"responses[{i}]"
-        if not isinstance(item, dict):
-            raise WorkloadError(f"{where} must be an object")
-        _known(item, RESPONSE_KEYS, where)
-        text = item.get("text", "")
-        if not isinstance(text, str):
-            raise WorkloadError(f"{where}.text must be a string")
-        calls = item.get("calls") or []
-        if not isinstance(calls, list):
-            raise WorkloadError(f"{where}.calls must be a list of calls")
-        responses.append(ScriptedResponse(
-            text, tuple(_call(call, f"{where}.calls[{j}]") for j, call in enumerate(calls)),
-            _number(item.get("ttft_s"), f"{where}.ttft_s", ttft),
-            _number(item.get("chunk_s"), f"{where}.chunk_s", chunk),
-            _count(item.get("fragment_chars"), f"{where}.fragment_chars", fragment)))
-    return Script(tuple(responses), loop)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def load_script(path: str | Path) -> Script:
-    """Read a script file (JSON, UTF-8); any problem is a :class:`WorkloadError` naming the file."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_no_constant)
-    except OSError as exc:
-        raise WorkloadError(f"cannot read script {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise WorkloadError(f"script {path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
-    except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
-        raise WorkloadError(f"script {path} is not JSON: {exc}") from exc
-    try:
-        return parse_script(data)
-    except WorkloadError as exc:
-        raise WorkloadError(f"script {path}: {exc}") from exc
+__all__ = ["Script", "ScriptedCall", "ScriptedResponse", "create_scripted_server", "load_script", "parse_script",
+           "serve_scripted"]
 
 
 # --- one response as pieces, independent of the wire format ----------------------------------------------
@@ -274,9 +151,9 @@ class ScriptedModelServer:
         try:
             body = await request.json()
             if not isinstance(body, dict):
-                raise _Rejected("the request body must be a JSON object")
+                raise Rejected("the request body must be a JSON object")
             turn = self._turn(body, count(body), prompt(body))
-        except (ValueError, _Rejected) as exc:
+        except (ValueError, Rejected) as exc:
             return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}}, status_code=400)
         if body.get("stream"):
             return EventStream(_bytes(stream(turn, body)))
@@ -482,7 +359,7 @@ def _data(payload: Mapping[str, Any], event: str | None = None) -> bytes:
 
 def _assistant_turns(messages: Any) -> int:
     if not isinstance(messages, list):
-        raise _Rejected("'messages' must be a list")
+        raise Rejected("'messages' must be a list")
     return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
 
 
@@ -490,7 +367,7 @@ def _responses_turns(items: Any) -> int:
     if isinstance(items, str) or items is None:
         return 0
     if not isinstance(items, list):
-        raise _Rejected("'input' must be a string or a list")
+        raise Rejected("'input' must be a string or a list")
     turns, previous = 0, False
     for item in items:
         model = isinstance(item, dict) and (item.get("role") == "assistant"

@@ -10,20 +10,15 @@ exit status is 130; a second interrupt while it stops changes nothing. Help is a
 
 from __future__ import annotations
 
-import asyncio
 import math
-import multiprocessing
-import signal
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any
 
 try:
     import typer
     import typer.rich_utils
     from rich.console import Console
-    from typer.core import TyperGroup
 except ImportError as missing:  # the library installed without its command line
     print(f"error: the forethought command needs {missing.name}: pip install 'forethought[cli]'", file=sys.stderr)
     raise SystemExit(2) from None
@@ -31,94 +26,11 @@ except ImportError as missing:  # the library installed without its command line
 from forethought._core.policy import Policy
 from forethought._core.policy_file import load_policy
 from forethought._version import __version__
+from forethought.cli import exits
+from forethought.cli.exits import INTERRUPTED, PIPED_WIDTH, TERMINATED, interrupted, stop_workers
 from forethought.daemon.cli import app as daemon_app
 from forethought.errors import ForethoughtError
 from forethought.mcp.cli import app as mcp_proxy_app
-
-_DEBUG = False
-"""``--debug``: let errors propagate with their traceback instead of one line."""
-INTERRUPTED = 130
-"""The exit status of a command stopped by an interrupt (128 + SIGINT, as shells report it)."""
-TERMINATED = 143
-"""The exit status of a command stopped by SIGTERM (128 + SIGTERM)."""
-STOP_WAIT_S = 5.0
-"""How long a stopped worker process may take to exit before it is killed."""
-PIPED_WIDTH = 140
-"""Columns for tables and help when the output is not a terminal (rich would cut at 80)."""
-
-
-def stop_workers(wait_s: float = STOP_WAIT_S) -> int:
-    """Terminate this process's worker processes (then kill those that linger); returns how many there were."""
-    children = multiprocessing.active_children()
-    for child in children:
-        child.terminate()
-    for child in children:
-        child.join(wait_s)
-        if child.is_alive():
-            child.kill()
-            child.join(wait_s)
-    return len(children)
-
-
-_terminated = False
-"""A SIGTERM arrived: it takes the interrupt's way out (see :func:`_on_sigterm`)."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    """SIGTERM (``kill``, ``timeout``) stops the command as Ctrl-C does: the running bench is cancelled and its
-    workers stopped, rather than the process vanishing with its workers and their semaphores behind it. It
-    does so even where SIGINT is ignored (a command started in the background by a script)."""
-    global _terminated
-    _terminated = True
-    on_interrupt = signal.getsignal(signal.SIGINT)
-    if callable(on_interrupt):  # asyncio's (cancels the running job) or Python's own (raises KeyboardInterrupt)
-        on_interrupt(signal.SIGINT, frame)
-    else:
-        raise KeyboardInterrupt
-
-
-def interrupted() -> NoReturn:
-    """The way out after an interrupt: further interrupts are ignored, workers stopped, one line, status 130."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # asked once is enough: the rest of the way out is not cut short
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    stop_workers()
-    typer.echo(f"forethought: {'terminated' if _terminated else 'interrupted'}", err=True)
-    raise typer.Exit(TERMINATED if _terminated else INTERRUPTED)
-
-
-_USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
-"""click's UsageError (typer vendors click as a private module in recent releases, imports it in older ones)."""
-
-
-class _Commands(TyperGroup):
-    """The command group: an error of the forethought family, a bad option value or an unreadable file is one
-    line, exit status 2; an interrupt is one line, exit status 130."""
-
-    def invoke(self, ctx: Any) -> Any:
-        before = signal.getsignal(signal.SIGTERM)
-        if before is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt:
-            if _DEBUG:
-                raise
-            interrupted()
-        except _USAGE_ERROR as exc:
-            if _DEBUG:
-                raise
-            failed = getattr(exc, "ctx", None)
-            where = f" (see: {failed.command_path} --help)" if failed is not None else ""
-            typer.echo(f"error: {exc.format_message()}{where}", err=True)  # type: ignore[attr-defined]
-            raise typer.Exit(2) from None
-        except (ForethoughtError, OSError) as exc:
-            if _DEBUG:
-                raise
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-        finally:
-            if before is signal.SIG_DFL:  # the command ran in a process that lives on (a test's CliRunner)
-                signal.signal(signal.SIGTERM, before)
 
 
 def _piped() -> bool:
@@ -129,11 +41,10 @@ if _piped() and typer.rich_utils.MAX_WIDTH is None:  # help boxes were cut at 80
     typer.rich_utils.MAX_WIDTH = PIPED_WIDTH
 
 app = typer.Typer(help="forethought: speculative tool execution for tool-using LLM agents.",
-                  no_args_is_help=True, add_completion=False, cls=_Commands, pretty_exceptions_enable=False)
+                  no_args_is_help=True, add_completion=False, cls=exits.Commands, pretty_exceptions_enable=False)
 app.add_typer(mcp_proxy_app, name="mcp-proxy")
 app.add_typer(daemon_app)  # `serve` (and `serve config`) and `doctor` join the top level
 console = Console(width=PIPED_WIDTH if _piped() else None)
-T = TypeVar("T")
 
 JsonOption = Annotated[str | None, typer.Option("--json", help="Write machine-readable results here.")]
 PolicyOption = Annotated[Path | None, typer.Option("--policy", help="TOML policy file.")]
@@ -150,49 +61,11 @@ def main(version: Annotated[bool, typer.Option("--version", callback=_version, i
                                                help="Print the version and exit.")] = False,
          debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an error.")] = False) -> None:
     """forethought command line."""
-    global _DEBUG
-    _DEBUG = debug
+    exits.set_debug(debug)
 
 
 def _policy(path: Path | None) -> Policy:
     return load_policy(path) if path is not None else Policy()
-
-
-def _run(job: Callable[[], Awaitable[T]]) -> T:
-    return asyncio.run(_stoppable(job))  # errors: one line via _Commands
-
-
-async def _stoppable(job: Callable[[], Awaitable[T]]) -> T:
-    """Run ``job``; the first SIGINT (unless ignored, as in a background job) or SIGTERM cancels it, and later
-    ones change nothing. A cancellation ends at the job's next await, never inside a synchronous step (a
-    worker half spawned would print a traceback of its own); the job's own cleanup stops its workers."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    stopping = False
-
-    def stop(terminate: bool) -> None:
-        nonlocal stopping
-        global _terminated
-        if not stopping:
-            stopping, _terminated = True, terminate
-            task.cancel()
-
-    signals = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN else [])
-    before = {sig: signal.getsignal(sig) for sig in signals}
-    for sig in signals:
-        loop.add_signal_handler(sig, stop, sig == signal.SIGTERM)
-    try:
-        return await job()
-    except asyncio.CancelledError:
-        if stopping:
-            raise KeyboardInterrupt from None  # the interrupt's way out: interrupted()
-        raise
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-            if before[sig] is not None:  # None: a handler installed outside Python, left as remove_ set it
-                signal.signal(sig, before[sig])
 
 
 def _check_policy_tools(config: Any) -> None:
@@ -313,38 +186,38 @@ def bench(
         from forethought.bench.vllm.bench import VllmBenchParams, run_vllm_bench
 
         config = replace(config, time_scale=time_scale if time_scale is not None else 0.3)
-        doc = _run(lambda: run_vllm_bench(config, agent_counts, tasks_per_agent, VllmBenchParams(repeats=repeats),
+        doc = exits.run(lambda: run_vllm_bench(config, agent_counts, tasks_per_agent, VllmBenchParams(repeats=repeats),
                                           console=console, json_path=json_path))
     elif len(agent_counts) > 1:
         from forethought.bench.multi_agent import MultiAgentParams, run_multi_agent
 
         params = MultiAgentParams() if time_scale is None else MultiAgentParams(time_scale=time_scale)
-        doc = _run(lambda: run_multi_agent(config, agent_counts, tasks_per_agent, params, console, json_path))
+        doc = exits.run(lambda: run_multi_agent(config, agent_counts, tasks_per_agent, params, console, json_path))
     elif workload == "sweep":
         from forethought.bench.sweep import run_sweep
 
-        doc = _run(lambda: run_sweep(config, console, json_path))
+        doc = exits.run(lambda: run_sweep(config, console, json_path))
     elif workload == "paper-table":
         from forethought.bench.paper_table import run_paper_table
 
-        doc = _run(lambda: run_paper_table(config, console, json_path))
+        doc = exits.run(lambda: run_paper_table(config, console, json_path))
     elif workload == "mcp":
         from forethought.bench.mcp.command import run_mcp_bench
 
         if mcp_suite not in ("bfcl", "repo", "both"):
             raise typer.BadParameter("mcp-suite must be bfcl, repo or both")
-        doc = _run(lambda: run_mcp_bench(trajectories, tool_latency * (time_scale or 0.25), seed, console, json_path,
-                                         suite=mcp_suite, arms=tuple(a for a in mcp_arms.split(",") if a),
-                                         in_process=not offload))
+        latency = tool_latency * (time_scale or 0.25)
+        doc = exits.run(lambda: run_mcp_bench(trajectories, latency, seed, console, json_path, suite=mcp_suite,
+                                              arms=tuple(a for a in mcp_arms.split(",") if a), in_process=not offload))
     elif workload == "loop":
         from forethought.bench.loop.command import run_loop_command
 
         loop_config = _loop_config(loop_suite, loop_arms, trajectories, repeats, seed, tool_latency, time_scale)
-        doc = _run(lambda: run_loop_command(loop_config, console, json_path))
+        doc = exits.run(lambda: run_loop_command(loop_config, console, json_path))
     elif workload == "code":
         from forethought.bench.code.runner import code_bench, format_code_bench, save_document
 
-        doc = _run(lambda: code_bench(latency_s=code_latency, tokens_per_s=code_rate, repeats=repeats,
+        doc = exits.run(lambda: code_bench(latency_s=code_latency, tokens_per_s=code_rate, repeats=repeats,
                                       programs=program or None, spec_ptc=spec_ptc, sptc_python=sptc_python,
                                       progress=lambda line: console.print(line, style="dim")))
         console.print(format_code_bench(doc))
@@ -352,7 +225,7 @@ def bench(
             save_document(doc, json_path)
     else:
         _check_policy_tools(config)
-        doc = _run(lambda: run_bench(config, console, json_path))
+        doc = exits.run(lambda: run_bench(config, console, json_path))
     if not doc["results"].get("equivalent", True):
         console.print("[red]speculative arms differ from serial[/red]")
         raise typer.Exit(1)
@@ -553,5 +426,4 @@ def model(
     console.print(f"figures: {', '.join(str(f) for f in doc['results'].get('figures', []))}")
 
 
-if __name__ == "__main__":
-    app()
+__all__ = ["INTERRUPTED", "TERMINATED", "app", "interrupted", "stop_workers"]
