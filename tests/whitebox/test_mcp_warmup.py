@@ -104,3 +104,26 @@ async def test_a_session_begun_in_warm_up_goes_on_in_the_proxy(tmp_path: Path) -
     proxy.close()
     assert (stats.calls, stats.passthrough, stats.misses) == (3, 1, 2)
     assert sum(1 for m in client.lines if m.get("id") == 3) == 1  # answered once, nothing doubled
+
+
+def test_threads_get_the_lock_at_once_while_relaying_and_the_interpreter_s_switch_interval_comes_back(
+        tmp_path: Path) -> None:
+    """The proxy imports on the main thread while the warm-up relays (holding the GIL for a second or more): a
+    relaying thread with a line to pass on would wait the interpreter's switch interval (5 ms by default) for
+    it, each way, on every call; the interval is short while relaying and as it was after the handoff."""
+    from forethought.mcp.warmup import RELAY_SWITCH_S
+
+    before = sys.getswitchinterval()
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    warm = WarmStart([sys.executable, str(STATE), str(tmp_path / "log")], StateVersion(), client_in=down_r,
+                     client_out=up_w)
+    try:
+        assert sys.getswitchinterval() == pytest.approx(min(before, RELAY_SWITCH_S))
+    finally:
+        handoff = warm.handoff()
+        handoff.process.kill()
+        handoff.process.wait()
+        for fd in (down_r, down_w, up_r, up_w):
+            os.close(fd)
+    assert sys.getswitchinterval() == pytest.approx(before)

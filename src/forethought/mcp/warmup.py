@@ -23,6 +23,7 @@ import os
 import select
 import stat
 import subprocess
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,11 @@ from forethought._core.versions import Version, Write
 
 POLL_S = 0.02
 """How often a relaying thread looks whether the proxy wants to take over."""
+RELAY_SWITCH_S = 0.0002
+"""The interpreter's thread switch interval while relaying (restored at the handoff). The proxy loads on the
+main thread meanwhile, holding the GIL for a second or more of imports; a relaying thread that has a line to
+pass on waits for the GIL up to the switch interval (5 ms by default), once per line each way, so a call
+relayed during the load took about 10 ms longer than direct."""
 CHUNK = 65536
 
 
@@ -103,6 +109,7 @@ class WarmStart:
         """Start ``command`` (raises ``OSError`` if it cannot be started) and relay at once, between it and the
         client on ``client_in`` and ``client_out`` (this process's stdin and stdout)."""
         self.clock = clock
+        self._switch = sys.getswitchinterval()
         self.process = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         env=dict(env if env is not None else os.environ), cwd=cwd,
                                         start_new_session=True)
@@ -118,6 +125,7 @@ class WarmStart:
                              self._stop)
         self._up = _Copier(self.process.stdout.fileno(), client_out, self._server_lines, self._server_line,
                            self._stop)
+        sys.setswitchinterval(min(self._switch, RELAY_SWITCH_S))
         self._down.start()
         self._up.start()
 
@@ -154,6 +162,7 @@ class WarmStart:
         self._stop.set()
         self._down.join()
         self._up.join()
+        sys.setswitchinterval(self._switch)
         with self._lock:
             writes, self._writes = self._writes, {}
         return Handoff(self.process, self._down.rest, self._up.rest, self._client_lines, self._server_lines, writes)
