@@ -171,7 +171,6 @@ class WorkerPatterns:
         was started)."""
         if self._started is None:
             return []
-        self.worker.last_predict_cpu_s = None
         try:
             return await self.worker.predict(replace(context, tools=_NO_TOOLS))
         except PredictorError as exc:
