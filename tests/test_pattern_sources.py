@@ -16,12 +16,9 @@ from hypothesis import strategies as st
 
 from forethought import ToolCall
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
-from forethought.predictors.patterns.derive_outputs import (
-    MAX_KEYED_BYTES,
-    MAX_LIST_INDEX,
-    output_index,
-    target_keys,
-)
+from forethought.predictors.patterns.derive_lists import MAX_LIST_INDEX
+from forethought.predictors.patterns.derive_lookup import MAX_KEYED_BYTES, target_keys
+from forethought.predictors.patterns.derive_outputs import first_leaf_by_path, output_index
 from forethought.predictors.patterns.derive_time import Reference, reference_now, when_atoms
 from forethought.predictors.patterns.derive_values import apply_transform, date_variants, json_variants, value_key
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor, system_text
@@ -80,8 +77,8 @@ def test_deep_and_long_outputs_are_indexed_by_bytes_not_nodes() -> None:
     items = [{"id": f"R-{i:04d}", "name": f"room {i}"} for i in range(2000)]
     output = json.dumps({"meta": {"count": 2000}, "rooms": items, "tail": {"cursor": "NEXT-99"}})
     index = output_index(output)
-    assert index.first_by_path["tail.cursor"] == "NEXT-99"  # after 2,000 items: the old 300-node cap lost it
-    assert index.first_by_path["rooms[-1].id"] == "R-1999"
+    assert first_leaf_by_path(output)["tail.cursor"] == "NEXT-99"  # after 2,000 items: the old 300-node cap lost it
+    assert first_leaf_by_path(output)["rooms[-1].id"] == "R-1999"
     assert f"rooms[{MAX_LIST_INDEX}].id" not in index.first_by_path  # no rule names deep positions
     assert index.in_lists['"r-1500"'] == ("rooms", 1500, "id")  # but the whole list can be walked
 

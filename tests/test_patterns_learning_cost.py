@@ -17,7 +17,8 @@ from forethought import ToolCall
 from forethought.predictors.base import ObservedCall, PredictionContext
 from forethought.predictors.patterns.counts import Counts
 from forethought.predictors.patterns.derive_index import MAX_FROM_END, MAX_ORDINAL
-from forethought.predictors.patterns.derive_outputs import MAX_KEYED_BYTES, output_index, target_keys
+from forethought.predictors.patterns.derive_lookup import MAX_KEYED_BYTES, target_keys
+from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.predictors.patterns.text import output_atoms, text_atoms

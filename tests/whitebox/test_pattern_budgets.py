@@ -13,14 +13,24 @@ import gc
 import json
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forethought import ToolCall
 from forethought.predictors.base import ObservedCall
-from forethought.predictors.patterns import budgets
+from forethought.predictors.patterns import budgets, derive_outputs
 from forethought.predictors.patterns.counts import Counts
-from forethought.predictors.patterns.derive_outputs import _RecentIndexes, output_index
+from forethought.predictors.patterns.derive_lists import MAX_LIST_INDEX
+from forethought.predictors.patterns.derive_outputs import (
+    _RecentIndexes,
+    first_leaf_by_name,
+    first_leaf_by_path,
+    output_index,
+)
+from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.derive_values import value_key
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
 from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, train
@@ -186,3 +196,83 @@ def test_indexing_an_output_and_keying_values_leave_no_reference_cycles() -> Non
     finally:
         gc.enable()
         output_index.cache_clear()
+
+
+def _reachable(root: Any) -> list[Any]:
+    """The objects reachable from ``root`` through containers and instances (not through classes)."""
+    seen: dict[int, Any] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or isinstance(node, type):
+            continue
+        seen[id(node)] = node
+        stack.extend(gc.get_referents(node))
+    return list(seen.values())
+
+
+_SCALAR = st.one_of(st.text(max_size=8), st.integers(-99, 99), st.booleans(), st.none())
+_LONG = st.builds(lambda n: "w" * n, st.integers(0, 1500))
+"""Strings long enough that a few of them make a container larger than MAX_KEYED_BYTES."""
+_DOCUMENT = st.recursive(st.one_of(_SCALAR, _LONG), lambda inner: st.one_of(
+    st.lists(inner, max_size=12), st.dictionaries(st.sampled_from(["a", "b.c", "[0]", "id", ""]), inner,
+                                                  max_size=4)), max_leaves=40)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_DOCUMENT)
+def test_a_large_container_kept_as_its_route_reads_back_as_the_node_it_was(document: Any) -> None:
+    # Keys with dots and brackets make paths ambiguous: the route, not the path, leads back to the node.
+    output = json.dumps(document)
+    index = derive_outputs._index(output)
+    with mock.patch.object(derive_outputs, "MAX_KEYED_BYTES", 10**9):  # nothing is too large to keep
+        whole = derive_outputs._index(output)
+    assert list(index.leaves) == list(whole.leaves)
+    assert index.paths == whole.paths and index.addressable == whole.addressable
+    assert index.first_by_path == whole.first_by_path and index.first_by_name == whole.first_by_name
+    assert [index.node(n) for n in range(len(index.paths))] == [whole.node(n) for n in range(len(whole.paths))]
+    for key in index.by_key:
+        assert index.candidates((key,)) == whole.candidates((key,))
+    assert set(index.by_key) <= set(whole.by_key)  # large containers are not filed whole (nor were they)
+
+
+def test_an_index_keeps_no_record_that_no_rule_names() -> None:
+    items = [{"id": f"R-{i:04d}", "tags": [i, "t"]} for i in range(500)]
+    output = json.dumps({"meta": {"count": 500}, "rooms": items})
+    output_index.cache_clear()
+    try:
+        index = output_index(output)
+        assert first_leaf_by_path(output)["rooms"] == items  # read again from the text when asked
+        assert first_leaf_by_path(output)["$"] == json.loads(output)
+        assert first_leaf_by_name(output)["rooms"] == items
+        assert first_leaf_by_path(output)["meta"] == {"count": 500}
+        # The records held are those rules name (the first ones and the last two), none of the others.
+        walked = {f"R-{i:04d}" for i in (*range(MAX_LIST_INDEX), 498, 499)}
+        records = [node for node in _reachable(index) if isinstance(node, dict) and isinstance(node.get("tags"), list)]
+        assert {record["id"] for record in records} == walked
+        assert not gc.is_tracked(index.by_key)  # numbers and bytes: a table the collector never visits
+    finally:
+        output_index.cache_clear()
+
+
+_WORDS = st.sampled_from(["book", "room", "'Blue Lagoon'", "R-204", "on", "2026-03-14", "Friday", "at", "3 pm",
+                          "two", "nights", "from", "Oslo", "to", "Rome", "order", "#A77", "notes.txt", "and"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_WORDS, min_size=1, max_size=14), st.lists(_WORDS, max_size=8),
+       st.lists(st.tuples(_WORDS, _WORDS), max_size=5))
+def test_a_kept_point_forgets_what_it_worked_out_and_gives_every_value_again(
+        message: list[str], previous: list[str], records: list[tuple[str, str]]) -> None:
+    # A point of a session kept to score rules found later on drops its caches (few objects for the garbage
+    # collector): every rule it explains must give the same value after, worked out again.
+    output = json.dumps({"items": [{"name": a, "code": b} for a, b in records], "note": " ".join(previous)})
+    history = (ObservedCall(ToolCall("find", {"q": " ".join(previous)}), output),)
+    sources = Sources(" ".join(message), history, 0, previous_message=" ".join(previous))
+    rules = [rule for word in {*message, *previous, *(b for _, b in records)}
+             for rule in sources.explain(word, "value")]
+    before = [sources.apply_keyed(rule) for rule in rules]
+    sources.forget_values()
+    assert [sources.apply_keyed(rule) for rule in rules] == before
+    fresh = Sources(" ".join(message), history, 0, previous_message=" ".join(previous))
+    assert [fresh.apply_keyed(rule) for rule in rules] == before

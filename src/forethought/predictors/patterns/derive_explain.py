@@ -14,8 +14,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from forethought.predictors.patterns.derive_index import MAX_FROM_END, MAX_ORDINAL, MAX_RUNS, atom_runs
+from forethought.predictors.patterns.derive_lookup import alnum, target_keys
 from forethought.predictors.patterns.derive_ordinal import message_ordinal, ordinal_path
-from forethought.predictors.patterns.derive_outputs import alnum, leaf_name, output_index, target_keys
+from forethought.predictors.patterns.derive_outputs import leaf_name, output_index
 from forethought.predictors.patterns.derive_rule import Rule
 from forethought.predictors.patterns.derive_sources import SourceView, atom_transform
 from forethought.predictors.patterns.derive_values import date_variants, json_variants, string_variants, value_key
@@ -53,7 +54,7 @@ class _Target:
         self._other = any(s is None or isinstance(s, bool | list | dict) for s in scalars)
 
     def lookup_keys(self) -> tuple[str, ...]:
-        """The lookup keys of the leaves that may give the target (:func:`derive_outputs.target_keys`)."""
+        """The lookup keys of the leaves that may give the target (:func:`derive_lookup.target_keys`)."""
         if self._keys is None:
             self._keys = target_keys(self.value)
         return self._keys
@@ -168,10 +169,10 @@ class Explaining(SourceView):
         keys = target.lookup_keys()
         ordinal = message_ordinal(self.user_message)
         for position in index.candidates(keys)[:MAX_EXPLAINED_LEAVES]:
-            path, leaf = index.paths[position], index.nodes[position]
+            path, leaf = index.paths[position], index.node(position)
             name = leaf_name(path)
             locators = [(*loc, path) for loc in call_locators]
-            if index.first_path_by_name.get(name) == path and not any(
+            if index.first_path_with_name(name) == path and not any(
                     name in output_index(later.output).first_by_name for later in self.history[i + 1:]):
                 locators.append(("key", name))
             add("out", locators, json_variants(leaf))

@@ -105,7 +105,7 @@ class ListIndex:
     places: dict[str, str] = field(default_factory=dict)
     """:func:`walk_key` of a scalar -> where it first sits in a list, as :func:`place` writes it (a string:
     a dict of strings is one object the garbage collector never visits, a tuple per item would not be)."""
-    columns: dict[str, dict[str | None, list[Any]]] = field(default_factory=dict)
+    columns: dict[str, dict[str | None, tuple[Any, ...]]] = field(default_factory=dict)
     """Path of a list -> per field of its items (None: the items themselves) its scalars item by item (None
     where an item has none, or a container)."""
     code_lists: list[tuple[int, int, int, tuple[tuple[int, str], ...]]] = field(default_factory=list)
@@ -164,5 +164,5 @@ class ListIndex:
                 column[i] = value
                 if key not in in_lists:
                     in_lists[key] = at + (_ITEM if name is None else name)
-        if columns:
-            self.columns.setdefault(path, columns)
+        if columns:  # as tuples: of scalars only, the garbage collector stops visiting them at its first pass
+            self.columns.setdefault(path, {name: tuple(column) for name, column in columns.items()})

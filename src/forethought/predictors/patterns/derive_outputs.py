@@ -6,32 +6,34 @@ to :data:`INDEXED_BYTES` of output text: a history of any length holds no more) 
 :class:`OutputIndex`: every JSON node with its path (``items[3].id``; list items also from the end,
 ``items[-1]``), walked until :data:`MAX_INDEX_BYTES` of scalar text, and the atoms
 (:mod:`~forethought.predictors.patterns.text`) inside its text fields, tokenized up to
-:data:`MAX_TOKEN_BYTES` in all. Each leaf is filed under *lookup keys*: forms that every transform of
-:mod:`~forethought.predictors.patterns.derive_values` preserves (a string's alphanumeric characters,
-lower-cased, whole or first / last word; a number's integer part; a date's ISO form; a text longer than
-:data:`MAX_KEYED_BYTES` under itself, as a copy), so that explaining a value (which leaves give it?)
-reads a few dict entries instead of every leaf. Of the atoms of a text field only those a rule can name
+:data:`MAX_TOKEN_BYTES` in all. Each leaf is filed under *lookup keys* (:mod:`derive_lookup`): forms that
+every transform of :mod:`~forethought.predictors.patterns.derive_values` preserves (a string's alphanumeric
+characters, lower-cased, whole or first / last word; a number's integer part; a date's ISO form; a text
+longer than :data:`MAX_KEYED_BYTES` under itself, as a copy), so that explaining a value (which leaves give
+it?) reads a few dict entries instead of every leaf. Of the atoms of a text field only those a rule can name
 are kept (the first and last few of each kind).
 
 Rules address list items by index only up to :data:`MAX_LIST_INDEX` (and from the end up to
 :data:`MAX_FROM_END`), so only those items are walked; of every list the scalars of its first
 :data:`~forethought.predictors.patterns.derive_lists.MAX_WALK_ITEMS` items are filed for the rules that walk
 a list, with where each first sits, and the codes among a list of scalars (:mod:`derive_lists`). The parsed
-document itself is not kept, and what is kept is held in strings and flat lists rather than a tuple per
-item: an index leaves few objects for the garbage collector to visit. Nothing here knows about any
-particular tool.
+document itself is not kept: a container larger than :data:`MAX_KEYED_BYTES` (the document, a long listing)
+is held as the route of keys and indices that leads to it and read again from the text when a rule asks
+for it (rarely: no rule is learned from one), so the records past what rules address are freed at once.
+What is kept is held in strings, numbers and flat tuples of them (positions, not nodes, in its tables): an
+index leaves few objects for the garbage collector to visit (each one it keeps is visited again by the
+young-generation passes it lives through, the cost that set the tail of learning's CPU time). Nothing here
+knows about any particular tool.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import functools
+import array
 import json
-import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast, overload
 
@@ -43,16 +45,17 @@ from forethought.predictors.patterns.derive_lists import (
     ListIndex,
     Places,
 )
-from forethought.predictors.patterns.derive_values import DATE_FORMATS, value_key
-from forethought.predictors.patterns.text import NUMBER_WORDS, Atom, output_atoms, parse_number
+from forethought.predictors.patterns.derive_lookup import (
+    MAX_KEYED_BYTES,
+    leaf_keys,
+    string_keys,
+)
+from forethought.predictors.patterns.text import Atom, output_atoms
 
 MAX_INDEX_BYTES = 512 * 1024
 """Scalar text walked per output; an output larger than this is indexed up to it."""
 MAX_TOKEN_BYTES = 8 * 1024
 """Text of an output's string fields cut into atoms, in all (the rest of a longer field is not)."""
-MAX_KEYED_BYTES = 2048
-"""A list or object larger than this (roughly, in bytes) is not filed under its whole value."""
-MIN_DATE_DIGITS = 5
 OUTPUT_INDEXES = 4096
 """Outputs whose index is remembered, at most (the latest outputs of the sessions served) ..."""
 INDEXED_BYTES = 8 * 1024 * 1024
@@ -65,115 +68,6 @@ TOKEN_KINDS = ("quoted", "file", "id", "url", "path", "number", "date", "hashtag
 def leaf_name(path: str) -> str:
     """The last field name of a leaf's path (``invoice.booking_id`` -> ``booking_id``)."""
     return path.rsplit(".", 1)[-1]
-
-
-_NOT_ALNUM = re.compile(r"[\W_]+")
-_json_string = json.encoder.encode_basestring
-"""What :func:`~forethought.predictors.patterns.derive_values.value_key` gives for a string."""
-
-
-def alnum(text: str) -> str:
-    """``text`` case-folded (upper-cased first: every case change maps to one form), only its word
-    characters but ``_`` (what case and spelling changes keep)."""
-    return _NOT_ALNUM.sub("", text.upper().casefold())
-
-
-def _number_keys(number: int | float) -> tuple[str, ...]:
-    """Lookup keys of a number a target may be: integer parts that round or floor to it."""
-    if not abs(number) <= 1e15:  # (nan, inf and ints no float holds too)
-        return ()
-    base = math.floor(number)
-    return (f"n:{base - 1}", f"n:{base}", f"n:{base + 1}")
-
-
-@functools.lru_cache(maxsize=4096)
-def _date_of(text: str) -> dt.date | None:
-    """``text`` read as a date in one of :data:`DATE_FORMATS` (each has a four-digit year and a day)."""
-    if len(text) > 24 or sum(ch.isdigit() for ch in text) < MIN_DATE_DIGITS:
-        return None
-    for fmt in DATE_FORMATS:
-        try:
-            return dt.datetime.strptime(text, fmt).date()
-        except ValueError:
-            continue
-    return None
-
-
-def date_of(text: str) -> dt.date | None:
-    """``text`` read as a whole date in one of the spellings of
-    :data:`~forethought.predictors.patterns.derive_values.DATE_FORMATS`, or None."""
-    return _date_of(text)
-
-
-def target_keys(value: Any) -> tuple[str, ...]:
-    """The lookup keys under which a leaf that can give ``value`` (or ``[value]``) is filed."""
-    single = value[0] if isinstance(value, list) and len(value) == 1 else None
-    keys: list[str] = []
-    for item in (value,) if single is None or isinstance(single, list | dict) else (value, single):
-        if isinstance(item, str):
-            keys.append("s:" + alnum(item))
-            if len(item) > MAX_KEYED_BYTES:
-                keys.append("x:" + item)  # as a long leaf is filed (:func:`_long_string_keys`)
-            number = parse_number(item)
-            if number is not None:
-                keys.extend(_number_keys(number))
-            date = _date_of(item)
-            if date is not None:
-                keys.append("d:" + date.isoformat())
-        elif isinstance(item, int | float) and not isinstance(item, bool):
-            keys.extend(_number_keys(item))
-        else:
-            keys.append("v:" + value_key(item))
-    return tuple(dict.fromkeys(keys))
-
-
-_NUMERIC = re.compile(r"\s*[-+]?\$?\s*[\d.]")
-"""How a text that :func:`parse_number` reads as a number written in digits starts."""
-MAX_NUMBER_WORD = 10
-
-
-def _string_keys(text: str) -> list[str]:
-    """The lookup keys of a short text (remembered joined in one string: a cached tuple would be one more
-    object for the garbage collector to visit, per distinct text)."""
-    return _joined_string_keys(text).split(_KEY_SEP)
-
-
-_KEY_SEP = "\x1d"
-"""Joins the lookup keys of one text (no key holds it: they are made of alphanumerics and digits)."""
-
-
-@functools.lru_cache(maxsize=8192)
-def _joined_string_keys(text: str) -> str:
-    keys = ["s:" + alnum(text)]
-    pieces = text.split()
-    if len(pieces) > 1:
-        keys.append("s:" + alnum(pieces[0]))
-        keys.append("s:" + alnum(pieces[-1]))
-    if _NUMERIC.match(text) or (len(text) <= MAX_NUMBER_WORD and text.strip().lower() in NUMBER_WORDS):
-        number = parse_number(text)
-        if number is not None and math.isfinite(number) and abs(number) <= 1e15:
-            keys.append(f"n:{math.floor(number)}")
-    return _KEY_SEP.join(dict.fromkeys(keys))
-
-
-def _long_string_keys(text: str) -> tuple[str, ...]:
-    """The lookup keys of a text longer than :data:`MAX_KEYED_BYTES`: the text itself (a long value is a
-    copy, not a case change of one; reading every character to fold it would cost more than all the rest
-    of the index) and the keys of its first and last words."""
-    keys = ["x:" + text]
-    head, tail = text.split(None, 1), text.rsplit(None, 1)
-    if len(head) > 1:
-        keys.append("s:" + alnum(head[0]))
-        keys.append("s:" + alnum(tail[-1]))
-    return tuple(dict.fromkeys(keys))
-
-
-def _leaf_keys(leaf: Any) -> Sequence[str]:
-    if isinstance(leaf, str):
-        return _string_keys(leaf) if len(leaf) <= MAX_KEYED_BYTES else _long_string_keys(leaf)
-    if isinstance(leaf, int | float) and not isinstance(leaf, bool):
-        return (f"n:{math.floor(leaf)}",) if abs(leaf) <= 1e15 else ()  # (never inf, nan or past a float)
-    return ("v:" + value_key(leaf),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,18 +86,23 @@ class TokenAtom:
 class OutputIndex:
     """One output's leaves, by path, by field name and by lookup key; the atoms of its text fields."""
 
-    paths: list[str] = field(default_factory=list)
+    paths: Sequence[str] = field(default_factory=list)
     """The path of every node walked, containers too, in document order ..."""
-    nodes: list[Any] = field(default_factory=list)
-    """... and the node (two lists, not a tuple per node: fewer objects for the garbage collector)."""
-    addressable: list[bool] = field(default_factory=list)
+    nodes: Sequence[Any] = field(default_factory=list)
+    """... and the node if a scalar, None if a container (:attr:`containers`): two sequences of scalars, not
+    a tuple per node, which the garbage collector never visits. Read a node with :meth:`node`."""
+    containers: dict[int, Any] = field(default_factory=dict)
+    """Position -> the container there; one larger than :data:`MAX_KEYED_BYTES` as its route (a tuple of
+    keys and indices: parsed JSON holds none)."""
+    addressable: Sequence[bool] = field(default_factory=list)
     """Per leaf: whether rules may name its path (list indices within reach)."""
-    first_by_path: dict[str, Any] = field(default_factory=dict)
-    last_by_path: dict[str, Any] = field(default_factory=dict)
-    first_by_name: dict[str, Any] = field(default_factory=dict)
-    first_path_by_name: dict[str, str] = field(default_factory=dict)
-    by_key: dict[str, Sequence[int]] = field(default_factory=dict)
-    """Lookup key -> positions in :attr:`leaves` of the addressable leaves filed under it."""
+    first_by_path: dict[str, int] = field(default_factory=dict)
+    """Path -> the position of the first node with that path (:func:`first_leaf_by_path` reads the nodes)."""
+    first_by_name: dict[str, int] = field(default_factory=dict)
+    """Field name (:func:`leaf_name`) -> the position of the first node with that name."""
+    by_key: dict[str, int | bytes] = field(default_factory=dict)
+    """Lookup key -> position in :attr:`leaves` of the addressable leaf filed under it, or the positions of
+    several (native ints packed in bytes)."""
     tokens: dict[str, dict[str, tuple[Atom, ...]]] = field(default_factory=dict)
     """Path of a text field -> its atoms by kind (the whole field excluded), for the fields tokenized."""
     truncated: set[str] = field(default_factory=set)
@@ -222,7 +121,25 @@ class OutputIndex:
     @property
     def leaves(self) -> Sequence[tuple[str, Any]]:
         """``(path, node)`` for every node walked, containers too, in document order."""
-        return _Leaves(self.paths, self.nodes)
+        return _Leaves(self)
+
+    def node(self, position: int) -> Any:
+        """The node at ``position`` (of :attr:`paths`); a large container is read again from the output (not
+        kept: the caller keeps what it needs)."""
+        kept = self.containers.get(position)
+        if kept is None:
+            return self.nodes[position]
+        if kept.__class__ is not tuple:
+            return kept
+        node = json.loads(self.text)
+        for step in kept:
+            node = node[step]
+        return node
+
+    def first_path_with_name(self, name: str) -> str | None:
+        """The path of the first node whose field name is ``name``, or None."""
+        position = self.first_by_name.get(name)
+        return None if position is None else self.paths[position]
 
     @property
     def in_lists(self) -> Mapping[str, tuple[str, int, str | None]]:
@@ -246,7 +163,11 @@ class OutputIndex:
         """Positions of the addressable leaves filed under any of ``keys``, in document order."""
         found: set[int] = set()
         for key in keys:
-            found.update(self.by_key.get(key, ()))
+            filed = self.by_key.get(key)
+            if isinstance(filed, int):
+                found.add(filed)
+            elif filed is not None:
+                found.update(memoryview(filed).cast("i"))
         return sorted(found)
 
     def token_candidates(self, keys: tuple[str, ...]) -> list[TokenAtom]:
@@ -259,7 +180,7 @@ class OutputIndex:
 
 def _walk(index: OutputIndex, value: Any) -> None:
     """File every node of ``value`` (depth first, in document order) until the byte budget is spent."""
-    _Walk(index).visit("$", value, True, "$")
+    _Walk(index).visit("$", value, True, "$", ())
 
 
 class _Walk:
@@ -272,55 +193,64 @@ class _Walk:
         self.index = index
         self.budget = MAX_INDEX_BYTES
 
-    def visit(self, path: str, node: Any, addressable: bool, name: str) -> int:
-        """File ``node`` and what it holds; its size in bytes, roughly (containers: their contents')."""
+    def visit(self, path: str, node: Any, addressable: bool, name: str, route: tuple[str | int, ...]) -> int:
+        """File ``node`` (reached from the document by ``route``: only a container's is kept, so a leaf is
+        handed its parent's) and what it holds; its size in bytes, roughly (containers: their contents')."""
         if self.budget <= 0:
             return MAX_KEYED_BYTES + 1  # not walked in full: too big to file whole
         index = self.index
         position = len(index.paths)
-        index.paths.append(path)
-        index.nodes.append(node)
-        index.addressable.append(addressable)
-        if path not in index.first_by_path:
-            index.first_by_path[path] = node
-        index.last_by_path[path] = node
-        if name not in index.first_by_name:
-            index.first_by_name[name] = node
-            index.first_path_by_name[name] = path
+        cast(list[str], index.paths).append(path)
         kind = node.__class__
+        if kind is dict or kind is list:
+            cast(list[Any], index.nodes).append(None)
+            index.containers[position] = node
+        else:
+            cast(list[Any], index.nodes).append(node)
+        cast(list[bool], index.addressable).append(addressable)
+        if path not in index.first_by_path:
+            index.first_by_path[path] = position
+        if name not in index.first_by_name:
+            index.first_by_name[name] = position
         size = 2
         if kind is dict:
             prefix = path + "." if path != "$" else ""
             for k, v in node.items():
-                size += len(k) + self.visit(prefix + str(k), v, addressable, str(k))
+                inner = (*route, k) if v.__class__ is dict or v.__class__ is list else route
+                size += len(k) + self.visit(prefix + str(k), v, addressable, str(k), inner)
         elif kind is list:
             index.lists.file(path, node)
             base = path if path != "$" else ""
             shown = node[:MAX_LIST_INDEX] if addressable else ()
             for i, v in enumerate(shown):
                 item = f"{base}[{i}]"
-                size += self.visit(item, v, True, leaf_name(item))
+                inner = (*route, i) if v.__class__ is dict or v.__class__ is list else route
+                size += self.visit(item, v, True, leaf_name(item), inner)
             if len(node) > len(shown):
                 size += MAX_KEYED_BYTES  # not every item walked: too big to file whole
             for back in range(1, min(len(node), MAX_FROM_END) + 1):
                 item = f"{base}[-{back}]"
-                self.visit(item, node[-back], addressable, leaf_name(item))
+                v = node[-back]
+                inner = (*route, -back) if v.__class__ is dict or v.__class__ is list else route
+                self.visit(item, v, addressable, leaf_name(item), inner)
         else:
             size = len(node) if kind is str else 8
             self.budget -= size
-        if addressable and (size <= MAX_KEYED_BYTES or (kind is not dict and kind is not list)):
-            by_key = index.by_key
-            for key in _leaf_keys(node):
-                cast(list[int], by_key.setdefault(key, [])).append(position)
+        if size > MAX_KEYED_BYTES and (kind is dict or kind is list):
+            # Kept as its route: the records under it that no rule names are not kept with the index.
+            index.containers[position] = route
+        elif addressable:
+            by_key = cast(dict[str, list[int]], index.by_key)  # lists while walking, packed at the end
+            for key in leaf_keys(node):
+                by_key.setdefault(key, []).append(position)
         return size
 
 
 class _Leaves(Sequence[tuple[str, Any]]):
     """The paths and nodes of an index read as ``(path, node)`` pairs (a view: nothing is copied)."""
 
-    def __init__(self, paths: list[str], nodes: list[Any]) -> None:
-        self._paths = paths
-        self._nodes = nodes
+    def __init__(self, index: OutputIndex) -> None:
+        self._index = index
 
     @overload
     def __getitem__(self, i: int) -> tuple[str, Any]: ...
@@ -328,12 +258,33 @@ class _Leaves(Sequence[tuple[str, Any]]):
     def __getitem__(self, i: slice) -> Sequence[tuple[str, Any]]: ...
 
     def __getitem__(self, i: int | slice) -> tuple[str, Any] | Sequence[tuple[str, Any]]:
+        index = self._index
         if isinstance(i, slice):
-            return list(zip(self._paths[i], self._nodes[i], strict=True))
-        return self._paths[i], self._nodes[i]
+            return [(index.paths[n], index.node(n)) for n in range(len(index.paths))[i]]
+        return index.paths[i], index.node(i)
 
     def __len__(self) -> int:
-        return len(self._paths)
+        return len(self._index.paths)
+
+
+class _Nodes(Mapping[str, Any]):
+    """A path or name table of an index read as the nodes it points at (a view)."""
+
+    def __init__(self, index: OutputIndex, table: dict[str, int]) -> None:
+        self._index = index
+        self._table = table
+
+    def __getitem__(self, key: str) -> Any:
+        return self._index.node(self._table[key])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._table
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
 
 
 def _tokenize_fields(index: OutputIndex) -> None:
@@ -375,7 +326,7 @@ def _tokenize(index: OutputIndex, path: str, leaf: str, text: str) -> None:
             if i >= ATOM_ORDINAL and (from_end is None or from_end >= ATOM_FROM_END):
                 continue  # no rule can name it
             token = TokenAtom(path, kind, i, from_end, atom)
-            keys = _string_keys(atom.text)
+            keys = string_keys(atom.text)
             if atom.date is not None:
                 keys.append("d:" + atom.date.isoformat())
             for key in dict.fromkeys(keys):
@@ -394,8 +345,13 @@ def _index(output: str) -> OutputIndex:
     index.text = output
     _walk(index, value)
     _tokenize_fields(index)
-    # Frozen into tuples: a cached index then holds few objects the garbage collector must keep visiting.
-    index.by_key = {key: tuple(found) for key, found in index.by_key.items()}
+    # Frozen into tuples: a cached index then holds few objects the garbage collector must keep visiting
+    # (a tuple of strings, numbers and booleans it stops tracking at its first pass).
+    index.paths, index.nodes, index.addressable = tuple(index.paths), tuple(index.nodes), tuple(index.addressable)
+    # One position as itself, several packed in bytes: a table of numbers and bytes is one the garbage
+    # collector never tracks, however many keys it has.
+    index.by_key = {key: found[0] if len(found) == 1 else array.array("i", found).tobytes()
+                    for key, found in cast(dict[str, list[int]], index.by_key).items()}
     index.tokens_by_key = {key: tuple(found) for key, found in index.tokens_by_key.items()}
     return index
 
@@ -449,9 +405,11 @@ the latest outputs asked for (:data:`OUTPUT_INDEXES`, :data:`INDEXED_BYTES`)."""
 
 def first_leaf_by_path(output: str) -> Mapping[str, Any]:
     """Path -> the first node with that path."""
-    return output_index(output).first_by_path
+    index = output_index(output)
+    return _Nodes(index, index.first_by_path)
 
 
 def first_leaf_by_name(output: str) -> Mapping[str, Any]:
     """Field name (:func:`leaf_name`) -> the first node with that name."""
-    return output_index(output).first_by_name
+    index = output_index(output)
+    return _Nodes(index, index.first_by_name)

@@ -72,9 +72,17 @@ class Sources(Explaining):
     __slots__ = ()
 
     def forget_values(self) -> None:
-        """Drop the remembered values of rules (a kept point of a session stays small; it works them out
-        again if asked)."""
+        """Drop what this point worked out and remembered (the values of rules, the atoms of its messages
+        merged, the lists walked), keeping what a rule replayed here later reads: a kept point of a session
+        stays small and leaves few objects for the garbage collector to visit; it works them out again if
+        asked."""
         self._applied = {}
+        self._merged = {}
+        self._unused_atoms = {}
+        self._walks = {}
+        self._used = None
+        self._used_by = None
+        self._indexes = {}
 
     def apply(self, rule: Rule) -> Any:
         """The value ``rule`` gives here, or None when it does not apply."""

@@ -77,7 +77,8 @@ class SourceView:
     _indexes: dict[str, tuple[Mapping[tuple[str, ...], Atom | None], dict[str, Any]]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
     """Message text -> its locator index and the memo of message-only rules: taken from the shared caches
-    once and held, so a point of a session kept to score new rules on does not index its messages again."""
+    once while this point is worked on (dropped when it is kept to score new rules on, :meth:`forget_values`:
+    held by every kept point, old messages' indexes were most of the objects young collections visited)."""
     """Rule key -> the value it gives here and its value key: every rule is replayed at most once here."""
 
     def __post_init__(self) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from forethought.predictors.patterns.counts import Counts
 from forethought.predictors.patterns.derive_dates import MONTHS, WEEKDAYS
-from forethought.predictors.patterns.derive_outputs import date_of
+from forethought.predictors.patterns.derive_lookup import date_of
 from forethought.predictors.patterns.mentions import is_code
 
 SHAPES = ("date", "datetime", "time", "month", "weekday", "number", "digits", "email", "url", "path", "code", "id",
