@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -338,3 +339,30 @@ async def test_the_worker_runs_at_a_lower_cpu_priority_than_its_parent() -> None
         assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, parent + WORKER_NICENESS)
     finally:
         await remote.close()
+
+
+async def test_killing_a_worker_with_cancelled_calls_queued_raises_nothing_anywhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A caller that gives up cancels its queued call; if the worker then dies, Python 3.11's pool fails
+    # every queued call in its own thread and raised there on a cancelled one. kill() lets the pool drop
+    # what is queued first.
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    for _ in range(3):
+        remote = OffloadedPredictor(_trained())
+        await remote.start()
+        context = _steps(5, "kelp")[0][0]
+        tasks = [asyncio.create_task(remote.predict(context)) for _ in range(24)]
+        await asyncio.sleep(0)
+        for task in tasks[4:]:
+            task.cancel()
+        for _ in range(3):
+            await asyncio.sleep(0)  # the cancellations reach the pool's futures
+        remote.kill()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await remote.close()
+        assert all(isinstance(r, PredictorError | asyncio.CancelledError | list) for r in results), results
+        assert remote.worker_pid() is None
+        with pytest.raises(PredictorError, match="was closed"):
+            await remote.predict(context)
+    assert raised == []

@@ -29,8 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
 import sqlite3
 import sys
 from collections import deque
@@ -218,7 +216,4 @@ class WorkerPatterns:
 
     def _stop_now(self) -> None:
         """End the worker process without waiting for it (it may be loading, or stuck in a save)."""
-        pid = self.worker.worker_pid()
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        self.worker.kill()

@@ -24,7 +24,8 @@ observation that cannot be sent (not picklable) or that the wrapped predictor ra
 The wrapped predictor must be picklable (a :class:`~forethought.predictors.patterns.PatternPredictor` is);
 it is handed to the worker as a file, so that starting a worker never writes megabytes through a pipe on
 the caller's thread. Call :meth:`~OffloadedPredictor.start` before timing anything (it starts the worker
-and loads the predictor) and :meth:`~OffloadedPredictor.close` at the end. A script that uses it needs the
+and loads the predictor) and :meth:`~OffloadedPredictor.close` at the end (after
+:meth:`~OffloadedPredictor.kill` where the worker must not be waited for). A script that uses it needs the
 ``if __name__ == "__main__":`` guard that ``spawn`` needs (without it, each worker reruns the script).
 """
 
@@ -215,6 +216,20 @@ class OffloadedPredictor:
         has no such method), computed in the worker: what the agent chains past a speculated read."""
         successors: list[Prediction] = await self._call(_predict_after, context, speculated)
         return successors
+
+    def kill(self) -> None:
+        """End the worker process at once, without waiting for it (it may be loading, or stuck in a long
+        call): the predictor is closed (later calls raise :class:`~forethought.errors.PredictorError`) and
+        :meth:`close` still has to be awaited to release the pool. Work still queued is cancelled first, by
+        the pool itself: a queued call cancelled by its caller and then failed by the pool's death would
+        raise in the pool's own thread on Python 3.11 (CPython gh-107219)."""
+        self._closed = True
+        pool, pid = self._pool, self.worker_pid()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)  # the pool drops what is queued before it sees a death
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     async def close(self) -> None:
         """Stop the worker (work still queued is cancelled; the predictor is not saved back)."""

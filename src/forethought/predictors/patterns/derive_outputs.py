@@ -183,15 +183,22 @@ def _walk(index: OutputIndex, value: Any) -> None:
     _Walk(index).visit("$", value, True, "$", ())
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+"""What :func:`~forethought.predictors.patterns.derive_values.value_key` writes for parsed JSON without floats."""
+
+
 class _Walk:
     """One walk of an output (a class, not a closure: a recursive closure is a reference cycle that keeps
     the walk's locals until the garbage collector finds it)."""
 
-    __slots__ = ("budget", "index")
+    __slots__ = ("budget", "floats", "index")
 
     def __init__(self, index: OutputIndex) -> None:
         self.index = index
         self.budget = MAX_INDEX_BYTES
+        self.floats = 0
+        """Floats walked so far: a container with none under it is keyed by one C encoding, without the
+        normalising copy :func:`value_key` makes (it writes a whole float as an int)."""
 
     def visit(self, path: str, node: Any, addressable: bool, name: str, route: tuple[str | int, ...]) -> int:
         """File ``node`` (reached from the document by ``route``: only a container's is kept, so a leaf is
@@ -213,6 +220,7 @@ class _Walk:
         if name not in index.first_by_name:
             index.first_by_name[name] = position
         size = 2
+        floats = self.floats
         if kind is dict:
             prefix = path + "." if path != "$" else ""
             for k, v in node.items():
@@ -236,13 +244,18 @@ class _Walk:
         else:
             size = len(node) if kind is str else 8
             self.budget -= size
+            if kind is float:
+                self.floats += 1
         if size > MAX_KEYED_BYTES and (kind is dict or kind is list):
             # Kept as its route: the records under it that no rule names are not kept with the index.
             index.containers[position] = route
         elif addressable:
             by_key = cast(dict[str, list[int]], index.by_key)  # lists while walking, packed at the end
-            for key in leaf_keys(node):
-                by_key.setdefault(key, []).append(position)
+            if (kind is dict or kind is list) and self.floats == floats:  # (filed whole: every item walked)
+                by_key.setdefault("v:" + _CANONICAL.encode(node), []).append(position)
+            else:
+                for key in leaf_keys(node):
+                    by_key.setdefault(key, []).append(position)
         return size
 
 
