@@ -5,7 +5,8 @@ instead of every leaf.
 
 A string is keyed by its alphanumeric characters, case-folded (``s:``), whole and by its first and last
 words; a number (or a text that reads as one) by its integer part (``n:``; a target also by the integers next
-to it, which rounding may give); a date by its ISO form (``d:``); a text longer than :data:`MAX_KEYED_BYTES`
+to it, which rounding may give); a target that reads as a date also by its ISO form (``d:``, the key of a
+date found inside an output's text field); a text longer than :data:`MAX_KEYED_BYTES`
 by itself (``x:``: a long value is a copy, not a case change of one); anything else by its value key
 (``v:``). Nothing here knows about any particular tool.
 """
