@@ -110,8 +110,8 @@ def test_a_repeated_merge_id_counts_once(redis_url: str) -> None:
 
 
 def test_keys_of_one_fingerprint_share_a_cluster_hash_slot() -> None:
-    meta, counts, done = pattern_keys("abc")
-    tags = {key[key.index("{") + 1:key.index("}")] for key in (meta, counts, done + "id")}
+    meta, counts, done, changes = pattern_keys("abc")
+    tags = {key[key.index("{") + 1:key.index("}")] for key in (meta, counts, done + "id", changes)}
     assert tags == {"ft:pat:abc"}
 
 

@@ -226,7 +226,7 @@ def test_a_counter_that_is_not_a_number_is_left_out_and_never_raises(redis_url: 
 
     store = RedisPatternStore.from_url(redis_url)
     store.merge("fp", {"good": 2.0, "also": 1.5}, 1.0, 0.0, None)
-    _, counts, _ = pattern_keys("fp")
+    _, counts, _, _ = pattern_keys("fp")
     client = redis.Redis.from_url(redis_url)
     client.hset(counts, mapping={"broken": bad, b"\xff\xfename": b"1.0"})
     client.close()
@@ -250,7 +250,7 @@ def test_a_clock_that_is_not_a_number_falls_back_to_the_mirror(redis_url: str, f
     fallback = FallbackPatternStore(store, events.append, clock, retry_after_s=5.0)
     fallback.merge("fp", {"a": 1.0}, 1.0, 0.0, None)
     assert fallback.load("fp") == CountsState(1.0, 0.0, {"a": 1.0})
-    meta, _, _ = pattern_keys("fp")
+    meta, _, _, _ = pattern_keys("fp")
     client = redis.Redis.from_url(redis_url)
     client.hset(meta, field, bad)
     client.close()

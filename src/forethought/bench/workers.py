@@ -4,7 +4,9 @@
 agent does ``tasks_per_agent`` tasks; a task is a short chain of calls of public lookup tools (each call's
 argument comes from the user's words or the previous output), drawn from ``task_types`` kinds of chain and
 ``topics`` topics, so tasks overlap across workers. The model is simulated: each step "generates" for
-``gen_s`` while the pattern predictor's guesses run; each tool takes ``tool_s``. Arms, run interleaved
+``gen_s`` while the pattern predictor's guesses run; each tool takes ``tool_s``. At the start of each task an
+agent starts its predictor's sync in the background (``sync_async``: save, then take the others' learning)
+and does not wait for it; the last save is awaited when the agent ends. Arms, run interleaved
 ``repeats`` times:
 
 * ``serial``: no speculation (the reference outputs);
@@ -130,12 +132,17 @@ async def _agent(arm: str, session_of: Any, predictor: PatternPredictor | None, 
                  my_tasks: Sequence[tuple[int, tuple[int, str]]], config: WorkersConfig, tally: _Tally) -> None:
     schemas = {name: SCHEMA for name in TOOL_NAMES}
     claims = tally.claims_s if tally.claims_s is not None else []
+    syncing: asyncio.Task[None] | None = None
     for index, (kind, topic) in my_tasks:
         session: Session = session_of()
         message = f"Please look into {topic} (task kind {kind})"
         history: list[ObservedCall] = []
         if predictor is not None:
-            await asyncio.to_thread(predictor.sync)  # the PatternStore protocol is synchronous: off the loop
+            if syncing is not None:
+                await syncing
+            # Save the last task's learning and take the other agents', in the background: the task starts
+            # with what the predictor knows now, and what the sync brings counts from when it arrives.
+            syncing = asyncio.create_task(predictor.sync_async())
         outputs = []
         for call in _calls(kind, topic, config.steps):
             context = PredictionContext(f"{index}", [{"role": "user", "content": message}], message, tuple(history),
@@ -166,10 +173,12 @@ async def _agent(arm: str, session_of: Any, predictor: PatternPredictor | None, 
             if predictor is not None:
                 predictor.observe(context, observed)
             session.end_turn()
-        if predictor is not None:
-            await asyncio.to_thread(predictor.flush)
         tally.outputs[index] = outputs
         await session.close()
+    if predictor is not None:
+        if syncing is not None:
+            await syncing
+        await asyncio.to_thread(predictor.flush)
 
 
 async def _worker(arm: str, config: WorkersConfig, my_agents: Sequence[Sequence[tuple[int, tuple[int, str]]]],

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from forethought._core.clock import SYSTEM_CLOCK, Clock
 from forethought.predictors.patterns.counts import CountsState
-from forethought.predictors.patterns.store import MemoryPatternStore
+from forethought.predictors.patterns.store import CountsChanges, IncrementalStore, MemoryPatternStore
 from forethought.stores.errors import StoreError, StoreUnavailableError
 from forethought.stores.events import EventSink, StoreEvent, emit
 
@@ -51,6 +51,11 @@ class _Merge:
     epoch: float
     half_life: float | None
     merge_id: str
+
+
+def _whole(state: CountsState) -> CountsChanges:
+    """A whole state as the answer to a mark (complete; with no mark to ask from: the next load is whole)."""
+    return CountsChanges(state.clock, state.epoch, "", dict(state.values), True)
 
 
 class FallbackPatternStore:
@@ -133,6 +138,27 @@ class FallbackPatternStore:
                     self._remember(fingerprint, state)
                     return state
             return self._mirror_of(fingerprint).load(fingerprint)
+
+    def load_since(self, fingerprint: str, mark: str | None) -> CountsChanges:
+        """What changed since ``mark``: from the shared store when it answers and can tell (the mirror then
+        takes the same changes), else from the mirror (whose marks the shared store answers with
+        everything, and the other way round)."""
+        with self._lock:
+            if self._shared_usable():
+                try:
+                    if not isinstance(self._shared, IncrementalStore):
+                        changes = _whole(self._shared.load(fingerprint))
+                    else:
+                        changes = self._shared.load_since(fingerprint, mark)
+                except StoreError as exc:
+                    self._fail(exc)
+                except Exception as exc:  # no store should raise this: never let it reach the predictor
+                    self._fail(StoreUnavailableError(f"load failed: {type(exc).__name__}: {exc}"))
+                else:
+                    self._recovered()
+                    self._mirror_of(fingerprint).put(fingerprint, changes)
+                    return changes
+            return self._mirror_of(fingerprint).load_since(fingerprint, mark)
 
     def merge(self, fingerprint: str, deltas: Mapping[str, float], ticks: float, epoch: float,
               half_life: float | None) -> None:

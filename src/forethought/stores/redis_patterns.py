@@ -31,10 +31,11 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, REBASE_AFTER_HALF_LIVES, CountsState
+from forethought.predictors.patterns.store import CountsChanges, split_mark
 from forethought.stores.errors import (
     StoreIntegrityError,
     StoreTimeoutError,
@@ -49,7 +50,7 @@ RETRIES = 2
 """Extra attempts of one merge (with the same marker) after a connection error (never after a timeout)."""
 
 _MERGE = """
-for i = 9, #ARGV, 2 do
+for i = 11, #ARGV, 2 do
   local d = tonumber(ARGV[i])
   if d == nil or d ~= d or d == math.huge or d == -math.huge then
     return redis.error_reply('non-finite delta')  -- checked before any write: scripts do not roll back
@@ -59,7 +60,7 @@ if redis.call('SET', KEYS[3], '1', 'NX', 'EX', tonumber(ARGV[6])) == false then 
 local ticks, epoch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local hl = nil
 if ARGV[3] ~= '' then hl = tonumber(ARGV[3]) end
-local rebase_after, plain = tonumber(ARGV[4]), ARGV[5]
+local rebase_after, plain, kept = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[9])
 local function finite(v)
   if type(v) ~= 'string' then return nil end
   if not (string.match(v, '^%-?%d+%.?%d*$') or string.match(v, '^%-?%d+%.?%d*[eE][%+%-]?%d+$')) then
@@ -75,13 +76,27 @@ if clock == nil or stored == nil then
   clock, stored = 0, epoch
   redis.call('HSET', KEYS[1], 'version', ARGV[7])
 end
+redis.call('HSETNX', KEYS[1], 'gen', ARGV[8])
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 local factor = 1
 if hl ~= nil and epoch ~= stored then factor = 2 ^ ((epoch - stored) / hl) end
-for i = 8, #ARGV, 2 do
-  local key, delta = ARGV[i], tonumber(ARGV[i + 1])
-  if string.sub(key, 1, #plain) ~= plain then delta = delta * factor end
-  local stored_value = finite(redis.call('HGET', KEYS[2], key)) or 0
-  redis.call('HSET', KEYS[2], key, string.format('%.17g', stored_value + delta))
+local chunk = 2000
+for first = 10, #ARGV, chunk do
+  local last = math.min(#ARGV, first + chunk - 1)
+  local names = {}
+  for i = first, last, 2 do names[#names + 1] = ARGV[i] end
+  local old = redis.call('HMGET', KEYS[2], unpack(names))
+  local sets, marks = {}, {}
+  for j = 1, #names do
+    local key, delta = names[j], tonumber(ARGV[first + 2 * j - 1])
+    if string.sub(key, 1, #plain) ~= plain then delta = delta * factor end
+    sets[#sets + 1] = key
+    sets[#sets + 1] = string.format('%.17g', (finite(old[j]) or 0) + delta)
+    marks[#marks + 1] = seq
+    marks[#marks + 1] = key
+  end
+  redis.call('HSET', KEYS[2], unpack(sets))
+  redis.call('ZADD', KEYS[4], unpack(marks))
 end
 clock = clock + ticks
 if hl ~= nil and (clock - stored) / hl > rebase_after then
@@ -93,10 +108,40 @@ if hl ~= nil and (clock - stored) / hl > rebase_after then
     end
   end
   stored = clock
+  redis.call('HSET', KEYS[1], 'floor', seq)  -- every number changed: older marks get everything
+end
+if seq % 64 == 0 and seq > kept then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', seq - kept)
+  local floor = tonumber(redis.call('HGET', KEYS[1], 'floor') or '0') or 0
+  if floor < seq - kept then redis.call('HSET', KEYS[1], 'floor', seq - kept) end
 end
 redis.call('HSET', KEYS[1], 'clock', string.format('%.17g', clock), 'epoch', string.format('%.17g', stored))
 return 1
 """
+
+_SINCE = """
+local meta = redis.call('HMGET', KEYS[1], 'clock', 'epoch', 'gen', 'seq', 'floor')
+local seq, floor, since = tonumber(meta[4] or '0') or 0, tonumber(meta[5] or '0') or 0, tonumber(ARGV[2])
+local head = {meta[1], meta[2], meta[3], tostring(seq)}
+if meta[3] == false or meta[3] ~= ARGV[1] or since == nil or since < floor or since > seq then
+  head[5] = 'all'
+  head[6] = redis.call('HGETALL', KEYS[2])
+  return head
+end
+local keys = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], '+inf')
+local values = {}
+for first = 1, #keys, 1000 do
+  local got = redis.call('HMGET', KEYS[2], unpack(keys, first, math.min(#keys, first + 999)))
+  for j = 1, #got do values[#values + 1] = got[j] end
+end
+head[5] = 'since'
+head[6] = keys
+head[7] = values
+return head
+"""
+
+KEPT_MERGES = 4096
+"""Change marks of this many merges are kept in Redis; a sync whose mark is older loads everything."""
 
 SCHEMA_VERSION = 1
 
@@ -116,10 +161,11 @@ def _number(raw: bytes | None, absent: float | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def pattern_keys(fingerprint: str, prefix: str = "ft:pat") -> tuple[str, str, str]:
-    """The meta key, the counts key and the prefix of merge markers of ``fingerprint`` (one hash slot)."""
+def pattern_keys(fingerprint: str, prefix: str = "ft:pat") -> tuple[str, str, str, str]:
+    """The meta key, the counts key, the prefix of merge markers and the change marks of ``fingerprint`` (one
+    hash slot)."""
     tag = f"{{{prefix}:{fingerprint}}}"
-    return f"{tag}:meta", f"{tag}:counts", f"{tag}:done:"
+    return f"{tag}:meta", f"{tag}:counts", f"{tag}:done:", f"{tag}:changes"
 
 
 class RedisPatternStore:
@@ -135,6 +181,7 @@ class RedisPatternStore:
         self._prefix = prefix
         self._retries = retries
         self._merge = client.register_script(_MERGE)
+        self._since = client.register_script(_SINCE)
         self.merges = 0
         self.round_trips = 0
         self.skipped = 0
@@ -150,8 +197,46 @@ class RedisPatternStore:
                                       retry_on_timeout=False)
         return cls(client, prefix)
 
+    def load_since(self, fingerprint: str, mark: str | None) -> CountsChanges:
+        """The counters merged since ``mark`` (one round trip: a Lua script reads the change marks and the
+        numbers together); everything, ``complete``, when the mark is of another generation (the store
+        started empty again), older than the marks kept (:data:`KEPT_MERGES`) or from before a rebase."""
+        meta_key, counts_key, _, changes_key = pattern_keys(fingerprint, self._prefix)
+        parsed = split_mark(mark)
+        generation, since = parsed if parsed is not None else ("", -1)
+        with mapped_redis_errors("load patterns"):
+            reply = self._since(keys=[meta_key, counts_key, changes_key], args=[generation, str(since)])
+            self.round_trips += 1
+        clock, epoch = _number(reply[0], 0.0), _number(reply[1], 0.0)
+        if clock is None or epoch is None:
+            raise StoreIntegrityError(f"load patterns: the clock or epoch of {fingerprint} is not a finite number")
+        generation_now = reply[2].decode("ascii", "replace") if isinstance(reply[2], bytes) else ""
+        new_mark = f"{generation_now}:{int(reply[3])}"
+        values = self._numbers(zip(reply[5][::2], reply[5][1::2], strict=True) if reply[4] == b"all"
+                               else zip(reply[5], reply[6], strict=True))
+        if reply[4] == b"all":
+            return CountsChanges(clock, epoch, new_mark, {k: v for k, v in values.items() if v is not None}, True)
+        return CountsChanges(clock, epoch, new_mark, values, False)
+
+    def _numbers(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> dict[str, float | None]:
+        """The counters of ``(name, stored)`` pairs: ``None`` for one Redis does not hold (any more) or holds
+        no finite number for (counted in :attr:`skipped`: the merge script reads it as 0, and its next merge
+        repairs it); a name that is not UTF-8 is left out (and counted)."""
+        values: dict[str, float | None] = {}
+        for raw_key, raw_value in pairs:
+            value = _number(raw_value, None)
+            try:
+                key = raw_key.decode("utf-8")
+            except UnicodeDecodeError:
+                self.skipped += 1
+                continue
+            if value is None and raw_value is not None:
+                self.skipped += 1
+            values[key] = value
+        return values
+
     def load(self, fingerprint: str) -> CountsState:
-        meta_key, counts_key, _ = pattern_keys(fingerprint, self._prefix)
+        meta_key, counts_key, _, _ = pattern_keys(fingerprint, self._prefix)
         with mapped_redis_errors("load patterns"):
             pipe = self._client.pipeline(transaction=True)
             pipe.hmget(meta_key, "clock", "epoch")
@@ -161,32 +246,24 @@ class RedisPatternStore:
         clock, epoch = _number(meta[0], 0.0), _number(meta[1], 0.0)
         if clock is None or epoch is None:
             raise StoreIntegrityError(f"load patterns: the clock or epoch of {fingerprint} is not a finite number")
-        values: dict[str, float] = {}
-        for raw_key, raw_value in counts.items():
-            value = _number(raw_value, None)
-            try:
-                key = raw_key.decode("utf-8")
-            except UnicodeDecodeError:
-                value = None
-            if value is None:
-                self.skipped += 1  # the merge script reads such a counter as 0, and its next merge repairs it
-                continue
-            values[key] = value
+        loaded = self._numbers(counts.items())
+        values = {key: value for key, value in loaded.items() if value is not None}
         return CountsState(clock, epoch, values)
 
     def merge(self, fingerprint: str, deltas: Mapping[str, float], ticks: float, epoch: float,
               half_life: float | None, merge_id: str | None = None) -> None:
         """Add a batch atomically; ``merge_id`` (new by default) makes a repeat of the same batch a no-op."""
-        meta_key, counts_key, done_prefix = pattern_keys(fingerprint, self._prefix)
+        meta_key, counts_key, done_prefix, changes_key = pattern_keys(fingerprint, self._prefix)
         marker = done_prefix + (merge_id or uuid.uuid4().hex)
         args: list[Any] = [repr(float(ticks)), repr(float(epoch)), "" if half_life is None else repr(float(half_life)),
-                           repr(REBASE_AFTER_HALF_LIVES), PLAIN_PREFIX, DONE_TTL_S, SCHEMA_VERSION]
+                           repr(REBASE_AFTER_HALF_LIVES), PLAIN_PREFIX, DONE_TTL_S, SCHEMA_VERSION,
+                           uuid.uuid4().hex, KEPT_MERGES]  # the generation, if this merge is the store's first
         for key, delta in deltas.items():
             args += [key, repr(float(delta))]
         for attempt in range(self._retries + 1):
             try:
                 with mapped_redis_errors("merge patterns"):
-                    self._merge(keys=[meta_key, counts_key, marker], args=args)
+                    self._merge(keys=[meta_key, counts_key, marker, changes_key], args=args)
                     self.round_trips += 1
                 break
             except StoreTimeoutError:

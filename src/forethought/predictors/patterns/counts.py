@@ -221,6 +221,18 @@ class Counts:
         self._pending = pending
         self._refresh_scale()
 
+    def apply(self, clock: float, values: Mapping[str, float | None]) -> None:
+        """Take the stored numbers of ``values`` (at this epoch; ``None``: no longer stored) and the store's
+        ``clock``, keeping additions not yet saved on top, as :meth:`load` does for a whole state."""
+        self.clock = clock + self._pending_ticks
+        stored, pending = self._values, self._pending
+        for key, value in values.items():
+            if value is None:
+                stored.pop(key, None)
+            else:
+                stored[key] = value + pending.get(key, 0.0)
+        self._refresh_scale()
+
     def state(self) -> CountsState:
         """Everything, as a value (for a memory store or a test)."""
         return CountsState(self.clock, self.epoch, dict(self._values))

@@ -16,6 +16,7 @@ Nothing here knows any workload: tools are known only by their names and JSON sc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sqlite3
@@ -28,7 +29,7 @@ from forethought._core.calls import ArgumentSpec, ToolCall, compile_arguments
 from forethought.errors import InvalidArgumentsError
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 from forethought.predictors.patterns.args import ArgCandidate, ArgumentModel
-from forethought.predictors.patterns.counts import Counts, CountsState
+from forethought.predictors.patterns.counts import Counts
 from forethought.predictors.patterns.derive_outputs import output_index
 from forethought.predictors.patterns.derive_rules import Sources
 from forethought.predictors.patterns.derive_time import first_output_date, reference_now
@@ -43,9 +44,10 @@ from forethought.predictors.patterns.distinct import (
 from forethought.predictors.patterns.flow import TURN_MARK, FlowModel, FlowView, call_token
 from forethought.predictors.patterns.numbers import NumberSpelling
 from forethought.predictors.patterns.pairs import PairOrder
+from forethought.predictors.patterns.persist import StoreSync
 from forethought.predictors.patterns.repeats import RECENT_CALLS, RecentCalls, RepeatModel, recent_calls
 from forethought.predictors.patterns.replay import RecordedSession, from_trajectory, train
-from forethought.predictors.patterns.store import CompactingStore, PatternStore, tool_set_fingerprint
+from forethought.predictors.patterns.store import PatternStore, tool_set_fingerprint
 from forethought.predictors.patterns.text import message_words
 from forethought.predictors.patterns.turns import TurnTracker
 from forethought.predictors.trajectory import Trajectory
@@ -135,7 +137,7 @@ def _mark(context: PredictionContext) -> _Mark:
     return (len(context.history), len(context.messages), context.user_message)
 
 
-class PatternPredictor:
+class PatternPredictor(StoreSync):
     """The pattern predictor: implements :class:`~forethought.predictors.base.Predictor`."""
 
     name = SOURCE
@@ -161,6 +163,9 @@ class PatternPredictor:
         self._canonical_of: OrderedDict[int, tuple[ToolCall, tuple[str, Mapping[str, Any]]]] = OrderedDict()
         self._descriptions: tuple[object, Mapping[str, frozenset[str]]] = ((), {})
         """The tools offered in the latest context (as given) and their description words."""
+        self._store_mark: str | None = None
+        """Where the latest sync left off in the store (:meth:`~.store.IncrementalStore.load_since`)."""
+        self._sync_lock: asyncio.Lock | None = None
         if store is not None:
             self.sync()
 
@@ -194,54 +199,6 @@ class PatternPredictor:
         its indexes and compiled schema checkers are rebuilt on loading."""
         return (_restored, (self.fingerprint, self.config, self.counts.state(), self.numbers.copy(),
                             self.flow.maxent.rehearsal()))
-
-    # --- persistence ----------------------------------------------------------------------------------
-
-    def sync(self) -> None:
-        """Save what is pending, then reload everything stored (merging other processes' learning)."""
-        if self.store is None:
-            return
-        self.flush()
-        self._load(self.store.load(self.fingerprint))
-
-    def _load(self, state: CountsState) -> None:
-        self.counts.load(state)
-        for key in self.counts:
-            self.flow.register(key)
-            self.args.register(key)
-        # A store may hold more than the budgets (another process's learning, a store from before them).
-        self.flow.keep_budgets()
-        self.args.keep_budgets()
-        self.args.build_tables()
-
-    def flush(self) -> None:
-        """Add what was learned since the last save to the store, in one transaction; first delete from it
-        what was cut since (when the store can: :class:`~.store.CompactingStore`)."""
-        self._since_flush = 0
-        if self.store is None:
-            self.counts.take_pending()
-            self.counts.take_discarded()
-            return
-        discarded = self.counts.take_discarded()
-        pending, ticks = self.counts.take_pending()
-        if not pending and not ticks and not discarded:
-            return
-        try:
-            if discarded and isinstance(self.store, CompactingStore):
-                self.store.discard(self.fingerprint, sorted(discarded))
-                discarded = set()
-            if pending or ticks:
-                self.store.merge(self.fingerprint, pending, ticks, self.counts.epoch, self.counts.half_life)
-        except BaseException:
-            self.counts.restore_discarded(discarded)
-            self.counts.restore_pending(pending, ticks)
-            raise
-
-    def close(self) -> None:
-        """Save what is pending and close the store."""
-        self.flush()
-        if self.store is not None:
-            self.store.close()
 
     # --- context --------------------------------------------------------------------------------------
 

@@ -8,6 +8,14 @@ WAL journal, busy timeout, ``BEGIN IMMEDIATE`` transactions); :class:`MemoryPatt
 tests and for runs that should not persist. A shared store (Redis, a service) implements the same
 protocol.
 
+Stores that many predictors share also answer what changed since a mark (:class:`IncrementalStore`:
+:class:`MemoryPatternStore` here, :class:`~forethought.stores.redis_patterns.RedisPatternStore`), so a
+predictor's ``sync`` fetches the counters merged since its last one instead of the whole model: its cost
+follows what the others learned meanwhile, not the size of what everyone learned. A mark is opaque: the
+store's generation (new when the store starts empty) and the number of its last change. A mark the store
+cannot answer from (another generation, older than the changes it keeps, from before a rebase) gets the
+whole state, flagged ``complete``.
+
 Stores compact: the predictor cuts its tables to their budgets (:mod:`budgets`), and a store that can
 delete (:class:`CompactingStore`: both here) deletes the counters cut at the next save, before adding what
 was learned since, so a store's size follows the budgets rather than the history. A store that cannot only
@@ -20,7 +28,9 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,6 +44,9 @@ from forethought.predictors.patterns.counts import (
 
 BUSY_TIMEOUT_S = 30.0
 SCHEMA_VERSION = 1
+KEPT_CHANGES_SLACK = 1024
+"""A memory store keeps the change marks of at most twice its counters plus this many keys (the oldest
+are forgotten; a mark from before them gets the whole state)."""
 
 
 def tool_set_fingerprint(tools: Mapping[str, Any]) -> str:
@@ -71,11 +84,73 @@ class CompactingStore(Protocol):
         """Delete ``keys`` stored under ``fingerprint`` (keys not stored are ignored), atomically."""
 
 
+@dataclass(frozen=True, slots=True)
+class CountsChanges:
+    """What a store holds for a fingerprint beyond a mark: the clock, the epoch, the counters that changed
+    since the mark (``None``: no longer stored, or not a number) and the mark to ask from next time. When
+    ``complete``, ``values`` is everything stored (the mark could not be answered from) and nothing is
+    ``None``."""
+
+    clock: float
+    epoch: float
+    mark: str
+    values: Mapping[str, float | None]
+    complete: bool
+
+    def state(self) -> CountsState:
+        """The whole state (only when ``complete``)."""
+        if not self.complete:
+            raise ValueError("only a complete answer is a whole state")
+        return CountsState(self.clock, self.epoch, {k: v for k, v in self.values.items() if v is not None})
+
+
+@runtime_checkable
+class IncrementalStore(Protocol):
+    """A :class:`PatternStore` that can tell what changed since a mark it gave."""
+
+    def load_since(self, fingerprint: str, mark: str | None) -> CountsChanges:
+        """The counters changed since ``mark`` (everything, ``complete``, when ``mark`` is None or cannot be
+        answered from)."""
+
+
+def split_mark(mark: str | None) -> tuple[str, int] | None:
+    """``(generation, sequence)`` of a mark; None when it is not one."""
+    if not mark or ":" not in mark:
+        return None
+    generation, _, sequence = mark.rpartition(":")
+    return (generation, int(sequence)) if sequence.isdigit() else None
+
+
+@dataclass(slots=True)
+class _Log:
+    """A memory store's change marks for one fingerprint: keys in the order of their latest change."""
+
+    generation: str = field(default_factory=lambda: uuid.uuid4().hex)
+    sequence: int = 0
+    floor: int = 0
+    """Marks older than this cannot be answered from (a rebase, or marks forgotten)."""
+    changed: dict[str, int] = field(default_factory=dict)
+
+    def touch(self, keys: Iterable[str]) -> None:
+        self.sequence += 1
+        changed = self.changed
+        for key in keys:
+            changed.pop(key, None)
+            changed[key] = self.sequence
+
+    def trim(self, stored: int) -> None:
+        changed = self.changed
+        while len(changed) > 2 * stored + KEPT_CHANGES_SLACK:
+            key = next(iter(changed))
+            self.floor = max(self.floor, changed.pop(key))
+
+
 class MemoryPatternStore:
     """A :class:`PatternStore` in a dict: the fake for tests, shared by predictors of one process."""
 
     def __init__(self) -> None:
         self._data: dict[str, tuple[float, float, dict[str, float]]] = {}
+        self._logs: dict[str, _Log] = {}
         self._lock = threading.Lock()
         self.merges = 0
 
@@ -83,6 +158,41 @@ class MemoryPatternStore:
         with self._lock:
             clock, epoch, values = self._data.get(fingerprint, (0.0, 0.0, {}))
             return CountsState(clock, epoch, dict(values))
+
+    def load_since(self, fingerprint: str, mark: str | None) -> CountsChanges:
+        with self._lock:
+            clock, epoch, values = self._data.get(fingerprint, (0.0, 0.0, {}))
+            log = self._logs.setdefault(fingerprint, _Log())
+            now = f"{log.generation}:{log.sequence}"
+            parsed = split_mark(mark)
+            if parsed is None or parsed[0] != log.generation or not log.floor <= parsed[1] <= log.sequence:
+                return CountsChanges(clock, epoch, now, dict(values), True)
+            changed: dict[str, float | None] = {}
+            for key, sequence in reversed(log.changed.items()):
+                if sequence <= parsed[1]:
+                    break
+                changed[key] = values.get(key)
+            return CountsChanges(clock, epoch, now, changed, False)
+
+    def put(self, fingerprint: str, changes: CountsChanges) -> None:
+        """Make the store hold what ``changes`` says (all of it when complete; else those counters), as a
+        mirror of another store does."""
+        with self._lock:
+            _, _, values = self._data.get(fingerprint, (0.0, 0.0, {}))
+            values = {k: v for k, v in changes.values.items() if v is not None} if changes.complete else values
+            log = self._logs.setdefault(fingerprint, _Log())
+            if not changes.complete:
+                for key, value in changes.values.items():
+                    if value is None:
+                        values.pop(key, None)
+                    else:
+                        values[key] = value
+                log.touch(changes.values)
+            else:
+                log.touch(())
+                log.floor = log.sequence
+            self._data[fingerprint] = (changes.clock, changes.epoch, values)
+            log.trim(len(values))
 
     def merge(self, fingerprint: str, deltas: Mapping[str, float], ticks: float, epoch: float,
               half_life: float | None) -> None:
@@ -99,6 +209,11 @@ class MemoryPatternStore:
                         values[key] = rescale(values[key], stored_epoch, target, half_life)
                 stored_epoch = target
             self._data[fingerprint] = (clock, stored_epoch, values)
+            log = self._logs.setdefault(fingerprint, _Log())
+            log.touch(deltas)
+            if target is not None:
+                log.floor = log.sequence  # every number changed: marks from before answer with everything
+            log.trim(len(values))
             self.merges += 1
 
     def discard(self, fingerprint: str, keys: Sequence[str]) -> None:
@@ -107,6 +222,9 @@ class MemoryPatternStore:
                 values = self._data[fingerprint][2]
                 for key in keys:
                     values.pop(key, None)
+                log = self._logs.setdefault(fingerprint, _Log())
+                log.touch(keys)
+                log.trim(len(values))
 
     def close(self) -> None:
         """Nothing to release."""
