@@ -33,7 +33,10 @@ def test_every_arm_equals_serial_and_the_shared_arm_serves_from_redis(redis_url:
     assert arms["shared-patterns"]["shared_served"]["median"] == 0 and arms["shared-patterns"]["redis_ops_per_call"] > 0
     assert arms["shared"]["shared_served"]["median"] > 0 and arms["shared"]["redis_ops_per_call"] > 0
     assert results["probe"]["served_from_redis"] == results["probe"]["rounds"]
-    assert "shared" in format_table(doc)
+    for arm in arms.values():  # a claim's path is the claim less its wait: never longer than the claim
+        if arm["claim_p99_ms"] is not None:
+            assert arm["claim_path_p99_ms"] is not None and arm["claim_path_p99_ms"] <= arm["claim_p99_ms"]
+    assert "shared" in format_table(doc) and "path p99 ms" in format_table(doc)
 
 
 def test_tasks_overlap_and_chains_differ_by_kind() -> None:

@@ -20,7 +20,9 @@ and does not wait for it; the last save is awaited when the agent ends. Arms, ru
 Reported per arm (medians over repeats, with min and max): wall time, time saved against serial, hits,
 misses, values served from the shared store, equivalence (every task's outputs equal serial's); for the
 Redis arms: round trip p50/p99 of shared-result operations as the workers saw them, claim latency
-p50/p99 of hits (to compare with ``alone``), and Redis operations per authoritative call. The load
+p50/p99 of hits (to compare with ``alone``; it includes waiting for a speculation still running), the claim
+path p50/p99 (the same less that wait: what claiming itself costs), and Redis operations per authoritative
+call. The load
 average is recorded beside them.
 """
 
@@ -120,6 +122,8 @@ class _Tally:
     partial: int = 0
     misses: int = 0
     claims_s: list[float] | None = None
+    claim_paths_s: list[float] | None = None
+    """Each hit's claim less the time it waited for its speculation to finish (``CallOutcome.waited_s``)."""
     shared_served: int = 0
     shared_ops: int = 0
     pattern_round_trips: int = 0
@@ -132,6 +136,7 @@ async def _agent(arm: str, session_of: Any, predictor: PatternPredictor | None, 
                  my_tasks: Sequence[tuple[int, tuple[int, str]]], config: WorkersConfig, tally: _Tally) -> None:
     schemas = {name: SCHEMA for name in TOOL_NAMES}
     claims = tally.claims_s if tally.claims_s is not None else []
+    paths = tally.claim_paths_s if tally.claim_paths_s is not None else []
     syncing: asyncio.Task[None] | None = None
     for index, (kind, topic) in my_tasks:
         session: Session = session_of()
@@ -160,7 +165,9 @@ async def _agent(arm: str, session_of: Any, predictor: PatternPredictor | None, 
                              else session.execute_detailed(call))
             if outcome.kind == "hit":
                 tally.hits += 1
-                claims.append(time.perf_counter() - started)
+                claimed = time.perf_counter() - started
+                claims.append(claimed)
+                paths.append(max(0.0, claimed - outcome.waited_s))
             elif outcome.kind == "partial_hit":
                 tally.partial += 1
             else:
@@ -183,7 +190,7 @@ async def _agent(arm: str, session_of: Any, predictor: PatternPredictor | None, 
 
 async def _worker(arm: str, config: WorkersConfig, my_agents: Sequence[Sequence[tuple[int, tuple[int, str]]]],
                   redis_url: str | None, prefix: str) -> _Tally:
-    tally = _Tally({}, claims_s=[], rtt_s=[])
+    tally = _Tally({}, claims_s=[], claim_paths_s=[], rtt_s=[])
     slow_tools = [_with_latency(t, config.tool_s) for t in _tools()]
     shared: SharedSpeculation | None = None
     stores: list[PatternStore] = []
@@ -270,6 +277,7 @@ def run_arm(arm: str, config: WorkersConfig, redis_url: str | None, server: Redi
                 "degraded"):
         merged[key] = sum(t[key] for t in tallies)
     merged["claims_s"] = [x for t in tallies for x in t["claims_s"]]
+    merged["claim_paths_s"] = [x for t in tallies for x in t["claim_paths_s"]]
     merged["rtt_s"] = [x for t in tallies for x in t["rtt_s"]]
     for t in tallies:
         merged["outputs"].update({int(k): v for k, v in t["outputs"].items()})
@@ -296,6 +304,7 @@ def summarize(runs: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
         walls = [r["wall_s"] for r in arm_runs]
         saved = [1.0 - r["wall_s"] / s["wall_s"] for r, s in zip(arm_runs, serial, strict=False)]
         claims = [x for r in arm_runs for x in r["claims_s"]]
+        paths = [x for r in arm_runs for x in r.get("claim_paths_s", ())]
         rtt = [x for r in arm_runs for x in r["rtt_s"]]
         calls = sum(r["calls"] for r in arm_runs)
         ops = sum(r["shared_ops"] + r["pattern_round_trips"] for r in arm_runs)
@@ -306,6 +315,7 @@ def summarize(runs: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
             "shared_served": _spread([r["shared_served"] for r in arm_runs]),
             "equivalent": all(r["outputs"] == reference for r in arm_runs),
             "claim_p50_ms": _ms(_pct(claims, 0.5)), "claim_p99_ms": _ms(_pct(claims, 0.99)),
+            "claim_path_p50_ms": _ms(_pct(paths, 0.5)), "claim_path_p99_ms": _ms(_pct(paths, 0.99)),
             "redis_rtt_p50_ms": _ms(_pct(rtt, 0.5)), "redis_rtt_p99_ms": _ms(_pct(rtt, 0.99)),
             "redis_ops_per_call": ops / calls if calls else 0.0,
             "degraded_events": sum(r["degraded"] for r in arm_runs),
@@ -397,13 +407,14 @@ def run_workers_bench(config: WorkersConfig, redis_url: str | None = None,
 def format_table(doc: Mapping[str, Any]) -> str:
     """A plain-text table of the medians."""
     lines = [f"{'arm':14} {'wall s':>7} {'saved':>6} {'hits':>5} {'miss':>5} {'shared':>6} {'equal':>5} "
-             f"{'claim p99 ms':>12} {'rtt p50/p99 ms':>15} {'ops/call':>8}"]
+             f"{'claim p99 ms':>12} {'path p99 ms':>11} {'rtt p50/p99 ms':>15} {'ops/call':>8}"]
     for arm, a in doc["results"]["arms"].items():
         rtt = "-" if a["redis_rtt_p50_ms"] is None else f"{a['redis_rtt_p50_ms']:.2f}/{a['redis_rtt_p99_ms']:.2f}"
         claim = "-" if a["claim_p99_ms"] is None else f"{a['claim_p99_ms']:.2f}"
+        path = "-" if a.get("claim_path_p99_ms") is None else f"{a['claim_path_p99_ms']:.2f}"
         lines.append(f"{arm:14} {a['wall_s']['median']:7.2f} {a['time_saved']['median']:6.1%} "
                      f"{a['hits']['median']:5.0f} {a['misses']['median']:5.0f} {a['shared_served']['median']:6.0f} "
-                     f"{a['equivalent']!s:>5} {claim:>12} {rtt:>15} {a['redis_ops_per_call']:8.2f}")
+                     f"{a['equivalent']!s:>5} {claim:>12} {path:>11} {rtt:>15} {a['redis_ops_per_call']:8.2f}")
     p = doc["results"]["probe"]
     lines.append(f"probe ({p['rounds']} sequential rounds): get_or_lead p50/p99 {p['rtt_p50_ms']}/"
                  f"{p['rtt_p99_ms']} ms; "
