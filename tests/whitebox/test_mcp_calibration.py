@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -336,6 +337,41 @@ def test_predicting_stops_where_hits_save_less_than_predictions_cost_and_is_stil
     runtime.close()
 
 
+@pytest.mark.parametrize(("contention", "counted"), [
+    (0.0, 0.0), (0.25, 0.0025), (1.0, 0.01), (3.0, 0.01), (-1.0, 0.0), (0.5, 0.005)])
+def test_a_worker_s_cpu_counts_as_far_as_the_machine_is_contended(contention: float, counted: float) -> None:
+    runtime = Runtime()
+    calibrator = Calibrator(runtime, Concurrency(runtime.tool_runtime_ewma.get), contention=lambda: contention)
+    calibrator.predicted(0.01, on_worker=True)
+    assert calibrator.payoff.predict_s == pytest.approx(counted) and calibrator.payoff.answers == 1
+    calibrator.predicted(0.01)  # the proxy's own loop: blocked whatever the machine does
+    assert calibrator.payoff.predict_s == pytest.approx(counted + 0.01) and calibrator.payoff.answers == 2
+    runtime.close()
+
+
+def test_on_an_idle_machine_a_worker_s_predictions_cost_nothing_and_on_a_saturated_one_all() -> None:
+    from forethought.mcp.calibration import MIN_ANSWERS
+
+    for contention, pays in ((0.0, True), (1.0, False)):
+        runtime = Runtime()
+        calibrator = Calibrator(runtime, Concurrency(runtime.tool_runtime_ewma.get), contention=_fixed(contention))
+        for _ in range(MIN_ANSWERS):
+            calibrator.predicted(0.005, on_worker=True)
+        calibrator.saved(0.019)
+        assert calibrator.payoff.pays is pays
+        runtime.close()
+
+
+def _fixed(value: float) -> Callable[[], float]:
+    return lambda: value
+
+
+def test_the_machine_s_contention_is_a_share() -> None:
+    from forethought.mcp.calibration import machine_contention
+
+    assert 0.0 <= machine_contention() <= 1.0
+
+
 def test_the_payoff_is_carried_across_processes(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite"
     for _ in range(2):
@@ -352,3 +388,27 @@ def test_the_payoff_is_carried_across_processes(tmp_path: Path) -> None:
     assert calibrator.payoff.answers == 30 and calibrator.payoff.predict_s == pytest.approx(0.3)
     assert not calibrator.payoff.pays
     runtime.close()
+
+
+def test_what_the_store_carries_weighs_as_a_few_answers_so_this_process_can_overturn_it(tmp_path: Path) -> None:
+    from forethought.mcp.calibration import CARRIED_ANSWERS
+
+    path = tmp_path / "store.sqlite"
+    runtime, calibrator = _calibrator()
+    carried = Carried(calibrator, CalibrationStore(path))
+    carried.listed("fp")
+    for _ in range(10 * CARRIED_ANSWERS):  # e.g. trained with no think time: nothing to hide, predictions cost
+        calibrator.predicted(0.004)
+    carried.save("fp", [])
+    runtime.close()
+    runtime, calibrator = _calibrator()
+    Carried(calibrator, CalibrationStore(path)).listed("fp")
+    payoff = calibrator.payoff
+    assert payoff.answers == CARRIED_ANSWERS and payoff.predict_s == pytest.approx(0.004 * CARRIED_ANSWERS)
+    assert not payoff.pays  # the verdict is carried ...
+    calibrator.saved(0.2)  # ... and one hit that hides 0.2 s here overturns it
+    assert payoff.pays
+    runtime.close()
+    stored = CalibrationStore(path).load("fp").payoff
+    assert stored is not None and stored.answers == 10 * CARRIED_ANSWERS  # the store keeps every answer
+    assert stored.predict_s == pytest.approx(0.04 * CARRIED_ANSWERS)

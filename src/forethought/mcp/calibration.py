@@ -15,19 +15,24 @@ adds what only it knows (:meth:`Calibrator.price`):
 A guess is made only when what it is expected to hide exceeds all of that. And predicting itself costs, at
 every answer, whether a guess follows or not (the predictor's work, in a worker that shares the machine with
 the client and the server): :class:`Payoff` keeps, per tool set, the seconds hits saved and the seconds
-predictions cost, per answer predicted at (a worker's CPU seconds for each prediction; the wall time of a
-predictor on the proxy's own loop, which it blocks). Once enough answers are counted and the hits saved less than the
+predictions cost, per answer predicted at: the wall time of a predictor on the proxy's own loop, which it
+blocks; a worker's CPU seconds for each prediction times the machine's contention, the load average per
+core (at most 1): a worker's second on a core nobody else wanted delays nobody, one on a saturated machine
+delays someone by as much (:func:`machine_contention`). Once enough answers are counted and the hits saved less than the
 predictions cost, the proxy stops predicting there (it still predicts at one answer in
-``EXPLORE_EVERY``, so that it learns if that changes). What was measured (the runtimes,
-the hit rates per tool and confidence, the concurrency evidence) is carried across sessions and processes in
-the store (:class:`CalibrationStore`), so a proxy starts from what earlier sessions learnt about the server.
+``EXPLORE_EVERY``, so that it learns if that changes; the payoff the store carries weighs as
+:data:`CARRIED_ANSWERS` answers at most, so a process's own answers soon outweigh earlier ones). What was
+measured (the runtimes, the hit rates per tool and confidence, the concurrency evidence) is carried across
+sessions and processes in the store (:class:`CalibrationStore`), so a proxy starts from what earlier sessions
+learnt about the server.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -45,6 +50,10 @@ MIN_ANSWERS = 20
 """Answers predicted at before the payoff of predicting is judged."""
 EXPLORE_EVERY = 10
 """Where predicting does not pay, it is still done at one answer in this many."""
+CARRIED_ANSWERS = 2 * MIN_ANSWERS
+"""The payoff carried from the store weighs as this many answers at most (its ratio kept): what earlier
+processes saw, with another client or another think time, decides until this process's own answers
+outweigh it (the store itself keeps every answer)."""
 """Weight of the newest gap in the moving average of the client's think time."""
 CALIBRATION_TABLE = "mcp_calibration"
 RUNTIMES_TABLE = "mcp_runtimes"
@@ -99,13 +108,25 @@ class Payoff:
                 f"{1000 * self.predict_s / n:.1f} ms ({self.answers} answers)")
 
 
+def machine_contention() -> float:
+    """The share of a worker's CPU second that delays other work now: the 1-minute load average per core,
+    at most 1 (1 where the platform has no load average)."""
+    try:
+        return min(1.0, max(0.0, os.getloadavg()[0] / max(1, os.cpu_count() or 1)))
+    except OSError:
+        return 1.0
+
+
 class Calibrator:
     """The proxy's pricing of guesses for one server (shared by the client sessions of a proxy process)."""
 
-    def __init__(self, runtime: Runtime, concurrency: Concurrency, overhead_s: float = GUESS_OVERHEAD_S) -> None:
+    def __init__(self, runtime: Runtime, concurrency: Concurrency, overhead_s: float = GUESS_OVERHEAD_S,
+                 contention: Callable[[], float] = machine_contention) -> None:
         self.runtime = runtime
         self.concurrency = concurrency
         self.overhead_s = overhead_s
+        self.contention = contention
+        """How much of a worker's CPU time delays other work (0..1; :func:`machine_contention`)."""
         self.payoff = Payoff()
         """What predicting earned and cost here."""
         self._skipped = 0
@@ -124,8 +145,11 @@ class Calibrator:
             return True
         return False
 
-    def predicted(self, seconds: float) -> None:
-        """A prediction took ``seconds`` (of the worker's, or the loop's, time)."""
+    def predicted(self, seconds: float, on_worker: bool = False) -> None:
+        """A prediction took ``seconds``: of a worker's CPU (``on_worker``: counted times the contention now),
+        or of the proxy's own loop (counted whole)."""
+        if on_worker:
+            seconds *= min(1.0, max(0.0, self.contention()))
         self.payoff.answers += 1
         self.payoff.predict_s += max(0.0, seconds)
 
@@ -303,11 +327,12 @@ class Carried:
             concurrency.serial += learnt.serial
             concurrency.concurrent += learnt.concurrent
             self._evidence = (concurrency.serial, concurrency.concurrent)
-            if learnt.payoff is not None:
+            if learnt.payoff is not None and learnt.payoff.answers > 0:
                 payoff = self.calibrator.payoff
-                payoff.answers += learnt.payoff.answers
-                payoff.saved_s += learnt.payoff.saved_s
-                payoff.predict_s += learnt.payoff.predict_s
+                weight = min(1.0, CARRIED_ANSWERS / learnt.payoff.answers)
+                payoff.answers += min(learnt.payoff.answers, CARRIED_ANSWERS)
+                payoff.saved_s += learnt.payoff.saved_s * weight
+                payoff.predict_s += learnt.payoff.predict_s * weight
             self._paid = Payoff(**{k: getattr(self.calibrator.payoff, k) for k in ("answers", "saved_s", "predict_s")})
         self._saved[fingerprint] = calibration_rows(runtime.calibration)
 

@@ -255,11 +255,14 @@ class Guesser:
             log.warning("the predictor failed to predict", exc_info=True)
             return
         finally:
-            # What predicting cost: a worker's CPU for it (its wall time, queueing and the round trip, overlaps
-            # the client's think time and costs nothing while a core is free); the wall time of a predictor on
-            # the proxy's own loop, which blocks it.
+            # What predicting cost: a worker's CPU for it, as far as the machine is contended (its wall time,
+            # queueing and the round trip, overlaps the client's think time and costs nothing while a core is
+            # free); the wall time of a predictor on the proxy's own loop, which blocks it.
             cpu_s = getattr(self.predictor, "last_predict_cpu_s", None)
-            self.calibrator.predicted(cpu_s if isinstance(cpu_s, float) else time.perf_counter() - began)
+            if isinstance(cpu_s, float):
+                self.calibrator.predicted(cpu_s, on_worker=True)
+            else:
+                self.calibrator.predicted(time.perf_counter() - began)
         if host.calls != calls or session.closed:  # the client's next call came first (a worker was slow)
             self.refusals["predicted too late"] += len(predictions)
             return
