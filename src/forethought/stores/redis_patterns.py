@@ -76,8 +76,22 @@ if clock == nil or stored == nil then
   clock, stored = 0, epoch
   redis.call('HSET', KEYS[1], 'version', ARGV[7])
 end
-redis.call('HSETNX', KEYS[1], 'gen', ARGV[8])
-local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+local function whole(v)
+  local n = tonumber(v or '')
+  if n == nil or n ~= n or n < 0 or n > 1e13 or n ~= math.floor(n) then return nil end
+  return n
+end
+local kind = redis.call('TYPE', KEYS[4])['ok']
+local seq = whole(redis.call('HGET', KEYS[1], 'seq'))
+if seq == nil or whole(redis.call('HGET', KEYS[1], 'floor') or '0') == nil
+    or redis.call('HGET', KEYS[1], 'gen') == false or (kind ~= 'zset' and kind ~= 'none') then
+  -- no change marks to trust (a new store, or what is there is not ours): a new generation starts them afresh
+  redis.call('DEL', KEYS[4])
+  redis.call('HSET', KEYS[1], 'gen', ARGV[8], 'seq', 0, 'floor', 0)
+  seq = 0
+end
+seq = seq + 1
+redis.call('HSET', KEYS[1], 'seq', seq)
 local factor = 1
 if hl ~= nil and epoch ~= stored then factor = 2 ^ ((epoch - stored) / hl) end
 local chunk = 2000
@@ -112,18 +126,27 @@ if hl ~= nil and (clock - stored) / hl > rebase_after then
 end
 if seq % 64 == 0 and seq > kept then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', seq - kept)
-  local floor = tonumber(redis.call('HGET', KEYS[1], 'floor') or '0') or 0
-  if floor < seq - kept then redis.call('HSET', KEYS[1], 'floor', seq - kept) end
+  local floor = whole(redis.call('HGET', KEYS[1], 'floor') or '0')
+  if floor == nil or floor < seq - kept then redis.call('HSET', KEYS[1], 'floor', seq - kept) end
 end
 redis.call('HSET', KEYS[1], 'clock', string.format('%.17g', clock), 'epoch', string.format('%.17g', stored))
 return 1
 """
 
 _SINCE = """
+local function whole(v)
+  local n = tonumber(v or '')
+  if n == nil or n ~= n or n < 0 or n > 1e13 or n ~= math.floor(n) then return nil end
+  return n
+end
 local meta = redis.call('HMGET', KEYS[1], 'clock', 'epoch', 'gen', 'seq', 'floor')
-local seq, floor, since = tonumber(meta[4] or '0') or 0, tonumber(meta[5] or '0') or 0, tonumber(ARGV[2])
-local head = {meta[1], meta[2], meta[3], tostring(seq)}
-if meta[3] == false or meta[3] ~= ARGV[1] or since == nil or since < floor or since > seq then
+local seq, floor, since = whole(meta[4]), whole(meta[5] or '0'), whole(ARGV[2])
+local kind = redis.call('TYPE', KEYS[3])['ok']
+local head = {meta[1], meta[2], meta[3], tostring(seq or 0)}
+if seq == nil or floor == nil or (kind ~= 'zset' and kind ~= 'none') then
+  head[3] = false  -- marks not ours to trust: give none (the next merge starts a new generation)
+end
+if head[3] == false or meta[3] ~= ARGV[1] or since == nil or since < floor or since > seq then
   head[5] = 'all'
   head[6] = redis.call('HGETALL', KEYS[2])
   return head
