@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from forethought._core.clock import SYSTEM_CLOCK, Clock
 from forethought.predictors.patterns.counts import CountsState
@@ -28,6 +28,7 @@ from forethought.stores.events import EventSink, StoreEvent, emit
 
 __all__ = ["FallbackPatternStore", "IdempotentPatternStore", "StoreEvent"]
 
+T = TypeVar("T")
 RETRY_AFTER_S = 5.0
 MAX_QUEUED_MERGES = 10_000
 
@@ -51,11 +52,6 @@ class _Merge:
     epoch: float
     half_life: float | None
     merge_id: str
-
-
-def _whole(state: CountsState) -> CountsChanges:
-    """A whole state as the answer to a mark (complete; with no mark to ask from: the next load is whole)."""
-    return CountsChanges(state.clock, state.epoch, "", dict(state.values), True)
 
 
 class FallbackPatternStore:
@@ -124,41 +120,43 @@ class FallbackPatternStore:
             # Seeding an empty store with the whole state reproduces it (stored epoch = the state's epoch).
             mirror.merge(fingerprint, state.values, state.clock, state.epoch, None)
 
+    def _read_shared(self, read: Callable[[], T]) -> T | None:
+        """``read()`` of the shared store when it is usable and answers; None (the store marked down) when
+        not. Nothing it raises reaches the caller: an error no store should raise counts as an outage."""
+        if not self._shared_usable():
+            return None
+        try:
+            answer = read()
+        except StoreError as exc:
+            self._fail(exc)
+            return None
+        except Exception as exc:  # no store should raise this: never let it reach the predictor
+            self._fail(StoreUnavailableError(f"load failed: {type(exc).__name__}: {exc}"))
+            return None
+        self._recovered()
+        return answer
+
     def load(self, fingerprint: str) -> CountsState:
         with self._lock:
-            if self._shared_usable():
-                try:
-                    state = self._shared.load(fingerprint)
-                except StoreError as exc:
-                    self._fail(exc)
-                except Exception as exc:  # no store should raise this: never let it reach the predictor
-                    self._fail(StoreUnavailableError(f"load failed: {type(exc).__name__}: {exc}"))
-                else:
-                    self._recovered()
-                    self._remember(fingerprint, state)
-                    return state
-            return self._mirror_of(fingerprint).load(fingerprint)
+            state = self._read_shared(lambda: self._shared.load(fingerprint))
+            if state is None:
+                return self._mirror_of(fingerprint).load(fingerprint)
+            self._remember(fingerprint, state)
+            return state
 
     def load_since(self, fingerprint: str, mark: str | None) -> CountsChanges:
         """What changed since ``mark``: from the shared store when it answers and can tell (the mirror then
         takes the same changes), else from the mirror (whose marks the shared store answers with
         everything, and the other way round)."""
+        shared = self._shared
         with self._lock:
-            if self._shared_usable():
-                try:
-                    if not isinstance(self._shared, IncrementalStore):
-                        changes = _whole(self._shared.load(fingerprint))
-                    else:
-                        changes = self._shared.load_since(fingerprint, mark)
-                except StoreError as exc:
-                    self._fail(exc)
-                except Exception as exc:  # no store should raise this: never let it reach the predictor
-                    self._fail(StoreUnavailableError(f"load failed: {type(exc).__name__}: {exc}"))
-                else:
-                    self._recovered()
-                    self._mirror_of(fingerprint).put(fingerprint, changes)
-                    return changes
-            return self._mirror_of(fingerprint).load_since(fingerprint, mark)
+            changes = self._read_shared(
+                (lambda: shared.load_since(fingerprint, mark)) if isinstance(shared, IncrementalStore)
+                else (lambda: CountsChanges.whole(shared.load(fingerprint))))
+            if changes is None:
+                return self._mirror_of(fingerprint).load_since(fingerprint, mark)
+            self._mirror_of(fingerprint).put(fingerprint, changes)
+            return changes
 
     def merge(self, fingerprint: str, deltas: Mapping[str, float], ticks: float, epoch: float,
               half_life: float | None) -> None:

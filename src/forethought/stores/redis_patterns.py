@@ -49,7 +49,15 @@ SOCKET_TIMEOUT_S = 0.5
 RETRIES = 2
 """Extra attempts of one merge (with the same marker) after a connection error (never after a timeout)."""
 
-_MERGE = """
+_WHOLE = """
+local function whole(v)  -- a change number or floor Redis holds: a whole number, or nil when it is not one
+  local n = tonumber(v or '')
+  if n == nil or n ~= n or n < 0 or n > 1e13 or n ~= math.floor(n) then return nil end
+  return n
+end
+"""
+
+_MERGE = _WHOLE + """
 for i = 11, #ARGV, 2 do
   local d = tonumber(ARGV[i])
   if d == nil or d ~= d or d == math.huge or d == -math.huge then
@@ -75,11 +83,6 @@ local clock, stored = finite(meta[1]), finite(meta[2])
 if clock == nil or stored == nil then
   clock, stored = 0, epoch
   redis.call('HSET', KEYS[1], 'version', ARGV[7])
-end
-local function whole(v)
-  local n = tonumber(v or '')
-  if n == nil or n ~= n or n < 0 or n > 1e13 or n ~= math.floor(n) then return nil end
-  return n
 end
 local kind = redis.call('TYPE', KEYS[4])['ok']
 local seq = whole(redis.call('HGET', KEYS[1], 'seq'))
@@ -133,12 +136,7 @@ redis.call('HSET', KEYS[1], 'clock', string.format('%.17g', clock), 'epoch', str
 return 1
 """
 
-_SINCE = """
-local function whole(v)
-  local n = tonumber(v or '')
-  if n == nil or n ~= n or n < 0 or n > 1e13 or n ~= math.floor(n) then return nil end
-  return n
-end
+_SINCE = _WHOLE + """
 local meta = redis.call('HMGET', KEYS[1], 'clock', 'epoch', 'gen', 'seq', 'floor')
 local seq, floor, since = whole(meta[4]), whole(meta[5] or '0'), whole(ARGV[2])
 local kind = redis.call('TYPE', KEYS[3])['ok']

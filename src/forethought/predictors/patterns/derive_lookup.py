@@ -50,8 +50,10 @@ def _number_keys(number: int | float) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _date_of(text: str) -> dt.date | None:
-    """``text`` read as a date in one of :data:`DATE_FORMATS` (each has a four-digit year and a day)."""
+def date_of(text: str) -> dt.date | None:
+    """``text`` read as a whole date in one of the spellings of
+    :data:`~forethought.predictors.patterns.derive_values.DATE_FORMATS` (each has a four-digit year and a
+    day), or None."""
     if len(text) > 24 or sum(ch.isdigit() for ch in text) < MIN_DATE_DIGITS:
         return None
     for fmt in DATE_FORMATS:
@@ -61,11 +63,6 @@ def _date_of(text: str) -> dt.date | None:
             continue
     return None
 
-
-def date_of(text: str) -> dt.date | None:
-    """``text`` read as a whole date in one of the spellings of
-    :data:`~forethought.predictors.patterns.derive_values.DATE_FORMATS`, or None."""
-    return _date_of(text)
 
 
 def target_keys(value: Any) -> tuple[str, ...]:
@@ -80,7 +77,7 @@ def target_keys(value: Any) -> tuple[str, ...]:
             number = parse_number(item)
             if number is not None:
                 keys.extend(_number_keys(number))
-            date = _date_of(item)
+            date = date_of(item)
             if date is not None:
                 keys.append("d:" + date.isoformat())
         elif isinstance(item, int | float) and not isinstance(item, bool):

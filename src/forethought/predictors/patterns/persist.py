@@ -123,8 +123,7 @@ class StoreSync:
             self._save(store, taken)
         if isinstance(store, IncrementalStore):
             return store.load_since(self.fingerprint, mark)
-        state = store.load(self.fingerprint)
-        return CountsChanges(state.clock, state.epoch, "", dict(state.values), True)
+        return CountsChanges.whole(store.load(self.fingerprint))
 
     def _take_in(self, changes: CountsChanges) -> bool:
         """Apply what a store answered; False (nothing applied) when it answered changes at another epoch

@@ -97,6 +97,11 @@ class CountsChanges:
     values: Mapping[str, float | None]
     complete: bool
 
+    @classmethod
+    def whole(cls, state: CountsState, mark: str = "") -> CountsChanges:
+        """``state`` as a complete answer (with no ``mark`` to ask from, the next answer is whole too)."""
+        return cls(state.clock, state.epoch, mark, dict(state.values), True)
+
     def state(self) -> CountsState:
         """The whole state (only when ``complete``)."""
         if not self.complete:
@@ -166,7 +171,7 @@ class MemoryPatternStore:
             now = f"{log.generation}:{log.sequence}"
             parsed = split_mark(mark)
             if parsed is None or parsed[0] != log.generation or not log.floor <= parsed[1] <= log.sequence:
-                return CountsChanges(clock, epoch, now, dict(values), True)
+                return CountsChanges.whole(CountsState(clock, epoch, values), now)
             changed: dict[str, float | None] = {}
             for key, sequence in reversed(log.changed.items()):
                 if sequence <= parsed[1]:
