@@ -21,7 +21,9 @@ core (at most 1): a worker's second on a core nobody else wanted delays nobody, 
 delays someone by as much (:func:`machine_contention`). Once enough answers are counted and the hits saved less than the
 predictions cost, the proxy stops predicting there (it still predicts at one answer in
 ``EXPLORE_EVERY``, so that it learns if that changes; the payoff the store carries weighs as
-:data:`CARRIED_ANSWERS` answers at most, so a process's own answers soon outweigh earlier ones). What was
+:data:`CARRIED_ANSWERS` answers at most, so a process's own answers soon outweigh earlier ones, and it leaves
+out predictions that came after the client's next call: they tell how soon that client calls, which the
+think time already handles, not what predicting earns for a client that waits). What was
 measured (the runtimes, the hit rates per tool and confidence, the concurrency evidence) is carried across
 sessions and processes in the store (:class:`CalibrationStore`), so a proxy starts from what earlier sessions
 learnt about the server.
@@ -46,6 +48,7 @@ GUESS_OVERHEAD_S = 0.002
 """What one guess costs beyond the server's own work: the proxy's time to send it, take its answer and serve
 it, and the client's next call's share of the upstream connection (docs/benchmarks.md, MCP: the profile)."""
 THINK_WEIGHT = 0.3
+"""Weight of the newest gap in the moving average of the client's think time."""
 MIN_ANSWERS = 20
 """Answers predicted at before the payoff of predicting is judged."""
 EXPLORE_EVERY = 10
@@ -54,7 +57,6 @@ CARRIED_ANSWERS = 2 * MIN_ANSWERS
 """The payoff carried from the store weighs as this many answers at most (its ratio kept): what earlier
 processes saw, with another client or another think time, decides until this process's own answers
 outweigh it (the store itself keeps every answer)."""
-"""Weight of the newest gap in the moving average of the client's think time."""
 CALIBRATION_TABLE = "mcp_calibration"
 RUNTIMES_TABLE = "mcp_runtimes"
 CONCURRENCY_TABLE = "mcp_concurrency"
@@ -129,6 +131,9 @@ class Calibrator:
         """How much of a worker's CPU time delays other work (0..1; :func:`machine_contention`)."""
         self.payoff = Payoff()
         """What predicting earned and cost here."""
+        self.late = Payoff()
+        """The part of :attr:`payoff` spent on predictions that came after the client's next call: counted here,
+        never carried (:class:`Carried`)."""
         self._skipped = 0
         self.think_s: float | None = None
         """The client's typical think time: from an answer to its next call (moving average)."""
@@ -145,13 +150,18 @@ class Calibrator:
             return True
         return False
 
-    def predicted(self, seconds: float, on_worker: bool = False) -> None:
+    def predicted(self, seconds: float, on_worker: bool = False, late: bool = False) -> None:
         """A prediction took ``seconds``: of a worker's CPU (``on_worker``: counted times the contention now),
-        or of the proxy's own loop (counted whole)."""
+        or of the proxy's own loop (counted whole). ``late``: it came after the client's next call, so it could
+        not have saved anything whatever it said."""
         if on_worker:
             seconds *= min(1.0, max(0.0, self.contention()))
+        seconds = max(0.0, seconds)
         self.payoff.answers += 1
-        self.payoff.predict_s += max(0.0, seconds)
+        self.payoff.predict_s += seconds
+        if late:
+            self.late.answers += 1
+            self.late.predict_s += seconds
 
     def saved(self, seconds: float) -> None:
         """A hit saved ``seconds``."""
@@ -307,7 +317,7 @@ class Carried:
         """Per tool set: the calibration counts as last loaded or saved."""
         self._evidence = (calibrator.concurrency.serial, calibrator.concurrency.concurrent)
         self._paid = Payoff()
-        """The payoff counts as last loaded or saved."""
+        """The payoff counts the store may carry (:meth:`_carriable`), as last loaded or saved."""
 
     def listed(self, fingerprint: str) -> None:
         """A session listed the tool set ``fingerprint``: load what the store holds for it (once)."""
@@ -333,7 +343,7 @@ class Carried:
                 payoff.answers += min(learnt.payoff.answers, CARRIED_ANSWERS)
                 payoff.saved_s += learnt.payoff.saved_s * weight
                 payoff.predict_s += learnt.payoff.predict_s * weight
-            self._paid = Payoff(**{k: getattr(self.calibrator.payoff, k) for k in ("answers", "saved_s", "predict_s")})
+            self._paid = self._carriable()
         self._saved[fingerprint] = calibration_rows(runtime.calibration)
 
     def save(self, fingerprint: str, tools: Iterable[str]) -> None:
@@ -352,7 +362,7 @@ class Carried:
         concurrency = self.calibrator.concurrency
         serial, concurrent = concurrency.serial - self._evidence[0], concurrency.concurrent - self._evidence[1]
         runtimes = {t: runtime.tool_runtime_ewma[t] for t in tools if t in runtime.tool_runtime_ewma}
-        now_paid = self.calibrator.payoff
+        now_paid = self._carriable()
         paid = Payoff(now_paid.answers - self._paid.answers, now_paid.saved_s - self._paid.saved_s,
                       now_paid.predict_s - self._paid.predict_s)
         try:
@@ -362,4 +372,11 @@ class Carried:
         for other in self._saved:
             self._saved[other] = now
         self._evidence = (concurrency.serial, concurrency.concurrent)
-        self._paid = Payoff(now_paid.answers, now_paid.saved_s, now_paid.predict_s)
+        self._paid = now_paid
+
+    def _carriable(self) -> Payoff:
+        """The payoff counted so far less its late predictions: those say how soon this client calls, not what
+        predicting earns for a client that leaves it time, so the store never carries them to other clients
+        (this process still counts them: a worker too slow for its client stops predicting here)."""
+        payoff, late = self.calibrator.payoff, self.calibrator.late
+        return Payoff(payoff.answers - late.answers, payoff.saved_s, payoff.predict_s - late.predict_s)

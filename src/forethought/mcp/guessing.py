@@ -257,13 +257,15 @@ class Guesser:
         finally:
             # What predicting cost: a worker's CPU for it, as far as the machine is contended (its wall time,
             # queueing and the round trip, overlaps the client's think time and costs nothing while a core is
-            # free); the wall time of a predictor on the proxy's own loop, which blocks it.
+            # free); the wall time of a predictor on the proxy's own loop, which blocks it. ``late``: the
+            # client's next call came first (a client that does not wait, or a slow worker).
+            late = host.calls != calls or session.closed
             cpu_s = getattr(self.predictor, "last_predict_cpu_s", None)
             if isinstance(cpu_s, float):
-                self.calibrator.predicted(cpu_s, on_worker=True)
+                self.calibrator.predicted(cpu_s, on_worker=True, late=late)
             else:
-                self.calibrator.predicted(time.perf_counter() - began)
-        if host.calls != calls or session.closed:  # the client's next call came first (a worker was slow)
+                self.calibrator.predicted(time.perf_counter() - began, late=late)
+        if late:
             self.refusals["predicted too late"] += len(predictions)
             return
         launched = sent = 0
