@@ -33,7 +33,15 @@ from forethought._core.policy import Policy
 from forethought._core.runtime import Runtime
 from forethought._core.tools import Effect, Tool, tool
 from forethought._version import __version__
-from forethought.bench.code.metrics import ArmRun, arm_totals, ideal_wall, median_run, program_row, targets
+from forethought.bench.code.metrics import (
+    ArmRun,
+    arm_totals,
+    bound_wall,
+    ideal_wall,
+    median_run,
+    program_row,
+    targets,
+)
 from forethought.bench.code.sptc import find_environment, run_driver
 from forethought.bench.code.stream import StreamSchedule, replay, schedule
 from forethought.bench.code.suite import MAP_PROGRAMS, SUITE, CodeProgram
@@ -197,14 +205,16 @@ def _document(selected: list[CodeProgram], plans: dict[str, StreamSchedule], run
     programs: dict[str, dict[str, Any]] = {
         p.name: {arm: program_row(medians[arm][p.name], medians["serial"][p.name], ideals[p.name]) for arm in arms}
         for p in selected}
-    info = {p.name: {"kind": p.kind, "depth": p.depth, "ideal_wall_s": ideals[p.name],
+    bounds = {p.name: bound_wall(p, plans[p.name], ideals[p.name], latency_s) for p in selected}
+    info = {p.name: {"kind": p.kind, "depth": p.depth, "ideal_wall_s": ideals[p.name], "bound_wall_s": bounds[p.name],
                      "stream_s": plans[p.name].duration} for p in selected}
     arm_rows = {arm: arm_totals(medians[arm], serial_total, ideal_total) for arm in arms}
     equivalent = all(f.signature == s.signature and f.outbox == s.outbox
                      for p in selected for f, s in zip(runs[p.name]["forethought"], runs[p.name]["serial"],
                                                        strict=True))
     results: dict[str, Any] = {"programs": programs, "arms": arm_rows, "equivalent": equivalent,
-                               "targets": targets(programs, arm_rows, MAP_PROGRAMS), "program_info": info}
+                               "targets": targets(programs, arm_rows, MAP_PROGRAMS, sum(bounds.values())),
+                               "program_info": info}
     if "spec-ptc" in arms:
         results["sptc_equivalent"] = all(r.stdout == medians["serial"][p.name].stdout and r.outbox == medians[
             "serial"][p.name].outbox for p in selected for r in runs[p.name]["spec-ptc"])
@@ -232,6 +242,10 @@ def format_code_bench(document: dict[str, Any]) -> str:
         lines.append(f"{arm:12s} wall {row['wall_s']:7.2f}s  speedup {row['speedup']:.2f}x  hits {row['hits']}  "
                      f"misses {row['misses']}  wasted {row['wasted_tool_s']:.2f}s  alpha {row['alpha']:.2f}  "
                      f"efficiency {row['efficiency']:.2f}")
+    bound = sum(info["bound_wall_s"] for info in results["program_info"].values())
+    versus = results["targets"].get("bound_vs_sptc")
+    lines.append(f"bound     wall {bound:7.2f}s  (no arm keeping the invariants finishes sooner"
+                 + (f"; {versus:.3f}x spec-ptc's wall)" if versus is not None else ")"))
     lines.append(f"equivalent: {results['equivalent']}  targets: {json.dumps(results['targets'])}")
     if not results["sptc"]["available"]:
         lines.append(results["sptc"]["reason"])

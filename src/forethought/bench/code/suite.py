@@ -14,12 +14,32 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class CodeProgram:
-    """One streamed assistant message with code."""
+    """One streamed assistant message with code.
+
+    ``streamed_last``, ``chain_after`` and ``real_run_only`` describe what causality and the invariants of
+    docs/design.md force beyond the ideal (structural properties of the code, like ``depth``; used for the
+    bound no arm can beat, :func:`~forethought.bench.code.metrics.bound_wall`).
+    """
 
     name: str
     kind: str
     depth: int
     message: str
+    streamed_last: str = ""
+    """Text (first occurrence) that the program's last chain of calls needs: its first call cannot be known
+    before this has streamed (empty: nothing beyond the call's own line)."""
+    chain_after: int = 0
+    """The dependent calls of that chain (tool latencies after ``streamed_last``)."""
+    real_run_only: bool = False
+    """A call of the program runs only as the real run's own: a DESTRUCTIVE tool (invariant 2) or a call that
+    raises (a speculation that raised is never served, invariant 5). The real run starts once the code block
+    has streamed (plain ``exec`` runs nothing of a block that does not parse)."""
+
+    def __post_init__(self) -> None:
+        if self.streamed_last and self.streamed_last not in self.message:
+            raise ValueError(f"{self.name}: streamed_last {self.streamed_last!r} is not in its message")
+        if self.chain_after < 0 or (self.chain_after and not self.streamed_last):
+            raise ValueError(f"{self.name}: chain_after must be >= 0, and 0 without streamed_last")
 
 
 def _message(intro: str, code: str) -> str:
@@ -86,7 +106,8 @@ for symbol in basket:
     count += 1
 print(count, total, round(total / count))
 """)),
-    CodeProgram("while_pages", "loop", 1, _message("Paging through the search results.", """
+    CodeProgram("while_pages", "loop", 1, streamed_last="page += 1\n", chain_after=1, message=_message(
+        "Paging through the search results.", """
 page = 1
 found = []
 while page <= 5:
@@ -103,7 +124,8 @@ oslo = weather("Oslo")
 cost = price("AAPL")
 print(top["title"], paris["temp"], oslo["temp"], cost)
 """)),
-    CodeProgram("nested_def", "def", 2, _message("A helper that fetches and summarizes.", """
+    CodeProgram("nested_def", "def", 2, streamed_last='"doc-464"', chain_after=2, message=_message(
+        "A helper that fetches and summarizes.", """
 def brief(doc_id):
     doc = fetch(doc_id)
     return summarize(doc["title"] + " " + str(doc["words"]))
@@ -146,7 +168,7 @@ broken = int("n/a")
 more = [fetch(d) for d in ["doc-404", "doc-515"]]
 print(counts, more)
 """)),
-    CodeProgram("tool_error", "error", 1, _message("Look up a few keys.", """
+    CodeProgram("tool_error", "error", 1, real_run_only=True, message=_message("Look up a few keys.", """
 first = lookup("alpha")
 second = lookup("beta")
 third = lookup("no-such-key")
@@ -171,7 +193,8 @@ for s in symbols:
     quotes[s] = price(s)
 print(max(quotes, key=quotes.get), sum(quotes.values()))
 """)),
-    CodeProgram("write_after_reads", "write", 1, _message("Read the weather, then send one message.", """
+    CodeProgram("write_after_reads", "write", 1, real_run_only=True, message=_message(
+        "Read the weather, then send one message.", """
 temps = {c: weather(c)["temp"] for c in ["Delhi", "Quito", "Perth", "Tokyo"]}
 hottest = max(temps, key=temps.get)
 status = notify(f"Hottest: {hottest} at {temps[hottest]} C")
