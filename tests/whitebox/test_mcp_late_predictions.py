@@ -38,6 +38,15 @@ def _calibrator(contention: float = 1.0) -> tuple[Runtime, Calibrator]:
     return runtime, Calibrator(runtime, Concurrency(runtime.tool_runtime_ewma.get), contention=lambda: contention)
 
 
+def _process(path: Path) -> tuple[Runtime, Calibrator, Carried]:
+    """A proxy process's calibration on the store at ``path``, its tool set ``fp`` listed (what was stored
+    loaded)."""
+    runtime, calibrator = _calibrator()
+    carried = Carried(calibrator, CalibrationStore(path))
+    carried.listed("fp")
+    return runtime, calibrator, carried
+
+
 def _play(calibrator: Calibrator, plan: Sequence[tuple[float, bool, bool, float]]) -> None:
     for seconds, on_worker, late, saved in plan:
         calibrator.predicted(seconds, on_worker=on_worker, late=late)
@@ -68,9 +77,7 @@ def test_the_store_carries_exactly_the_predictions_that_came_in_time(plans: list
         path = Path(tmp) / "store.sqlite"
         answers = saved = predict = 0.0
         for plan in plans:  # one process each, saving twice (the second adds nothing)
-            runtime, calibrator = _calibrator()
-            carried = Carried(calibrator, CalibrationStore(path))
-            carried.listed("fp")
+            runtime, calibrator, carried = _process(path)
             _play(calibrator, plan)
             carried.save("fp", [])
             carried.save("fp", [])
@@ -90,15 +97,12 @@ def test_the_store_carries_exactly_the_predictions_that_came_in_time(plans: list
 def test_a_store_warmed_by_a_client_that_calls_back_to_back_does_not_silence_one_that_thinks(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite"
     for _ in range(3 * MIN_ANSWERS):  # each session's one prediction came after the client's next call
-        runtime, calibrator = _calibrator()
-        carried = Carried(calibrator, CalibrationStore(path))
-        carried.listed("fp")
+        runtime, calibrator, carried = _process(path)
         calibrator.predicted(0.005, late=True)
         assert calibrator.late.answers == 1
         carried.save("fp", [])
         runtime.close()
-    runtime, calibrator = _calibrator()
-    Carried(calibrator, CalibrationStore(path)).listed("fp")
+    runtime, calibrator, _ = _process(path)
     assert calibrator.payoff.answers == 0 and calibrator.payoff.pays and calibrator.should_predict()
     runtime.close()
 
@@ -117,15 +121,12 @@ def test_a_worker_too_slow_for_its_client_stops_predicting_in_its_own_process() 
 
 def test_timely_predictions_that_did_not_pay_are_still_carried(tmp_path: Path) -> None:
     path = tmp_path / "store.sqlite"
-    runtime, calibrator = _calibrator()
-    carried = Carried(calibrator, CalibrationStore(path))
-    carried.listed("fp")
+    runtime, calibrator, carried = _process(path)
     for i in range(2 * MIN_ANSWERS):
         calibrator.predicted(0.005, late=i % 2 == 0)  # half late, half in time and useless
     carried.save("fp", [])
     runtime.close()
-    runtime, calibrator = _calibrator()
-    Carried(calibrator, CalibrationStore(path)).listed("fp")
+    runtime, calibrator, _ = _process(path)
     assert calibrator.payoff.answers == MIN_ANSWERS and calibrator.payoff.predict_s == pytest.approx(0.1)
     assert not calibrator.payoff.pays
     runtime.close()

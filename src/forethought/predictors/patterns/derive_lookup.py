@@ -64,7 +64,6 @@ def date_of(text: str) -> dt.date | None:
     return None
 
 
-
 def target_keys(value: Any) -> tuple[str, ...]:
     """The lookup keys under which a leaf that can give ``value`` (or ``[value]``) is filed."""
     single = value[0] if isinstance(value, list) and len(value) == 1 else None
