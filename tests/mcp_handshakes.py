@@ -47,9 +47,10 @@ async def open_session(session: ClientSession, handshake: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def direct(command: Sequence[str], handshake: str) -> AsyncIterator[ClientSession]:
+async def direct(command: Sequence[str], handshake: str, **session_options: Any) -> AsyncIterator[ClientSession]:
+    """``session_options``: more arguments of the ``ClientSession`` (a logging callback, a log level)."""
     params = StdioServerParameters(command=command[0], args=list(command[1:]))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    async with stdio_client(params) as (read, write), ClientSession(read, write, **session_options) as session:
         await open_session(session, handshake)
         yield session
 
@@ -87,8 +88,8 @@ def free_guesses(policy: McpPolicy) -> McpPolicy:
 
 @contextlib.asynccontextmanager
 async def proxied(command: Sequence[str], policy: McpPolicy, handshake: str, store: Path | None = None,
-                  name: str | None = None, predictor_for: Any = None, settle: bool = True, priced: bool = False
-                  ) -> AsyncIterator[tuple[ClientSession, Handle]]:
+                  name: str | None = None, predictor_for: Any = None, settle: bool = True, priced: bool = False,
+                  **session_options: Any) -> AsyncIterator[tuple[ClientSession, Handle]]:
     """A client session through an in-process proxy; with ``settle`` each call returns once the proxy has
     made the guesses its answer owes (and each listing once its predictor is ready). Guesses are priced
     free (:func:`free_guesses`) unless ``priced``."""
@@ -99,7 +100,7 @@ async def proxied(command: Sequence[str], policy: McpPolicy, handshake: str, sto
     proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))
     try:
-        async with ClientSession(from_proxy, to_proxy) as session:
+        async with ClientSession(from_proxy, to_proxy, **session_options) as session:
             await open_session(session, handshake)
             if settle:
                 _after(session, "list_tools", proxy.ready)

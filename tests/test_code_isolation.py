@@ -146,6 +146,53 @@ async def test_a_worker_cannot_start_more_threads_than_its_cap(name: str) -> Non
     assert int(reported[0]) <= FAST_LIMITS.max_threads, reported
 
 
+# --- the worker's identity and its death with the isolator stay as they were set ----------------------------
+
+_IDENTITY = {  # each tries to take a privileged real user back (which would lift the thread cap), then counts
+    "setresuid": "os.setresuid(0, 0, 0)\n",
+    "setreuid": "os.setreuid(0, 0)\n",
+    "setuid": "os.setuid(0)\n",
+    "raw_syscall": "ctypes.CDLL(None, use_errno=True).syscall(117, 0, 0, 0)\n",
+    "setgroups": "os.setgroups([0])\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_IDENTITY))
+async def test_the_worker_s_real_user_cannot_be_set_back_and_the_thread_cap_holds(name: str) -> None:
+    program = ("import os, ctypes\nbefore = os.getresuid()\ntry:\n    " + _IDENTITY[name]
+               + "except OSError:\n    pass\nafter = os.getresuid()\n"
+               + _THREADS["pthread_create"] + "fetch(str([list(before), list(after), n]))")
+    log = ToolLog()
+    await shadow_only(program, log)
+    reported = _reported(log)
+    assert reported, "the program reported nothing"
+    before, after, threads = json.loads(reported[0])
+    assert after == before and after[0] != 0, reported
+    assert threads <= FAST_LIMITS.max_threads, reported
+
+
+_DEATH = {
+    "prctl": "libc.prctl(1, 0, 0, 0, 0)",
+    "raw_syscall": "libc.syscall(157, 1, 0, 0, 0, 0)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DEATH))
+async def test_the_worker_cannot_disarm_its_death_with_the_isolator(name: str) -> None:
+    """PR_SET_PDEATHSIG is refused (EPERM) from model code, so what settle() armed on the worker's main thread
+    stays armed; other prctl options still work (PR_GET_PDEATHSIG here)."""
+    program = (_LIBC + "result = " + _DEATH[name] + "\nerr = ctypes.get_errno()\n"
+               "sig = ctypes.c_int(-1)\ngot = libc.prctl(2, ctypes.byref(sig), 0, 0, 0)\n"
+               "fetch(str([result, err, got]))")
+    log = ToolLog()
+    await shadow_only(program, log)
+    reported = _reported(log)
+    assert reported, "the program reported nothing"
+    result, err, got = json.loads(reported[0])
+    assert result == -1 and err == 1, reported  # EPERM
+    assert got == 0, reported
+
+
 # --- the scratch area: one quota for the whole worker, nothing on the host's disk --------------------------
 
 _DISK = {

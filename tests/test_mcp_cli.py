@@ -18,6 +18,7 @@ import contextlib
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from forethought.cli import app
+from mcp_handshakes import open_session
 
 PROBE = Path(__file__).with_name("mcp_servers") / "probe_server.py"
 FORETHOUGHT = Path(sys.executable).with_name("forethought")
@@ -129,7 +130,10 @@ async def test_http_listener_serves_mcp_progress_and_metrics(tmp_path: Path) -> 
     assert "forethought_mcp_calls_total" in metrics
 
 
-async def test_streamable_http_upstream(tmp_path: Path) -> None:
+@pytest.mark.parametrize("handshake", ["legacy", "discover", "pinned"])
+async def test_streamable_http_upstream(tmp_path: Path, handshake: str) -> None:
+    """Every way a client opens a session works through the proxy to an HTTP upstream: under the newest
+    revision each request carries its routing headers (the relay stamps them, as the SDK's client does)."""
     import asyncio
     import subprocess
 
@@ -155,7 +159,7 @@ async def test_streamable_http_upstream(tmp_path: Path) -> None:
         proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
         serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))
         async with ClientSession(from_proxy, to_proxy) as session:
-            await session.initialize()
+            await open_session(session, handshake)
             await session.list_tools()
             texts = []
             for key in ("a", "b", "a", "b"):

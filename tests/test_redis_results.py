@@ -88,9 +88,9 @@ async def test_redis_keys_never_carry_arguments_and_values_carry_a_mac(redis_url
     assert len(keys) == 1
     assert b"secret" not in keys[0]
     sealed = client.get(keys[0])
-    # MAC (32 bytes), sealed expiry (8), then the value with its keys in the tool's own order
-    assert isinstance(sealed, bytes) and sealed[40:] == b'{"q":"very secret words","pages":[17,"sdrow terces yrev"]}'
-    assert keys[0].startswith(b"ft:res:{") and keys[0].endswith(b"}:v")
+    # MAC (32 bytes), sealed expiry (8), when its run began (8), then the value with its keys in the tool's order
+    assert isinstance(sealed, bytes) and sealed[48:] == b'{"q":"very secret words","pages":[17,"sdrow terces yrev"]}'
+    assert keys[0].startswith(b"ft:res:{") and keys[0].endswith(b"}:v2")
     client.close()
 
 

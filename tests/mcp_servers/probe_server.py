@@ -67,6 +67,14 @@ async def crash() -> str:
     os._exit(3)
 
 
+@server.tool()
+async def crash_after(seconds: float) -> str:
+    """Exit the server process ``seconds`` into the call (no answer ever comes)."""
+    note("call", tool="crash_after", seconds=seconds)
+    await asyncio.sleep(seconds)
+    os._exit(3)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

@@ -14,7 +14,10 @@ included (their ids are the proxy's). Tools (the read-only ones annotated so):
   ``3`` and ``3.0`` are different answers, the order of an object's keys (which JSON says is meaningless) is not;
 - ``counter()``: how many times it has been called, itself included (read-only, but its reads are
   observable: every call, a guess too, moves the number on);
-- ``steps(n)``: reports progress ``n`` times, then answers (read-only).
+- ``steps(n)``: reports progress ``n`` times, then answers (read-only);
+- ``logged(n)``: sends one log notification naming ``n``, then answers (read-only);
+- ``tenant()``: the ``acme/tenant`` key of the request's ``_meta`` (read-only);
+- ``mutable(n)``: read-only until ``flip()`` (destructive) makes it destructive and says the tools changed.
 """
 
 from __future__ import annotations
@@ -109,6 +112,44 @@ async def steps(ctx: Context, n: int) -> str:
     for i in range(n):
         await ctx.report_progress(i + 1, n, f"step {i + 1}")
     return f"done {n}"
+
+
+@server.tool(annotations=READ)
+async def logged(ctx: Context, n: int) -> str:
+    """Send one log notification naming ``n``, then answer (read-only)."""
+    note("logged", ctx, n=n)
+    await ctx.info(f"logged {n}")
+    return f"logged {n}"
+
+
+@server.tool(annotations=READ)
+async def tenant(ctx: Context) -> str:
+    """The ``acme/tenant`` key of the request's ``_meta`` (read-only): a server can tell two calls with
+    different ``_meta`` apart."""
+    meta = ctx.request_context.meta
+    extra = (meta if isinstance(meta, dict) else getattr(meta, "model_extra", None) or {}) if meta is not None else {}
+    note("tenant", ctx)
+    return f"tenant {extra.get('acme/tenant')}"
+
+
+async def _mutable(ctx: Context, n: int) -> str:
+    """Read-only until ``flip``: then it counts as a write (and says so in its annotations)."""
+    note("mutable", ctx, n=n)
+    return f"mutable {n}"
+
+
+server.add_tool(_mutable, name="mutable", annotations=READ)
+
+
+@server.tool()
+async def flip(ctx: Context) -> str:
+    """Make ``mutable`` a destructive tool (its annotations say so) and tell the client the tools changed."""
+    note("flip", ctx)
+    server.remove_tool("mutable")
+    server.add_tool(_mutable, name="mutable", annotations=ToolAnnotations(read_only_hint=False,
+                                                                         destructive_hint=True))
+    await ctx.session.send_tool_list_changed()
+    return "flipped"
 
 
 if __name__ == "__main__":

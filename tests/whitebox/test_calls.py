@@ -307,8 +307,8 @@ class Weird:
     ({"city": "Paris", "tags": "a"}, "argument tags: expected array, got string"),
     ({"city": "Paris", "flag": 1}, "argument flag: expected boolean, got number"),
     ({"city": "Paris", "colour": "red"}, "argument colour: is not a parameter of this tool"),
-    ({"city": "Paris", 7: "x"}, "object key 7 is not a string"),
-    ({"city": "Paris", "filters": {1: 2}}, "argument filters: object key 1 is not a string"),
+    ({"city": "Paris", 7: "x"}, "an object key is a number, not a string"),
+    ({"city": "Paris", "filters": {1: 2}}, "argument filters: an object key is a number, not a string"),
     ({"city": "Paris", "tags": [Weird()]}, "argument tags[0]: expected string, got Weird"),
 ])
 def test_malformed_arguments_raise_a_clear_typed_error(arguments: Any, message: str) -> None:
@@ -321,7 +321,7 @@ def test_malformed_arguments_raise_a_clear_typed_error(arguments: Any, message: 
 @pytest.mark.parametrize(("value", "message"), [
     (math.nan, "is not a finite JSON number"),
     ({"a": [1, {"b": math.inf}]}, "argument x.a[1].b: is not a finite JSON number"),
-    ({3: 1}, "argument x: object key 3 is not a string"),
+    ({3: 1}, "argument x: an object key is a number, not a string"),
     (Weird(), "argument x: Weird is not a JSON value"),
     ({1.5}, "set is not a JSON value"),
 ])

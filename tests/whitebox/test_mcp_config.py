@@ -135,14 +135,19 @@ def test_server_names_from_commands() -> None:
     assert server_name(["npx", "-y", "@modelcontextprotocol/server-filesystem", "/tmp"]) == "filesystem"
 
 
-def test_a_dead_upstream_url_is_one_line_at_start() -> None:
-    """It used to exit 0 with no word when no request came, and with a 100-line traceback at the first one."""
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/mcp", "http://alice:HUNTER2PASS@127.0.0.1:9/mcp",
+                                 "http://127.0.0.1:9/mcp?api_key=SEKRIT-QUERY-TOKEN#frag-SECRET"])
+def test_a_dead_upstream_url_is_one_line_at_start(url: str) -> None:
+    """It used to exit 0 with no word when no request came, and with a 100-line traceback at the first one;
+    the line names the upstream without the URL's credentials or query."""
     done = subprocess.run([sys.executable, "-m", "forethought.cli", "mcp-proxy", "--memory", "--upstream-url",
-                           "http://127.0.0.1:9/mcp"], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           url], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=120, check=False)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
-    assert lines[0].startswith("error: cannot reach the upstream at http://127.0.0.1:9/mcp")
+    assert lines[0].startswith("error: cannot reach the upstream at http://127.0.0.1:9/mcp: ")
+    for secret in ("alice", "HUNTER2PASS", "SEKRIT", "api_key", "SECRET"):
+        assert secret not in done.stderr
     with pytest.raises(ForethoughtError, match="missing an 'http://'"):
         probe_url("127.0.0.1:9/mcp")
 
@@ -151,6 +156,13 @@ def test_an_upstream_lost_while_serving_is_one_line() -> None:
     import httpx2
 
     wrapped = BaseExceptionGroup("task group", [ExceptionGroup("inner", [httpx2.ConnectError("refused")])])
-    lost = _lost_upstream(wrapped, "http://u/mcp")
+    lost = _lost_upstream(wrapped, (), "http://u/mcp")
     assert lost is not None and str(lost) == "lost the upstream at http://u/mcp: refused"
-    assert _lost_upstream(ExceptionGroup("g", [ValueError("a bug")]), "u") is None  # a bug still raises
+    assert _lost_upstream(ExceptionGroup("g", [ValueError("a bug")]), (), "u") is None  # a bug still raises
+    url = "http://bob:PASSWORD9@u:8080/mcp?token=TOKEN7"
+    leaky = httpx2.ConnectError(f"failed for {url} (token=TOKEN7, user bob:PASSWORD9)")
+    lost = _lost_upstream(leaky, (), url)
+    assert lost is not None and str(lost).startswith("lost the upstream at http://u:8080/mcp: failed for http://u:8080/mcp")
+    assert not any(secret in str(lost) for secret in ("PASSWORD9", "TOKEN7", "bob"))
+    lost = _lost_upstream(OSError("broken pipe to server --api-key KEY123"), ("server", "--api-key", "KEY123"), None)
+    assert lost is not None and str(lost) == "lost the upstream at server: broken pipe to server *** ***"

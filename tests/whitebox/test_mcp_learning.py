@@ -17,7 +17,8 @@ from forethought import Runtime, ToolCall
 from forethought._core.versions import StateVersion
 from forethought.mcp.effects import McpPolicy, ProxySettings
 from forethought.mcp.naming import ServerName
-from forethought.mcp.speculation import CallReport, SessionSpeculator
+from forethought.mcp.seams import CallReport
+from forethought.mcp.speculation import SessionSpeculator
 from forethought.mcp.upstream import Answer, UpstreamLink
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
 

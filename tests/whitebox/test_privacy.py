@@ -134,6 +134,32 @@ def test_invalid_arguments_name_the_path_not_the_value() -> None:
         assert "argument " in message and not leaks(message) and "1.5" not in message and "nan" not in message
 
 
+SECRET_NUMBER = 4111111111111111
+
+
+@pytest.mark.parametrize("arguments", [
+    {"card": {SECRET_NUMBER: "visa"}}, {"card": {"nested": {SECRET_NUMBER: 1}}}, {SECRET_NUMBER: "x"},
+    {"card": [{(SECRET_NUMBER, PIN): 1}]},
+])
+async def test_a_non_string_object_key_is_named_by_its_kind_never_quoted(arguments: dict[Any, Any]) -> None:
+    def fn(**kw: Any) -> Any:
+        return kw
+    open_tool = Tool("secret_tool_name", fn, parameters={"type": "object", "properties": {"card": {}}},
+                     effect=Effect.READ_ONLY, private=True)
+    runtime = Runtime([open_tool])
+    session = runtime.session()
+    ticket = session.speculate(ToolCall("secret_tool_name", arguments), source="p", confidence=0.9)
+    assert ticket.status == "rejected"
+    with pytest.raises(ForethoughtError) as info:
+        await session.execute(ToolCall("secret_tool_name", arguments))
+    for text in (repr(ticket), str(ticket.reason), str(info.value), repr(info.value)):
+        assert str(SECRET_NUMBER) not in text and PIN not in text, text
+        assert "secret_tool_name" not in text, text  # a private tool's name stays out of both too
+    assert "an object key is a" in str(info.value)
+    await session.close()
+    runtime.close()
+
+
 def test_key_hashes_are_keyed_per_runtime() -> None:
     key = 'login\x1f{"token":"7319"}'
     a, b = Runtime(), Runtime()

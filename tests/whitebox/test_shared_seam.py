@@ -121,3 +121,46 @@ async def test_a_failing_shared_run_is_never_served_and_the_call_runs_normally()
     outcome = await session.execute_detailed(call)
     assert (outcome.kind, outcome.value) == ("miss", "a")
     await session.close()
+
+
+def _document_tools(db: dict[str, str]) -> list[Any]:
+    @tool(effect=Effect.READ_ONLY, threaded=False)
+    async def read_doc(q: str) -> dict[str, str]:
+        return {"q": q, "text": db[q]}
+
+    @tool(effect=Effect.DESTRUCTIVE, threaded=False)
+    async def write_doc(q: str, text: str) -> str:
+        db[q] = text
+        return "ok"
+
+    return [read_doc, write_doc]
+
+
+def _seams() -> dict[str, Any]:
+    policy = SharedPolicy({"read_doc": SharedTool()})
+    return {"memory-shared": MemoryShared(["read_doc"]),
+            "shared-speculation": SharedSpeculation(MemorySharedResults(), SECRET, "acme", policy, clock=FakeClock())}
+
+
+async def test_a_value_computed_before_the_session_s_own_write_is_never_served_after_it() -> None:
+    """A READ_ONLY shared tool's published value predates the session's write: a guess after the write gets a
+    value computed after it (here: its own run), so the model's call sees what serial execution gives."""
+    for name, seam in _seams().items():
+        for write_again in (False, True):
+            db = {"doc": "v0"}
+            session = Runtime(_document_tools(db), shared=seam.runs() if hasattr(seam, "runs") else seam).session()
+            read = ToolCall("read_doc", {"q": "doc"})
+            assert await session.execute(read) == {"q": "doc", "text": "v0"}  # run, and published
+            if hasattr(seam, "drain"):
+                await seam.drain()
+            assert await session.execute(ToolCall("write_doc", {"q": "doc", "text": "v1"})) == "ok"
+            session.end_turn()
+            assert session.speculate(read, source="pattern", confidence=0.9).launched
+            await session.wait_speculations(5)
+            if write_again:  # a write after the guess ran: the local rule (stale) still holds
+                await session.execute(ToolCall("write_doc", {"q": "doc", "text": "v2"}))
+            outcome = await session.execute_detailed(read)
+            expected = "v2" if write_again else "v1"
+            assert outcome.value == {"q": "doc", "text": expected}, (name, write_again, outcome)
+            assert outcome.kind == ("miss" if write_again else "hit"), (name, write_again, outcome)
+            await session.close()

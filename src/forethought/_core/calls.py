@@ -47,7 +47,8 @@ from forethought._core.schema import Normalizer, compile_schema, type_name
 from forethought.errors import InvalidArgumentsError, MalformedArgumentsJSONError
 
 __all__ = ["KEY_SEPARATOR", "ArgumentSpec", "CallKey", "JSONValue", "Normalizer", "Receives", "ToolCall",
-           "compile_arguments", "compile_schema", "dumps_canonical", "may_serve", "parse_arguments_json"]
+           "compile_arguments", "compile_schema", "dumps_canonical", "may_serve", "parse_arguments_json",
+           "python_types"]
 
 JSONValue = Any
 """A JSON value as Python holds it (dict, list, str, int, float, bool, None)."""
@@ -58,6 +59,9 @@ CallKey = str
 KEY_SEPARATOR = "\x1f"
 TYPES_MARK = "types:"
 """Begins the part of a key that names Python types a JSON rendering would lose (after a separator)."""
+OMITTED_MARK = "omitted:"
+"""Begins the part of a key that names the parameters left out whose function default the tool can tell
+from the schema's (after a separator)."""
 
 
 class Receives(enum.Enum):
@@ -83,9 +87,11 @@ _PLAIN = frozenset({str, int, float, bool, type(None)})
 def _python_types(arguments: Mapping[str, Any]) -> str:
     """The Python types of the values in ``arguments`` that the canonical JSON does not show, as text.
 
-    Empty for plain JSON values (dicts, lists, str, int, float, bool, None): the fast, common case. Otherwise
-    ``path=type`` items, sorted, for every tuple and every value of another (sub)class: what a tool receiving
-    Python values could tell apart where the JSON would not.
+    Empty for plain JSON values (dicts with ``str`` keys, lists, str, int, float, bool, None): the fast,
+    common case. Otherwise a JSON array of ``[path, type]`` items, sorted, for every tuple, every value of
+    another (sub)class and every dict key that is not exactly a ``str`` (``path`` a JSON array of the keys and
+    indices leading there, so no key text can make two different sets of items read alike): what a tool
+    receiving Python values could tell apart where the JSON would not.
     """
     for value in arguments.values():
         if type(value) not in _PLAIN:
@@ -93,29 +99,34 @@ def _python_types(arguments: Mapping[str, Any]) -> str:
     else:
         return ""
     found: list[str] = []
-    _walk_types(arguments, "", found)
-    return ",".join(sorted(found))
+    for name, value in arguments.items():
+        _walk_types(value, (name,), found)
+    return "[" + ",".join(sorted(found)) + "]" if found else ""
 
 
-def _walk_types(value: Any, path: str, found: list[str]) -> None:
+python_types = _python_types
+"""Public name of :func:`_python_types` (what a tool's own defaults are checked with)."""
+
+
+def _type_name(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _walk_types(value: Any, path: tuple[Any, ...], found: list[str]) -> None:
     kind = type(value)
     if kind in _PLAIN:
         return
-    if kind is dict:
-        for k, v in value.items():
-            _walk_types(v, f"{path}/{k}", found)
-        return
-    if kind is list:
-        for i, v in enumerate(value):
-            _walk_types(v, f"{path}/{i}", found)
-        return
-    found.append(f"{path}={kind.__module__}.{kind.__qualname__}")
+    if kind is not dict and kind is not list:
+        found.append(_dumps([[str(p) if isinstance(p, str) else p for p in path], _type_name(kind)]))
     if isinstance(value, Mapping):
         for k, v in value.items():
-            _walk_types(v, f"{path}/{k}", found)
+            if type(k) is not str:  # a str subclass (or any other key type) as a key: the tool can tell
+                found.append(_dumps([[str(p) if isinstance(p, str) else p for p in path],
+                                     "key:" + _type_name(type(k)), str(k) if isinstance(k, str) else repr(k)]))
+            _walk_types(v, (*path, k), found)
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            _walk_types(v, f"{path}/{i}", found)
+            _walk_types(v, (*path, i), found)
 
 
 def may_serve(guess: CallKey, call: CallKey) -> bool:
@@ -188,6 +199,10 @@ class ArgumentSpec:
     private: bool = False
     """Key calls by a keyed digest of the whole key text (a private tool, or one with private arguments), so
     that a key handed to a callback, a log or a shared store never carries a name or a value in clear."""
+    own_defaults: frozenset[str] = frozenset()
+    """Parameters whose function default the tool can tell from the schema's default (a tuple against a list,
+    an enum member against its value, another value): left out, one keys apart from any value given (the
+    schema's default fills the JSON, but the tool receives its own default). Only for ``Receives.PYTHON``."""
     def canonical_arguments(self, call: ToolCall) -> dict[str, Any]:
         """Return the call's arguments as named, validated, defaulted JSON values (a fresh dict)."""
         arguments = call.arguments
@@ -252,6 +267,10 @@ class ArgumentSpec:
                     if types:
                         key += KEY_SEPARATOR + TYPES_MARK + types
                     break
+            if self.own_defaults:
+                omitted = self.own_defaults.difference(given)
+                if omitted:
+                    key += KEY_SEPARATOR + OMITTED_MARK + _dumps(sorted(omitted))
         if self.private:
             digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16, key=_PRIVATE_SECRET)
             key = PRIVATE_MARK + KEY_SEPARATOR + digest.hexdigest()
@@ -264,12 +283,14 @@ class ArgumentSpec:
 
 def compile_arguments(tool: str, parameters: Mapping[str, Any] | None,
                       parameter_order: Sequence[str] | None = None,
-                      receives: Receives = Receives.PYTHON, private: bool = False) -> ArgumentSpec:
-    """Build the :class:`ArgumentSpec` for a tool from its JSON-schema ``parameters``."""
+                      receives: Receives = Receives.PYTHON, private: bool = False,
+                      own_defaults: frozenset[str] = frozenset()) -> ArgumentSpec:
+    """Build the :class:`ArgumentSpec` for a tool from its JSON-schema ``parameters`` (``own_defaults``: see
+    :attr:`ArgumentSpec.own_defaults`)."""
     schema = dict(parameters or {"type": "object", "properties": {}})
     order = tuple(parameter_order) if parameter_order is not None else tuple(schema.get("properties", {}))
     return ArgumentSpec(tool=tool, parameter_order=order, normalize=compile_schema(schema), receives=receives,
-                        private=private)
+                        private=private, own_defaults=own_defaults if receives is Receives.PYTHON else frozenset())
 
 
 def _finite_float(text: str) -> float:

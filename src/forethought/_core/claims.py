@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -104,10 +105,11 @@ class Claims:
                     return partial
             try:
                 given = t.arguments.given(call)
+                began_at = time.time()  # wall clock: a published value is compared across processes
                 value = await self._live.run(t, given if share_arguments else own_arguments(given, top=False))
                 shared = self._shared()
                 if shared is not None and shared.shares(t):
-                    shared.published(t, key, value)
+                    shared.published(t, key, value, began_at)
             finally:
                 waited = self._now() - start
                 self._ledger.emit(_MISS, t, key, seconds=waited)
@@ -184,7 +186,9 @@ class Claims:
         try:
             async with asyncio.timeout(self._claim_wait_limit(entry.tool)):
                 return bool(await maybe_await(validator(entry.call)) == entry.freshness)
-        except Exception:
+        except asyncio.CancelledError:
+            raise
+        except BaseException:  # whatever it raises (SystemExit too) means "changed": the call runs normally
             return False
 
     def _claim_partial(self, t: Tool, arguments: dict[str, Any], start: float) -> CallOutcome | None:

@@ -44,7 +44,7 @@ def discard_quietly(snapshot: Snapshot, tool: str, traceback: bool = True) -> No
     """
     try:
         snapshot.discard()
-    except Exception as exc:
+    except BaseException as exc:  # a speculation's leftovers never surface, whatever they raise
         _log.error("discarding a %s snapshot failed: %s", tool, type(exc).__name__, exc_info=traceback)
 
 

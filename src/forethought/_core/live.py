@@ -131,7 +131,9 @@ class Live:
                     await hook(known)
                 else:  # a sync hook may block (opening a connection): on the speculative thread lane
                     await maybe_await(await self._scheduler.run_sync(lambda: hook(known), speculative=True))
-        except Exception as exc:
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a hint's hook never surfaces, whatever it raises
             detail = type(exc).__name__
         self._ledger.emit(_PREPARED, t, "", source, detail=detail)
 

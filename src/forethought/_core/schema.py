@@ -101,7 +101,7 @@ def _normalize_any(value: Any, path: str) -> Any:
         out = {}
         for k, v in value.items():
             if type(k) is not str and not isinstance(k, str):
-                raise _fail(path, f"object key {k!r} is not a string")
+                raise _fail(path, f"an object key is a {type_name(k)}, not a string")  # its value may be private
             try:
                 out[k] = _normalize_any(v, "")
             except _ArgumentPathError as exc:
@@ -194,7 +194,7 @@ def _normalize_object(properties: dict[str, Normalizer], required: frozenset[str
             norm = get(key)
             if norm is None:
                 if type(key) is not str and not isinstance(key, str):
-                    raise _fail(path, f"object key {key!r} is not a string")
+                    raise _fail(path, f"an object key is a {type_name(key)}, not a string")  # its value may be private
                 if closed:
                     unknown = _ArgumentPathError("", "is not a parameter of this tool")
                     _annotate(unknown, key, path)

@@ -54,7 +54,7 @@ from forethought._core.policy import Policy
 from forethought._core.pressure import Pressure
 from forethought._core.pricing import Calibration, Worth
 from forethought._core.scheduler import Scheduler, maybe_await
-from forethought._core.shared import SharedRuns
+from forethought._core.shared import SharedRuns, last_change
 from forethought._core.store import SpeculationStore
 from forethought._core.tools import Tool, ToolRegistry
 from forethought._core.unrun import Unrun
@@ -178,7 +178,10 @@ class Session:
             proposed(ledger, Guess(known, ""), _S_REFUSED, _REJECTED_CAUSE)
             ledger.emit(_REJECTED, known, "", source, confidence if isinstance(confidence, float | int) else None,
                         detail=type(exc).__name__)
-            return SpeculationTicket(_T_REJECTED, None, str(exc))
+            why = str(exc)
+            if known is not None and known.hide_key:  # a path through its arguments may hold a private value
+                why = f"{known.label}: the arguments do not fit the tool's schema ({type(exc).__name__})"
+            return SpeculationTicket(_T_REJECTED, None, why)
         reason = self._rejection(t, confidence)
         value = 0.0
         if reason is None:
@@ -293,13 +296,16 @@ class Session:
                         # obtaining it is its run, from another worker or here
                         if not start(entry, self._now()):
                             return None
-                        value = await shared.speculate(t, entry.key, lambda: entry.invoke(starting=False))
+                        value = await shared.speculate(t, entry.key, lambda: entry.invoke(starting=False),
+                                                       not_before=last_change(reads))
                     elif t.threaded:
                         value = await runtime.scheduler.run_sync(entry.invoke, speculative=True)
                     else:
                         value = entry.invoke()
                     value = await maybe_await(value)
-            except Exception as exc:
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # SystemExit, GeneratorExit, a library's own: never surfaces (invariant 5)
                 entry.error = exc
                 self._ended_run(entry)
                 return None

@@ -19,7 +19,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from forethought._core.calls import ArgumentSpec, CallKey, Receives, ToolCall, compile_arguments
+from forethought._core.calls import (
+    ArgumentSpec,
+    CallKey,
+    Receives,
+    ToolCall,
+    compile_arguments,
+    dumps_canonical,
+    python_types,
+)
 from forethought._core.versions import StateVersion, versions_of
 from forethought.errors import InvalidArgumentsError, ToolDefinitionError, UnknownToolError
 
@@ -197,8 +205,10 @@ class Tool:
         object.__setattr__(self, "label", PRIVATE_LABEL if self.private else self.name)
         object.__setattr__(self, "hide_key", self.private or bool(self.private_arguments))
         try:
-            spec = compile_arguments(self.name, self.parameters, self.parameter_order, self.receives,
-                                     self.private or bool(self.private_arguments))
+            spec = compile_arguments(self.label, self.parameters, self.parameter_order, self.receives,
+                                     self.private or bool(self.private_arguments),
+                                     _own_defaults(self.fn, self.parameters)
+                                     if self.receives is Receives.PYTHON else frozenset())
         except InvalidArgumentsError as exc:
             raise ToolDefinitionError(f"tool {self.name!r}: unusable parameters schema: {exc}") from None
         object.__setattr__(self, "arguments", spec)
@@ -341,6 +351,32 @@ def _inline_refs(schema: Any, defs: Mapping[str, Any], depth: int) -> Any:
         target = defs.get(ref.removeprefix("#/$defs/"), {})
         return _inline_refs({**target, **{k: v for k, v in schema.items() if k != "$ref"}}, defs, depth + 1)
     return {k: _inline_refs(v, defs, depth) for k, v in schema.items() if k != "title"}
+
+
+def _own_defaults(fn: ToolFunction, parameters: Mapping[str, Any]) -> frozenset[str]:
+    """The parameters of ``fn`` whose own default the function can tell from the default ``parameters`` gives
+    them (keyed apart when left out: :attr:`~forethought._core.calls.ArgumentSpec.own_defaults`): a default of
+    another Python type than its JSON (a tuple, an enum member, a ``str`` subclass) or of another value."""
+    properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    if not isinstance(properties, Mapping):
+        return frozenset()
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return frozenset()
+    own = set()
+    for param in signature.parameters.values():
+        prop = properties.get(param.name)
+        if param.default is param.empty or not isinstance(prop, Mapping) or "default" not in prop:
+            continue  # no schema default: a call that leaves it out keys apart from one that gives it already
+        try:
+            same = (dumps_canonical(param.default) == dumps_canonical(prop["default"])
+                    and not python_types({param.name: param.default}))
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            own.add(param.name)
+    return frozenset(own)
 
 
 def _json_default(fn_name: str, param: str, value: Any) -> Any:

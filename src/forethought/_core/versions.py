@@ -25,6 +25,7 @@ the same way: a tool that declares it reads and writes through it, and the same 
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
@@ -53,12 +54,15 @@ class Version(Protocol):
 class StateVersion:
     """The in-memory :class:`Version` of one state: a counter and the number of writes still running."""
 
-    __slots__ = ("_lock", "version", "writers")
+    __slots__ = ("_lock", "changed_at", "version", "writers")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.version = 0
         self.writers = 0
+        self.changed_at = 0.0
+        """Wall-clock seconds (``time.time``) when a write of this state last ended (0: never): what a value
+        computed elsewhere (a shared result, :mod:`~forethought._core.shared`) must postdate."""
 
     def begin_write(self) -> None:
         with self._lock:
@@ -68,10 +72,12 @@ class StateVersion:
         with self._lock:
             self.writers -= 1
             self.version += 1
+            self.changed_at = time.time()
 
     def bump(self) -> None:
         with self._lock:
             self.version += 1
+            self.changed_at = time.time()
 
     def token(self) -> int | None:
         return None if self.writers else self.version

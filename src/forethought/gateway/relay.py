@@ -31,6 +31,7 @@ from forethought._core.calls import ToolCall
 from forethought.errors import StreamDroppedError, UpstreamError
 from forethought.gateway.cache import ResponseScope, ToolOutputCache
 from forethought.llm.chat import ToolCallAssembler
+from forethought.llm.chat_chunks import CallSlots, call_text
 from forethought.llm.events import ToolCallClosed
 from forethought.llm.sse import DEFAULT_MAX_LINE_BYTES, aiter_json
 from forethought.llm.tool_cache import CONTINUATION_METADATA, RESULT_FIELD
@@ -96,6 +97,9 @@ class _Segment:
     """One assistant message of the response as it streams from upstream."""
 
     assembler: ToolCallAssembler = field(default_factory=ToolCallAssembler)
+    slots: CallSlots = field(default_factory=CallSlots)
+    """Which call a delta belongs to, read as the tap and the daemon read it (servers that number every
+    call 0 give each new id a call of its own)."""
     text: list[str] = field(default_factory=list)
     closed: dict[int, ToolCallClosed] = field(default_factory=dict)
     finish: str | None = None
@@ -205,7 +209,9 @@ class Relay:
             segment.text.append(delta["content"])
         for part in delta.get("tool_calls") or ():
             function = part.get("function") or {}
-            segment.note(segment.assembler.add_tool_delta(int(part["index"]), part.get("id"), function.get("name"),
+            call_id = call_text(part.get("id"))
+            index = segment.slots.slot(part.get("index"), call_id)
+            segment.note(segment.assembler.add_tool_delta(index, call_id, call_text(function.get("name")),
                                                           function.get("arguments")))
         if choice.get("finish_reason") is not None:
             segment.finish = str(choice["finish_reason"])

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +116,8 @@ class ResponsesRelay:
                 output = [i for i in step.completed.get("output") or step.items if isinstance(i, dict)]
                 self._add_usage(step.completed.get("usage"))
                 cut = step.completed.get("status") not in (None, "completed")  # vLLM: "incomplete" (max tokens)
+                if any(client_runs_other_call(i) for i in output):
+                    cut = True  # all or nothing: a call only the client can run (custom, shell, computer) is there
                 calls = [] if cut else [i for i in output if i.get("type") == "function_call"]
                 served = await self._served(calls)
                 if served is None:
@@ -229,6 +231,19 @@ class ResponsesRelay:
         return self._event("error", code=code, message=message,
                            error={"message": message, "type": "upstream_error", "code": code})
 
+
+
+HOSTED_CALLS = frozenset({"web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
+                          "mcp_call", "mcp_list_tools", "mcp_approval_request"})
+"""Output items of tools the provider runs itself: they need no output from the client."""
+
+
+def client_runs_other_call(item: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is a call the client must run and the gateway cannot serve: any ``*_call`` item but a
+    ``function_call`` and the provider's own (``custom_tool_call``, ``local_shell_call``, ``computer_call`` and
+    any type not known here)."""
+    kind = item.get("type")
+    return isinstance(kind, str) and kind.endswith("_call") and kind != "function_call" and kind not in HOSTED_CALLS
 
 def _call(item: dict[str, Any]) -> ToolCall | None:
     """The call of a ``function_call`` item; ``None`` when its arguments are not a JSON object."""

@@ -71,6 +71,10 @@ class _CallState:
     started: bool = False
     done: bool = False
     arguments: ArgumentStream | None = None
+    invented_id: bool = False
+    """The id was made up at the start (``call_<index>``): a real one that comes later replaces it."""
+    closed_id: str = ""
+    """The id the call closed with (a close is sent again at message end if the real id came after)."""
 
     def stream(self) -> ArgumentStream:
         if self.arguments is None:
@@ -83,6 +87,12 @@ class ToolCallAssembler:
 
     ``add_text`` / ``add_tool_delta`` return the events a delta produced; ``finish`` returns the closing
     events for calls still open at message end (their arguments never closed: an error).
+
+    A call closes the moment its arguments object does, so that it can start early. What the stream says of
+    it afterwards is taken at message end, where ``finish`` closes it again (consumers keep the latest close
+    of an index): with an error when text other than whitespace followed the object (the argument text is
+    then not one JSON object: ``{"a": 1}, "b": 2}``), with the real id when it came after a made-up one. A
+    call whose arguments close before its name comes waits for the name (or the message's end) to start.
     """
 
     def __init__(self) -> None:
@@ -96,24 +106,24 @@ class ToolCallAssembler:
         call = self._calls.get(index)
         if call is None:
             call = self._calls[index] = _CallState(index)
-        if call_id and not call.id:
-            call.id = call_id
-        if name and not call.started:
+        if call_id and (not call.id or call.invented_id):
+            call.id, call.invented_id = call_id, False
+        if name and not call.name:
             call.name = name
         events: list[LLMEvent] = []
         if not call.started and call.name:
             events.append(self._start(call))
-            if call.arguments is not None and call.arguments.raw and not call.done:
+            if call.arguments is not None and call.arguments.raw:
                 events.append(ToolCallArgumentsDelta(index, call.arguments.raw))
+            if call.arguments is not None and call.arguments.closed and not call.done:
+                events.append(self._close(call, None))  # its arguments closed before its name came
         if fragment:
-            if call.done:
-                call.stream().feed(fragment)
+            if call.done or (call.arguments is not None and call.arguments.closed):
+                call.stream().feed(fragment)  # after the object: kept as trailing text, judged at the end
                 return events
             if call.started:
                 events.append(ToolCallArgumentsDelta(index, fragment))
-            if call.stream().feed(fragment):
-                if not call.started:
-                    events.append(self._start(call))
+            if call.stream().feed(fragment) and call.started:
                 events.append(self._close(call, None))
         return events
 
@@ -122,6 +132,13 @@ class ToolCallAssembler:
         for index in sorted(self._calls):
             call = self._calls[index]
             if call.done:
+                trailing = call.stream().trailing
+                if trailing.strip():
+                    events.append(ToolCallClosed(call.index, call.id, call.name, None, call.stream().raw + trailing,
+                                                 f"{call.name}: arguments are not a single JSON object "
+                                                 f"(text after its closing brace: {len(trailing)} characters)"))
+                elif call.id != call.closed_id:
+                    events.append(self._close(call, None))  # again, with the id that came after the close
                 continue
             if not call.started:
                 events.append(self._start(call))
@@ -131,7 +148,7 @@ class ToolCallAssembler:
     def _start(self, call: _CallState) -> ToolCallStarted:
         call.started = True
         if not call.id:
-            call.id = f"call_{call.index}"
+            call.id, call.invented_id = f"call_{call.index}", True
         if call.arguments is not None:
             call.arguments.tool = call.name
         return ToolCallStarted(call.index, call.id, call.name)
@@ -139,6 +156,7 @@ class ToolCallAssembler:
     def _close(self, call: _CallState, finish_reason: str | None) -> ToolCallClosed:
         """Close ``call``: mid-stream when ``finish_reason`` is ``None``, else at message end."""
         call.done = True
+        call.closed_id = call.id
         stream = call.stream()
         stream.tool = call.name
         try:

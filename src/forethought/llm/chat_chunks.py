@@ -34,7 +34,7 @@ from forethought.llm.chat import ToolCallAssembler, chat_usage
 from forethought.llm.events import LLMEvent, MessageDone
 from forethought.llm.fields import field_of
 
-__all__ = ["ChatChunkDecoder"]
+__all__ = ["CallSlots", "ChatChunkDecoder", "call_text"]
 
 
 def _items(value: Any) -> list[Any]:
@@ -79,21 +79,14 @@ def _index_key(raw: Any) -> tuple[str, Any]:
         return ("raw", repr(raw))
 
 
-class ChatChunkDecoder:
-    """Chat Completions chunks of one response (dicts or SDK objects) -> events (see the module docstring)."""
+class CallSlots:
+    """Which call of the message a streamed tool-call delta belongs to: the assembler's index for a delta's
+    ``index`` and ``id`` (a new id at an index whose call has another one is a new call; a non-integer index
+    names its own call). Shared by every reader of Chat Completions chunks (this decoder, the gateway)."""
 
-    def __init__(self, *, close_at_finish: bool = False) -> None:
-        self.close_at_finish = close_at_finish
-        self._assembler = ToolCallAssembler()
+    def __init__(self) -> None:
         self._slots: dict[tuple[str, Any], int] = {}  # index key -> the assembler's index of its current call
         self._ids: dict[int, str] = {}  # the assembler's index -> the call's id
-        self._closed_with: str | None = None  # the finish reason the open calls were closed with
-        self._usage: Any = None
-        self._id: Any = None
-        self.finish_reason: str | None = None
-        """The latest finish reason of choice 0 (``None``: none yet)."""
-        self.done = False
-        """The message has ended (:meth:`end` gave its ``MessageDone``)."""
 
     def _allocate(self, key: tuple[str, Any]) -> int:
         taken = self._ids.keys() | set(self._slots.values())
@@ -102,7 +95,8 @@ class ChatChunkDecoder:
         self._slots[key] = index
         return index
 
-    def _slot(self, raw_index: Any, call_id: str | None) -> int:
+    def slot(self, raw_index: Any, call_id: str | None) -> int:
+        """The assembler's index of the call a delta with ``raw_index`` and ``call_id`` belongs to."""
         key = _index_key(raw_index)
         index = self._slots.get(key)
         if index is None:
@@ -112,6 +106,27 @@ class ChatChunkDecoder:
         if call_id is not None:
             self._ids.setdefault(index, call_id)
         return index
+
+
+def call_text(value: Any) -> str | None:
+    """A streamed id or name: strings as they are, numbers spelt out; anything else is absent."""
+    return _text(value)
+
+
+class ChatChunkDecoder:
+    """Chat Completions chunks of one response (dicts or SDK objects) -> events (see the module docstring)."""
+
+    def __init__(self, *, close_at_finish: bool = False) -> None:
+        self.close_at_finish = close_at_finish
+        self._assembler = ToolCallAssembler()
+        self._calls = CallSlots()
+        self._closed_with: str | None = None  # the finish reason the open calls were closed with
+        self._usage: Any = None
+        self._id: Any = None
+        self.finish_reason: str | None = None
+        """The latest finish reason of choice 0 (``None``: none yet)."""
+        self.done = False
+        """The message has ended (:meth:`end` gave its ``MessageDone``)."""
 
     def feed(self, chunk: Any) -> list[LLMEvent]:
         """The events one chunk produced (text, call starts, argument fragments, calls that closed)."""
@@ -137,7 +152,7 @@ class ChatChunkDecoder:
                     continue
                 function = field_of(tool, "function")
                 call_id = _text(field_of(tool, "id"))
-                index = self._slot(field_of(tool, "index"), call_id)
+                index = self._calls.slot(field_of(tool, "index"), call_id)
                 events += self._assembler.add_tool_delta(index, call_id, _text(field_of(function, "name")),
                                                          _fragment(field_of(function, "arguments")))
             reason = field_of(choice, "finish_reason")

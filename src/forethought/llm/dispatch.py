@@ -104,12 +104,16 @@ class EarlyDispatch:
         pending = self.calls.get(event.index)
         if pending is None:
             pending = self.calls[event.index] = PendingCall(event.index, event.id, event.name)
+        pending.id, pending.name = event.id, event.name  # a close at message end may correct them
         pending.raw = event.raw
         pending.closed_at = time.monotonic() - self.started
         if event.error is not None or event.arguments is None:
             pending.error = event.error or "arguments missing"
+            pending.call = None  # closed again at message end as malformed: it was never a call
             self.blocked = True  # a failed call is answered at message end, like any other
             return pending
+        if pending.call is not None:
+            return pending  # closed again at message end (its real id came late): already dispatched
         pending.call = ToolCall(event.name, event.arguments)
         if self.enabled:
             self._dispatch_ready()

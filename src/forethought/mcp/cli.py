@@ -15,6 +15,7 @@ import json
 import os
 import sqlite3
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -72,7 +73,10 @@ def probe_url(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
                                                                       headers={"Accept": "text/event-stream"}):
             pass  # the status line arrived: something serves HTTP there
     except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
-        raise McpProxyError(f"cannot reach the upstream at {url}: {exc or type(exc).__name__}") from None
+        from forethought.mcp.proxy import scrubbed, upstream_label
+
+        reason = scrubbed(str(exc) or type(exc).__name__, (), url)
+        raise McpProxyError(f"cannot reach the upstream at {upstream_label((), url)}: {reason}") from None
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -82,13 +86,17 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _lost_upstream(exc: BaseException, where: str) -> McpProxyError | None:
-    """A one-line error for an upstream connection lost while serving (``None`` for anything else)."""
+def _lost_upstream(exc: BaseException, command: Sequence[str], url: str | None) -> McpProxyError | None:
+    """A one-line error for an upstream connection lost while serving (``None`` for anything else); it names
+    the upstream by its label, never its arguments or a URL's credentials or query."""
     import httpx2
+
+    from forethought.mcp.proxy import scrubbed, upstream_label
 
     leaf = _leaf(exc)
     if isinstance(leaf, httpx2.HTTPError | OSError):
-        return McpProxyError(f"lost the upstream at {where}: {leaf or type(leaf).__name__}")
+        reason = scrubbed(str(leaf) or type(leaf).__name__, command, url)
+        return McpProxyError(f"lost the upstream at {upstream_label(command, url)}: {reason}")
     return None
 
 
@@ -164,7 +172,7 @@ def proxy(
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # the SDK's task groups: a lost upstream connection is one line, anything else raises
-        lost = _lost_upstream(exc, upstream_url or " ".join(command))
+        lost = _lost_upstream(exc, command, upstream_url)
         if lost is None:
             raise
         raise _fail(lost) from None

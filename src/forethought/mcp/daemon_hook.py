@@ -37,8 +37,11 @@ from urllib.parse import urlsplit
 from mcp_types import JSONRPCRequest
 
 from forethought.mcp.daemon_link import DaemonLink, LinkAnswer, daemon_file, read_daemon_file
-from forethought.mcp.errors import McpProxyError, UpstreamClosedError
-from forethought.mcp.speculation import CallReport, SessionSpeculator
+from forethought.mcp.errors import McpProxyError
+from forethought.mcp.guessmeta import sent_meta
+from forethought.mcp.listing import list_tools
+from forethought.mcp.seams import CallReport
+from forethought.mcp.speculation import SessionSpeculator
 from forethought.mcp.upstream import Answer, Kind
 
 __all__ = ["LOOPBACK", "DaemonAddress", "DaemonHook", "daemon_address", "parse_daemon_url"]
@@ -157,28 +160,11 @@ class DaemonHook:
             self._spawn(self._relist())
 
     async def _relist(self) -> None:
-        link = self._speculator.link
-        pages: dict[str, Mapping[str, Any]] = {}
-        cursor: Any = None
-        while True:
-            params: dict[str, Any] = {"_meta": dict(self._speculator.envelope)} if self._speculator.envelope else {}
-            if cursor is not None:
-                params["cursor"] = cursor
-            request = JSONRPCRequest(jsonrpc="2.0", id=link.new_id(), method="tools/list", params=params or None)
-            try:
-                answer = await link.request(request, Kind.PROBE)
-            except UpstreamClosedError:
-                return
-            result = answer.result or {}
-            entries = result.get("tools")
-            if not isinstance(entries, list):
-                log.info("forethought mcp-proxy: the upstream's tools/list failed; the daemon keeps the last list")
-                return
-            pages.update((e["name"], e) for e in entries if isinstance(e, Mapping) and isinstance(e.get("name"), str))
-            cursor = result.get("nextCursor")
-            if cursor is None:
-                break
-        self.listed(pages)
+        listed = await list_tools(self._speculator.link, self._speculator.envelope)
+        if listed is None:
+            log.info("forethought mcp-proxy: the upstream's tools/list failed; the daemon keeps the last list")
+            return
+        self.listed(listed[0])
 
     # --- the daemon's jobs, the client's calls ----------------------------------------------------------
 
@@ -208,8 +194,8 @@ class DaemonHook:
         result = await self.link.call(name, arguments, forward)
         if not result.hit:
             return reports[-1] if reports else CallReport(Answer(result.answer.result, result.answer.error), "miss")
-        if not set(params) <= _CALL_KEYS:  # a call of another shape: only the server can answer it
-            return await plain(request)
+        if not set(params) <= _CALL_KEYS or sent_meta(params) != dict(self._speculator.envelope):
+            return await plain(request)  # another shape, or a _meta the early run was not sent with
         self._speculator.served_early(request)
         return CallReport(Answer(result.answer.result, result.answer.error), "hit")
 

@@ -137,6 +137,11 @@ class GuessHost(Protocol):
     @property
     def link(self) -> UpstreamLink: ...
 
+    @property
+    def tools_stale(self) -> bool: ...
+
+    async def listing_current(self) -> bool: ...
+
     def within_bound(self, cost: int, ahead: int = 0) -> bool: ...
 
 
@@ -245,6 +250,9 @@ class Guesser:
         if not self.calibrator.should_predict():
             self.refusals["predicting does not pay here"] += 1
             return
+        if not await host.listing_current():
+            self.refusals["the tool list may have changed: listing it again"] += 1
+            return
         context = self._context()
         self._asked = (self._observed, context)
         calls = host.calls
@@ -295,6 +303,9 @@ class Guesser:
         decision = host.decisions.get(call.name)
         if decision is None or not decision.early:
             self.refusals["not an early-allowed call"] += 1
+            return _REFUSED
+        if host.tools_stale:
+            self.refusals["the tool list changed: not listed again yet"] += 1
             return _REFUSED
         if confidence < self._settings.min_confidence:
             self.refusals["below min_confidence"] += 1

@@ -37,12 +37,14 @@ from forethought.mcp.daemon_hook import DaemonAddress, DaemonHook
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError
 from forethought.mcp.firstcalls import FirstCalls, MemoryFirstCalls, SqliteFirstCalls
+from forethought.mcp.holder import held
 from forethought.mcp.naming import ServerName
 from forethought.mcp.patterns import WorkerPatterns
 from forethought.mcp.pipes import fd_streams, process_streams
 from forethought.mcp.relay import MessageSource, Relay
+from forethought.mcp.seams import CallReport, Learning, PredictorFactory
 from forethought.mcp.sharedclock import SqliteVersion
-from forethought.mcp.speculation import CallReport, Learning, PredictorFactory, SessionSpeculator
+from forethought.mcp.speculation import SessionSpeculator
 from forethought.mcp.stats import ProxyStats, StatsStore
 from forethought.mcp.upstream import MessageSink, UpstreamLink
 from forethought.mcp.warmup import Handoff, WarmStart
@@ -84,18 +86,36 @@ class ProxyConfig:
 
     @property
     def label(self) -> str:
-        """How errors and logs name the upstream: its program's name, or its URL's scheme, host and path;
-        never its arguments or a URL's query (either may carry a secret)."""
-        if self.url:
-            parts = urlsplit(self.url)
-            host = parts.hostname or ""
-            host = f"[{host}]" if ":" in host else host
-            try:
-                port = f":{parts.port}" if parts.port is not None else ""
-            except ValueError:
-                port = ""
-            return f"{parts.scheme}://{host}{port}{parts.path.split(';', 1)[0]}"
-        return Path(self.command[0]).name or "the upstream command"
+        """How errors and logs name the upstream (:func:`upstream_label`)."""
+        return upstream_label(self.command, self.url)
+
+
+def upstream_label(command: Sequence[str], url: str | None) -> str:
+    """How errors and logs name an upstream: its program's name, or its URL's scheme, host and path; never
+    its arguments or a URL's credentials or query (any of them may carry a secret)."""
+    if url:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        try:
+            port = f":{parts.port}" if parts.port is not None else ""
+        except ValueError:
+            port = ""
+        return f"{parts.scheme}://{host}{port}{parts.path.split(';', 1)[0]}"
+    return (Path(command[0]).name if command else "") or "the upstream command"
+
+
+def scrubbed(text: str, command: Sequence[str], url: str | None) -> str:
+    """``text`` (an error's message) with the upstream's arguments, URL, credentials and query replaced by
+    :func:`upstream_label` or ``***``."""
+    secrets = [*command[1:]]
+    if url:
+        text = text.replace(url, upstream_label(command, url))
+        parts = urlsplit(url)
+        secrets += [parts.query, parts.password or "", parts.username or "", parts.fragment]
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 @contextlib.asynccontextmanager
@@ -215,7 +235,7 @@ class Proxy:
         began in a warm start (its upstream already running, its first lines relayed), which goes on here."""
         upstream = process_streams(handoff.process, handoff.server_rest) if handoff is not None else \
             open_upstream(self.config)
-        async with upstream as (up_read, up_write):
+        async with held(upstream) as (up_read, up_write):  # a failing transport ends the upstream, not the session
             link = UpstreamLink(up_write, self.config.policy.settings.abandoned_s, self.concurrency)
             self.links.append(link)
             speculator = SessionSpeculator(link, self.config.policy, self.runtime, self._predictor_for, self.clock,

@@ -33,7 +33,8 @@ from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, RequestId
 
 from forethought.mcp.errors import UpstreamClosedError, upstream_gone_error
-from forethought.mcp.speculation import CallReport, SessionSpeculator
+from forethought.mcp.seams import CallReport
+from forethought.mcp.speculation import SessionSpeculator
 from forethought.mcp.upstream import Answer, Kind, MessageSink, UpstreamLink
 from forethought.mcp.warmup import Handoff
 
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 CANCELLED = "notifications/cancelled"
 TOOLS_CHANGED = "notifications/tools/list_changed"
 PROGRESS = "notifications/progress"
+LOG_MESSAGE = "notifications/message"
 
 
 class MessageSource(Protocol):
@@ -102,9 +104,9 @@ class Relay:
                 continue
             probe = self.speculator.name.client_request(message, self.link.new_id) or probe
             if message.method == "tools/call":
-                self.speculator.relayed_blind()
-            else:
-                self._forwarded[message.id] = (message.method, message.params)
+                self.speculator.relayed_blind((message.params or {}).get("name"))
+            # still waiting for its answer (unless one is below): if the upstream goes, it is answered then
+            self._forwarded[message.id] = (message.method, message.params)
         for line in handoff.server_lines:
             answer = _message(line)
             if isinstance(answer, JSONRPCResponse | JSONRPCError):
@@ -144,6 +146,8 @@ class Relay:
         if isinstance(meta, dict) and isinstance(meta.get("progressToken"), str | int):
             self._progress[meta["progressToken"]] = message.id
         if self.link.gone is not None:
+            if message.method == "tools/call":
+                self.speculator.relayed_blind((message.params or {}).get("name"), sent=False)
             await self._send_down(Answer(error=upstream_gone_error(self.link.gone)).message(message.id))
             return
         probe = self.speculator.name.client_request(message, self.link.new_id)
@@ -179,6 +183,11 @@ class Relay:
         daemon = self.daemon
         report = await (daemon.call(message, self.speculator.call) if daemon is not None
                         else self.speculator.call(message))
+        if report.kind == "hit" and report.answer.logs:
+            related = ServerMessageMetadata(related_request_id=message.id)
+            for params in report.answer.logs:
+                await self._send_down(JSONRPCNotification(jsonrpc="2.0", method=LOG_MESSAGE, params=dict(params)),
+                                      related)
         if report.kind == "hit" and report.answer.progress:
             await self._replay_progress(message, report.answer.progress)
         await self._send_down(report.answer.message(message.id))
@@ -243,6 +252,9 @@ class Relay:
             self.speculator.tools_changed()
             if self.daemon is not None:
                 self.daemon.tools_changed()
+        elif (isinstance(message, JSONRPCNotification) and message.method == LOG_MESSAGE and message.params
+              and not self._forwarded and self.link.log(message.params)):
+            return  # only a guess of the proxy's can have caused it: kept with it, or dropped
         elif isinstance(message, JSONRPCNotification) and message.method == PROGRESS and message.params:
             if self.link.progress(message.params):
                 return  # a guess's progress: kept with it

@@ -23,10 +23,11 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from mcp_types import JSONRPCRequest
 
@@ -40,12 +41,15 @@ from forethought.mcp.calibration import Calibrator
 from forethought.mcp.concurrency import Concurrency
 from forethought.mcp.effects import McpPolicy
 from forethought.mcp.errors import McpProxyError, UpstreamClosedError, upstream_gone_error
-from forethought.mcp.firstcalls import FirstCalls, MemoryFirstCalls
+from forethought.mcp.firstcalls import MemoryFirstCalls
 from forethought.mcp.freshness import named_validator
 from forethought.mcp.guessing import SERIAL_P, Guesser, GuessSettings
+from forethought.mcp.guessmeta import GuessMetas, envelope_of
+from forethought.mcp.listing import list_tools, page_ttl_s
 from forethought.mcp.naming import ServerName
 from forethought.mcp.patterns import WorkerPatterns
 from forethought.mcp.race import GuessRace
+from forethought.mcp.seams import CallReport, DaemonSide, Learning, PredictorFactory
 from forethought.mcp.stats import ProxyStats, ToolStats
 from forethought.mcp.tooling import Decision, ToolFunction, build_tools, decide, schema_of
 from forethought.mcp.upstream import Answer, Kind, Pending, UpstreamLink
@@ -54,7 +58,6 @@ from forethought.predictors.base import Predictor
 log = logging.getLogger(__name__)
 
 _CALL_KEYS = frozenset({"name", "arguments", "_meta"})
-_ENVELOPE_PREFIX = "io.modelcontextprotocol/"
 
 _client_request: contextvars.ContextVar[JSONRPCRequest | None] = contextvars.ContextVar(
     "forethought_mcp_client_request", default=None)
@@ -63,45 +66,6 @@ _client_request: contextvars.ContextVar[JSONRPCRequest | None] = contextvars.Con
 
 class UnservableAnswer(McpProxyError):
     """A speculation got an error or a non-final result; it is dropped, never served."""
-
-
-@dataclass(frozen=True, slots=True)
-class CallReport:
-    """How one client call was answered."""
-
-    answer: Answer
-    kind: str
-    """``hit``, ``miss`` or ``passthrough``."""
-
-
-class DaemonSide(Protocol):
-    """A session's link to ``forethought serve`` (:mod:`~forethought.mcp.daemon_hook`), as the speculator sees it."""
-
-    @property
-    def in_charge(self) -> bool:
-        """Whether the daemon guesses for this session (linked, or linking): the proxy's own guessing is off."""
-
-    def listed(self, listing: Mapping[str, Mapping[str, Any]]) -> None:
-        """The upstream's tools as a complete ``tools/list`` gave them (name -> entry)."""
-
-
-class PredictorFactory(Protocol):
-    """Builds the predictor of a tool set (``schemas``: name -> input schema) and names its fingerprint."""
-
-    def __call__(self, schemas: Mapping[str, Mapping[str, Any]], /) -> tuple[Predictor, str]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Learning:
-    """What the client sessions of one proxy share of what they learn: the pricing of guesses (runtimes, hit
-    rates, the server's concurrency) and how sessions begin. ``listed`` is told each tool set a session lists
-    (the proxy loads what its store holds for it then)."""
-
-    calibrator: Calibrator
-    first_calls: FirstCalls
-    listed: Callable[[str], None] = lambda _fingerprint: None
-    credit: Callable[[str], float] = lambda _fingerprint: 0.0
-    """Upstream requests earlier sessions of a tool set left unspent under the bound (see ``within_bound``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +103,8 @@ class SessionSpeculator:
         self._specs: dict[str, ArgumentSpec] = {}
         self.guesser: Guesser | None = None
         self._envelope: dict[str, Any] = {}
+        self._guess_metas = GuessMetas()
+        """What each guess's ``_meta`` was: a client call whose own differs never claims it."""
         self.in_flight = 0
         self._credit = 0.0
         self._answered_at: float | None = None
@@ -153,6 +119,13 @@ class SessionSpeculator:
         """Set once the tools were listed (the session has its predictor)."""
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._changes = 0
+        self._pages_ttl_s: float | None = None
+        self._listing_expires = math.inf
+        """When the tool list at hand stops being trusted (its ``ttlMs``; never for the 2025 revisions)."""
+        """How many times the upstream said its tools changed."""
+        self._listed_at_change = 0
+        """The value of ``_changes`` when the tools were last listed in full."""
         self.daemon: DaemonSide | None = None
         """The session's link to the daemon (``--daemon``): while it is in charge, the proxy does not guess."""
 
@@ -168,6 +141,10 @@ class SessionSpeculator:
         upstream's name is known (meanwhile calls pass through)."""
         if cursor is None:
             self._pages = {}
+            self._pages_ttl_s = None
+        page_ttl = page_ttl_s(result)
+        if page_ttl is not None:
+            self._pages_ttl_s = page_ttl if self._pages_ttl_s is None else min(self._pages_ttl_s, page_ttl)
         tools = result.get("tools")
         if isinstance(tools, list):
             for entry in tools:
@@ -175,7 +152,12 @@ class SessionSpeculator:
                     self._pages[entry["name"]] = entry
         if result.get("nextCursor") is not None:
             return
-        listing = dict(self._pages)
+        self._listed_at_change = self._changes  # a complete list, as the client sees it now
+        self._listed_in_full(dict(self._pages), self._pages_ttl_s)
+
+    def _listed_in_full(self, listing: dict[str, Mapping[str, Any]], ttl_s: float | None) -> None:
+        self._listing_expires = math.inf if ttl_s is None else asyncio.get_running_loop().time() + ttl_s
+        self.link.routes.listed(listing)
         if self.daemon is not None:
             self.daemon.listed(listing)
         if self.name.settled is not None:
@@ -189,9 +171,40 @@ class SessionSpeculator:
             self._rebuild(listing, server)
 
     def tools_changed(self) -> None:
-        """The upstream says its tool list changed: nothing speculated so far may be served."""
+        """The upstream says its tool list changed: nothing speculated so far may be served, and nothing is
+        guessed until the tools are listed again (a tool may no longer be a read), which the proxy does itself
+        at once (:func:`~forethought.mcp.listing.list_tools`), or the client does."""
+        self._changes += 1
         if self.session is not None:
             self.session.end_turn()
+        self._in_background(self._relist(self._changes))
+
+    @property
+    def tools_stale(self) -> bool:
+        """Whether the upstream said its tools changed since they were last listed in full."""
+        return self._listed_at_change != self._changes
+
+    async def _relist(self, change: int) -> None:
+        listed = await list_tools(self.link, self._envelope)
+        if listed is None or self._closed or change != self._changes:
+            return  # gone, not a list, or changed again (that change lists anew)
+        self._listed_at_change = change
+        self._listed_in_full(*listed)
+
+    async def listing_current(self) -> bool:
+        """Whether the tools can be guessed from the list at hand: not while the server's change is being
+        listed again; once the list's time to be trusted has run out (``ttlMs``), after listing them again
+        here (``False`` if that failed, or changed the tools: the next answer guesses from the new list)."""
+        if self.tools_stale:
+            return False
+        if asyncio.get_running_loop().time() < self._listing_expires:
+            return True
+        session, change = self.session, self._changes
+        listed = await list_tools(self.link, self._envelope)
+        if listed is None or self._closed or change != self._changes:
+            return False
+        self._listed_in_full(*listed)
+        return self.session is session
 
     def _rebuild(self, listing: dict[str, Mapping[str, Any]], server: Server) -> None:
         if self.session is not None and listing == self.listing and server == self.server:
@@ -271,7 +284,9 @@ class SessionSpeculator:
 
     async def _speculative(self, name: str, arguments: Mapping[str, Any]) -> Answer:
         key = self._specs[name].key(ToolCall(name, arguments))
-        answer, own = await self._race.guess(key, self.link.request(self.guess_request(name, arguments), Kind.GUESS))
+        request = self.guess_request(name, arguments)
+        self._guess_metas.sent(key, request.params)
+        answer, own = await self._race.guess(key, self.link.request(request, Kind.GUESS))
         if own:
             return _Own(answer.result, answer.error)
         if not answer.servable:
@@ -289,7 +304,7 @@ class SessionSpeculator:
         self.calls += 1
         meta = params.get("_meta")
         if isinstance(meta, Mapping):
-            self._envelope = {k: v for k, v in meta.items() if isinstance(k, str) and k.startswith(_ENVELOPE_PREFIX)}
+            self._envelope = envelope_of(meta)
         session = self.session
         key = None
         if (session is not None and isinstance(name, str) and name in self.decisions and isinstance(arguments, dict)
@@ -298,8 +313,12 @@ class SessionSpeculator:
                 key = session.resolve(ToolCall(name, arguments))[2]
         if session is None or key is None:
             self._passthrough += 1
+            if isinstance(name, str):
+                self._tool_calls[name] += 1
             return CallReport(await self._relay_blind(request, session), "passthrough")
         assert isinstance(name, str) and isinstance(arguments, dict)
+        if not self._guess_metas.may_serve(key, params) and session.has_speculation(key):
+            session.discard(key)  # its guess went out with another _meta: the server could tell the two apart
         self._tool_calls[name] += 1
         if self.calls == 1 and not self.decisions[name].private:
             self.learning.first_calls.record(self.fingerprint, self.name.client, ToolCall(name, arguments))
@@ -371,10 +390,17 @@ class SessionSpeculator:
             self._tool_calls[name] += 1
             self._tool_hits[name] += 1
 
-    def relayed_blind(self) -> None:
-        """A client's call was relayed before the proxy could see it (during warm-up): counted as passed through."""
+    def relayed_blind(self, name: object, sent: bool = True) -> None:
+        """A client's call of tool ``name`` was relayed before the proxy could see it (during warm-up), or
+        answered at once because the upstream is gone (``sent=False``): counted as passed through, and as an
+        upstream request where it was sent."""
         self.calls += 1
         self._passthrough += 1
+        if isinstance(name, str):
+            self._tool_calls[name] += 1
+        if sent:
+            self.link.client_calls += 1
+            self.link.by_tool[name if isinstance(name, str) else ""] += 1
 
     async def after_answer(self, request: JSONRPCRequest, report: CallReport) -> None:
         """After an answer went to the client: the guesser's step (guess, then learn)."""
@@ -472,3 +498,4 @@ class SessionSpeculator:
         self._end_session()
         while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+

@@ -35,10 +35,13 @@ from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCNotification, JSONRPC
 
 from forethought.mcp.concurrency import Concurrency
 from forethought.mcp.errors import UpstreamClosedError
+from forethought.mcp.routing import RouteHeaders
 
 OWN_ID_PREFIX = "forethought-spec-"
 """How the ids of the proxy's own requests begin (then the link's nonce, then a counter)."""
 CANCELLED = "notifications/cancelled"
+MAX_KEPT_LOGS = 256
+"""Log notifications kept with one guess at most (the rest are dropped)."""
 ABANDONED_S = 30.0
 """How long a request whose waiter gave up stays tracked without an answer before it counts as ended."""
 
@@ -67,11 +70,13 @@ class Answer:
     """What the upstream answered to one request: exactly one of ``result`` and ``error`` (JSON objects).
 
     ``progress``: the progress notifications the upstream sent for the request, in order (kept for a
-    guess, whose progress a client sees only if the guess serves it)."""
+    guess, whose progress a client sees only if the guess serves it); ``logs``: the log notifications only
+    that guess can have caused (see :meth:`UpstreamLink.log`), kept the same way."""
 
     result: Mapping[str, Any] | None = None
     error: Mapping[str, Any] | None = None
     progress: tuple[Mapping[str, Any], ...] = ()
+    logs: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def servable(self) -> bool:
@@ -97,7 +102,7 @@ def answer_of(message: JSONRPCResponse | JSONRPCError) -> Answer:
 class Pending:
     """One request sent upstream: its answer (a future) and whether it has ended."""
 
-    __slots__ = ("_counted", "_timer", "answer", "kind", "progress", "request_id")
+    __slots__ = ("_counted", "_timer", "answer", "kind", "logs", "progress", "request_id")
 
     def __init__(self, request_id: RequestId, kind: Kind, answer: asyncio.Future[Answer]) -> None:
         self.request_id = request_id
@@ -105,6 +110,8 @@ class Pending:
         self.answer = answer
         self.progress: list[Mapping[str, Any]] = []
         """Progress notifications for it (a request of the proxy's own uses its id as its progress token)."""
+        self.logs: list[Mapping[str, Any]] = []
+        """Log notifications only it can have caused (a guess's; see :meth:`UpstreamLink.log`)."""
         self._timer: asyncio.TimerHandle | None = None
         self._counted = True
         """Whether it still counts as in flight (until the link has noted its end, once)."""
@@ -149,6 +156,8 @@ class UpstreamLink:
         """Requests the link did not send whose end matters (relayed during warm-up): id -> called once."""
         self.by_tool: Counter[str] = Counter()
         """``tools/call`` requests sent, by the tool they were for (a validator's: the tool it guards)."""
+        self.routes = RouteHeaders()
+        """The HTTP headers each request of the newest revision carries (:mod:`~forethought.mcp.routing`)."""
 
     def new_id(self) -> str:
         """A fresh id for a request of the proxy's own."""
@@ -163,7 +172,7 @@ class UpstreamLink:
         if self.gone is not None:
             raise UpstreamClosedError(self.gone)
         try:
-            await self._sink.send(SessionMessage(message))
+            await self._sink.send(SessionMessage(message, metadata=self.routes.metadata(message)))
         except Exception as exc:  # the transport's stream is closed or broken
             raise UpstreamClosedError(f"{type(exc).__name__} while sending") from exc
 
@@ -275,8 +284,9 @@ class UpstreamLink:
             return self.is_own(request_id)
         if not pending.answer.done():
             answer = answer_of(message)
-            pending.answer.set_result(replace(answer, progress=tuple(pending.progress)) if pending.progress
-                                      else answer)
+            if pending.progress or pending.logs:
+                answer = replace(answer, progress=tuple(pending.progress), logs=tuple(pending.logs))
+            pending.answer.set_result(answer)
             self._ended(pending)
         return True
 
@@ -289,6 +299,21 @@ class UpstreamLink:
         pending = self._pending.get(token)  # type: ignore[arg-type]
         if pending is not None and not pending.ended:
             pending.progress.append(dict(params))
+        return True
+
+    def log(self, params: Mapping[str, Any]) -> bool:
+        """A log notification (``notifications/message``), which names no request: ``False`` (relay it on)
+        unless only requests of the proxy's own are in flight, so none of the client's can have caused it.
+        Then it is kept with the one guess in flight (the client sees it if that guess serves a call, before
+        the answer), or dropped where several of the proxy's requests could have caused it (``True``).
+        The caller checks that no other request of the client (one the link did not send) is waiting."""
+        if self.in_flight[Kind.CLIENT] or self._watched:
+            return False
+        own = [p for p in self._pending.values() if not p.ended]
+        if not own:
+            return False
+        if len(own) == 1 and own[0].kind is Kind.GUESS and len(own[0].logs) < MAX_KEPT_LOGS:
+            own[0].logs.append(dict(params))
         return True
 
     def close(self, detail: str) -> None:

@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import struct
 import time
 import uuid
 from collections import deque
@@ -94,6 +95,9 @@ class SharedPolicy:
     poll_s: float = POLL_S
 
 
+_STAMP = struct.Struct("!d")
+"""Before a value's JSON in its sealed payload: when the run that computed it began (wall-clock seconds)."""
+
 @dataclass
 class SharedStats:
     """What sharing did in one worker; ``rtt_s`` holds backend round trips (seconds, most recent kept)."""
@@ -106,6 +110,8 @@ class SharedStats:
     too_large: int = 0
     not_shareable: int = 0
     rejected: int = 0
+    too_old: int = 0
+    """Values refused because their run began before a write the speculation depends on ended."""
     unavailable: int = 0
     operations: int = 0
     shared_calls: int = 0
@@ -182,15 +188,17 @@ class SharedSpeculation:
         """Whether the policy marks ``t`` shared and it may be (private or stateful tools never are)."""
         return t.name in self.policy.tools and unshareable(t) is None
 
-    async def speculate_value(self, t: Tool, key: str, run: Callable[[], Any]) -> Any:
-        """A speculation's value of shared tool ``t`` under call ``key``: served, waited for, or run and
-        published (the runtime calls this as :meth:`forethought._core.shared.SharedRuns.speculate`)."""
+    async def speculate_value(self, t: Tool, key: str, run: Callable[[], Any], not_before: float = 0.0) -> Any:
+        """A speculation's value of shared tool ``t`` under call ``key``: served (if computed after
+        ``not_before``, wall-clock seconds), waited for, or run and published (the runtime calls this as
+        :meth:`forethought._core.shared.SharedRuns.speculate`)."""
         spec = self.policy.tools[t.name]
-        return await self._shared_run(self.storage_key(key), spec, min(spec.ttl_s, t.ttl_s), run)
+        return await self._shared_run(self.storage_key(key), spec, min(spec.ttl_s, t.ttl_s), run, not_before)
 
-    def published(self, t: Tool, key: str, value: Any) -> None:
-        """An authoritative value of ``t``: encoded now (the caller may change it next), published in the
-        background unless the backend is down."""
+    def published(self, t: Tool, key: str, value: Any, started_at: float | None = None) -> None:
+        """An authoritative value of ``t``, from a run that began at ``started_at`` (wall-clock seconds; now if
+        not given): encoded now (the caller may change it next), published in the background unless the
+        backend is down."""
         spec = self.policy.tools.get(t.name)
         if spec is None or not self._usable():
             return
@@ -199,7 +207,8 @@ class SharedSpeculation:
         except NotShareable:
             self.stats.not_shareable += 1
             return
-        self._soon(self._publish_payload(self.storage_key(key), payload, spec, min(spec.ttl_s, t.ttl_s), ""))
+        stamped = _STAMP.pack(self._wall() if started_at is None else started_at) + payload
+        self._soon(self._publish_payload(self.storage_key(key), stamped, spec, min(spec.ttl_s, t.ttl_s), ""))
 
     def runs(self) -> SharedRuns:
         """This object as the runtime's :class:`~forethought._core.shared.SharedRuns` (``Runtime(shared=...)``)."""
@@ -208,7 +217,7 @@ class SharedSpeculation:
     def storage_key(self, call_key: str) -> str:
         """The backend key of ``call_key`` for this tenant (keyed digests: no argument reaches the backend)."""
         call = self._sealer.digest("call\0" + call_key)
-        return f"{self._prefix}:{{{self._tenant}:{call}}}:v"
+        return f"{self._prefix}:{{{self._tenant}:{call}}}:v2"  # v2: stamped with when it was computed
 
     def speculate(self, session: Session, call: ToolCall, source: str = "unknown",
                   confidence: float = 1.0) -> SpeculationTicket:
@@ -263,9 +272,18 @@ class SharedSpeculation:
             self.stats.operations += 1
             self.stats.rtt_s.append(time.perf_counter() - started)
 
-    def _open(self, key: str, sealed: bytes) -> Any:
+    def _open(self, key: str, sealed: bytes, not_before: float = 0.0) -> Any:
+        """The value in ``sealed``, or ``_MISSING``: forged, expired, or computed by a run that began before
+        ``not_before`` (the last write this speculation depends on: counted ``too_old``)."""
         try:
-            return decode(self._sealer.open(key, sealed, now=self._wall()))
+            stamped = self._sealer.open(key, sealed, now=self._wall())
+            if len(stamped) < _STAMP.size:
+                raise StoreIntegrityError("a shared value without the time it was computed")
+            (computed_at,) = _STAMP.unpack_from(stamped)
+            if not computed_at > not_before:
+                self.stats.too_old += 1
+                return _MISSING
+            return decode(stamped[_STAMP.size:])
         except (StoreIntegrityError, ValueError) as exc:
             self.stats.rejected += 1
             emit(self._on_event, StoreEvent("rejected", "shared-results", type(exc).__name__))
@@ -273,7 +291,8 @@ class SharedSpeculation:
 
     # --- the speculative path -------------------------------------------------------------------------
 
-    async def _shared_run(self, key: str, spec: SharedTool, ttl_s: float, run: Callable[[], Any]) -> Any:
+    async def _shared_run(self, key: str, spec: SharedTool, ttl_s: float, run: Callable[[], Any],
+                          not_before: float = 0.0) -> Any:
         self.stats.shared_calls += 1
         if not self._usable():
             self.stats.local += 1
@@ -282,13 +301,13 @@ class SharedSpeculation:
         try:
             sealed, leading = await self._op(self._backend.get_or_lead(key, lead_token, spec.lease_s))
             self._ok()
-            value = _MISSING if sealed is None else self._open(key, sealed)
+            value = _MISSING if sealed is None else self._open(key, sealed, not_before)
             if value is not _MISSING:
                 self.stats.served += 1
                 return value
-            leading = leading or sealed is not None  # a forged value: run it and publish over it
+            leading = leading or sealed is not None  # forged or too old: run it and publish over it
             if not leading:
-                value, leading = await self._wait(key, spec, lead_token)
+                value, leading = await self._wait(key, spec, lead_token, not_before)
                 if value is not _MISSING:
                     self.stats.waited_served += 1
                     return value
@@ -300,15 +319,16 @@ class SharedSpeculation:
             self.stats.local += 1
             return await maybe_await(run())
         self.stats.led += 1
+        started = self._wall()
         try:
             value = await maybe_await(run())
         except BaseException:
             self._soon(self._release(key, lead_token))
             raise
-        self._soon(self._publish(key, value, spec, ttl_s, lead_token))
+        self._soon(self._publish(key, value, spec, ttl_s, lead_token, started))
         return value
 
-    async def _wait(self, key: str, spec: SharedTool, token: str) -> tuple[Any, bool]:
+    async def _wait(self, key: str, spec: SharedTool, token: str, not_before: float = 0.0) -> tuple[Any, bool]:
         """Poll for the leader's value; take the lease over if the leader let it go (cancelled, failed,
         crashed). Returns (value or _MISSING, whether this speculation now leads)."""
         deadline = time.monotonic() + spec.wait_s
@@ -318,15 +338,16 @@ class SharedSpeculation:
             poll = min(poll * 2, MAX_POLL_S)
             sealed, leading = await self._op(self._backend.get_or_lead(key, token, spec.lease_s))
             if sealed is not None:
-                return self._open(key, sealed), False
+                return self._open(key, sealed, not_before), False  # too old or forged: run here, unpublished
             if leading:
                 return _MISSING, True
         return _MISSING, False
 
     async def _run_and_publish(self, key: str, spec: SharedTool, ttl_s: float, run: Callable[[], Any]) -> Any:
+        started = self._wall()
         value = await maybe_await(run())
         if self._usable():
-            self._soon(self._publish(key, value, spec, ttl_s, ""))
+            self._soon(self._publish(key, value, spec, ttl_s, "", started))
         return value
 
     # --- background work ------------------------------------------------------------------------------
@@ -336,14 +357,15 @@ class SharedSpeculation:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _publish(self, key: str, value: Any, spec: SharedTool, ttl_s: float, token: str) -> None:
+    async def _publish(self, key: str, value: Any, spec: SharedTool, ttl_s: float, token: str,
+                       started: float) -> None:
         try:
             payload = encode(value)
         except NotShareable:
             self.stats.not_shareable += 1
             await self._release(key, token)
             return
-        await self._publish_payload(key, payload, spec, ttl_s, token)
+        await self._publish_payload(key, _STAMP.pack(started) + payload, spec, ttl_s, token)
 
     async def _publish_payload(self, key: str, payload: bytes, spec: SharedTool, ttl_s: float, token: str) -> None:
         if len(payload) > spec.max_value_bytes:
@@ -381,8 +403,8 @@ class _Seam:
     def shares(self, t: Tool) -> bool:
         return self._shared.shares(t)
 
-    async def speculate(self, t: Tool, key: str, run: Callable[[], Any]) -> Any:
-        return await self._shared.speculate_value(t, key, run)
+    async def speculate(self, t: Tool, key: str, run: Callable[[], Any], not_before: float = 0.0) -> Any:
+        return await self._shared.speculate_value(t, key, run, not_before)
 
-    def published(self, t: Tool, key: str, value: Any) -> None:
-        self._shared.published(t, key, value)
+    def published(self, t: Tool, key: str, value: Any, started_at: float) -> None:
+        self._shared.published(t, key, value, started_at)

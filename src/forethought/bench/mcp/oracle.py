@@ -19,7 +19,7 @@ from typing import Any
 
 from forethought._core.calls import ToolCall
 from forethought.mcp.effects import ProxySettings
-from forethought.mcp.speculation import PredictorFactory
+from forethought.mcp.seams import PredictorFactory
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor
 
 SOURCE = "oracle"

@@ -10,7 +10,9 @@ in namespaces of its own. Each layer stops one class of escape:
   without ``CLONE_THREAD`` (``clone3`` answers ``ENOSYS`` so the C library falls back to ``clone``), every new
   socket (``socket``, ``socketpair``; so no TCP, UDP or Unix connection), ``connect``/``bind``/``listen``/
   ``accept``, signals (``kill``, ``tkill``, ``tgkill``, ``pidfd_*``), ``ptrace``, ``process_vm_*``, namespace,
-  mount, keyring, BPF, perf and io_uring calls fail with ``EPERM``. Only the inherited IPC socket remains.
+  mount, keyring, BPF, perf and io_uring calls fail with ``EPERM``, and so do every ``set*id`` call and
+  ``capset`` (the real user made unprivileged stays so) and ``prctl(PR_SET_PDEATHSIG)`` (the worker dies with
+  its isolator). Only the inherited IPC socket remains.
 * **Landlock**: the filesystem is read-only where imports need it (the standard library and the
   site-packages directories, system libraries, time-zone data, ``/dev/null`` and ``/dev/urandom``), invisible
   elsewhere (no ``/etc``, ``/proc``, home directories, the repository, other ``sys.path`` entries such as
@@ -67,8 +69,14 @@ _DENIED_X86_64 = {
     "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298, "io_uring_setup": 425,
     "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": 323, "personality": 135, "acct": 163,
     "open_by_handle_at": 304, "name_to_handle_at": 303, "fanotify_init": 300, "mknod": 133, "mknodat": 259,
+    # identities: the worker's real user was made unprivileged before the filter (namespaces.settle) and must
+    # stay so (its effective user may be root in its own namespace, which could set the real one back)
+    "setuid": 105, "setgid": 106, "setreuid": 113, "setregid": 114, "setgroups": 116, "setresuid": 117,
+    "setresgid": 119, "setfsuid": 122, "setfsgid": 123, "capset": 126,
 }
-_SYS_CLONE, _SYS_CLONE3 = 56, 435
+_SYS_CLONE, _SYS_CLONE3, _SYS_PRCTL = 56, 435, 157
+_PR_SET_PDEATHSIG = 1
+"""prctl option refused after the filter: the worker's death with its isolator, armed before, stays armed."""
 
 
 class IsolationUnavailable(RuntimeError):
@@ -156,14 +164,17 @@ def seccomp_program() -> bytes:
     denied = sorted(set(_DENIED_X86_64.values()))
     head = [_bpf(_LD_W_ABS, 4), _bpf(_JEQ_K, _AUDIT_ARCH_X86_64, 1, 0), _bpf(_RET_K, _RET_KILL_PROCESS),
             _bpf(_LD_W_ABS, 0), _bpf(_JGE_K, _X32_BIT, 0, 1), _bpf(_RET_K, _RET_KILL_PROCESS)]
-    numbers = [*denied, _SYS_CLONE3, _SYS_CLONE]
-    # the checks jump forward into the tail: [ALLOW, EPERM, ENOSYS, clone: load flags, test, ALLOW, EPERM]
-    targets = [1] * len(denied) + [2, 3]
+    numbers = [*denied, _SYS_CLONE3, _SYS_CLONE, _SYS_PRCTL]
+    # the checks jump forward into the tail: [ALLOW, EPERM, ENOSYS, clone: load flags, test, ALLOW, EPERM,
+    # prctl: load option, test, ALLOW, EPERM]
+    targets = [1] * len(denied) + [2, 3, 7]
     checks = [_bpf(_JEQ_K, number, len(numbers) - i - 1 + target, 0)
               for i, (number, target) in enumerate(zip(numbers, targets, strict=True))]
     tail = [_bpf(_RET_K, _RET_ALLOW), _bpf(_RET_K, _RET_ERRNO | errno.EPERM),
             _bpf(_RET_K, _RET_ERRNO | errno.ENOSYS),
             _bpf(_LD_W_ABS, 16), _bpf(_JSET_K, _CLONE_THREAD, 0, 1), _bpf(_RET_K, _RET_ALLOW),
+            _bpf(_RET_K, _RET_ERRNO | errno.EPERM),
+            _bpf(_LD_W_ABS, 16), _bpf(_JEQ_K, _PR_SET_PDEATHSIG, 1, 0), _bpf(_RET_K, _RET_ALLOW),
             _bpf(_RET_K, _RET_ERRNO | errno.EPERM)]
     return b"".join(head + checks + tail)
 

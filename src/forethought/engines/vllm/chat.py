@@ -31,7 +31,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import httpx2
@@ -44,6 +44,7 @@ from forethought.gateway.app import CACHE_ROUTE, Gateway
 from forethought.gateway.cache import ResponseScope
 from forethought.gateway.relay import chat_chunk, served_results
 from forethought.llm.chat import ToolCallAssembler
+from forethought.llm.chat_chunks import CallSlots, call_text
 from forethought.llm.events import ToolCallClosed
 from forethought.llm.tool_cache import (
     CACHE_CLIENT_HEADER,
@@ -177,6 +178,8 @@ class _Segment:
     text: list[str]
     finish: str | None = None
     failed: bool = False
+    slots: CallSlots = field(default_factory=CallSlots)
+    """Which call a delta belongs to, read as the gateway, the tap and the daemon read it."""
 
     def note(self, events: list[Any]) -> None:
         for event in events:
@@ -381,7 +384,9 @@ class _Response:
             segment.text.append(delta["content"])
         for part in delta.get("tool_calls") or ():
             function = part.get("function") or {}
-            segment.note(segment.assembler.add_tool_delta(int(part["index"]), part.get("id"), function.get("name"),
+            call_id = call_text(part.get("id"))
+            index = segment.slots.slot(part.get("index"), call_id)
+            segment.note(segment.assembler.add_tool_delta(index, call_id, call_text(function.get("name")),
                                                           function.get("arguments")))
         out = {k: v for k, v in choice.items() if k not in ("token_ids", "stop_reason")}
         if choice.get("finish_reason") is not None:
