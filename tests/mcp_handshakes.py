@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
@@ -110,4 +114,47 @@ async def proxied(command: Sequence[str], policy: McpPolicy, handshake: str, sto
         to_proxy.close()
         handle.stats = await asyncio.wait_for(serving, 30)
         handle.speculated = list(proxy.links[-1].speculative_tools) if proxy.links else []
+        proxy.close()
+
+
+@contextlib.asynccontextmanager
+async def http_upstream(server: Path, log: Path) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """``server`` (a test server script that takes ``LOG PORT``) on streamable HTTP at a free loopback port,
+    once it listens; yields its ``/mcp`` URL and its process (stopped at the end, if still running)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    process = await asyncio.create_subprocess_exec(sys.executable, str(server), str(log), str(port),
+                                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        async with httpx2.AsyncClient() as http:
+            for _ in range(400):  # until it listens
+                try:
+                    await http.get(url)
+                    break
+                except httpx2.TransportError:
+                    await asyncio.sleep(0.05)
+        yield url, process
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 10)
+
+
+@contextlib.asynccontextmanager
+async def proxied_url(url: str, handshake: str) -> AsyncIterator[tuple[ClientSession, asyncio.Task[ProxyStats]]]:
+    """A client session (opened by ``handshake``) through an in-process proxy in front of the HTTP upstream at
+    ``url``, trusting it; yields the session and the task serving it (its stats once the client left)."""
+    proxy = Proxy(ProxyConfig(url=url, policy=McpPolicy().trusting()))
+    to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))
+    try:
+        async with ClientSession(from_proxy, to_proxy) as session:
+            await open_session(session, handshake)
+            yield session, serving
+    finally:
+        to_proxy.close()
+        await asyncio.wait_for(asyncio.shield(serving), 30)
         proxy.close()

@@ -18,7 +18,7 @@ import contextlib
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from forethought.cli import app
-from mcp_handshakes import open_session
+from mcp_handshakes import http_upstream, proxied_url
 
 PROBE = Path(__file__).with_name("mcp_servers") / "probe_server.py"
 FORETHOUGHT = Path(sys.executable).with_name("forethought")
@@ -135,42 +135,14 @@ async def test_streamable_http_upstream(tmp_path: Path, handshake: str) -> None:
     """Every way a client opens a session works through the proxy to an HTTP upstream: under the newest
     revision each request carries its routing headers (the relay stamps them, as the SDK's client does)."""
     import asyncio
-    import subprocess
 
-    import anyio
-    from mcp.shared.message import SessionMessage
-
-    from forethought.mcp.effects import McpPolicy
-    from forethought.mcp.proxy import Proxy, ProxyConfig
-
-    port = _free_port()
-    upstream = await asyncio.create_subprocess_exec(sys.executable, str(PROBE), str(tmp_path / "log"), str(port),
-                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        async with httpx2.AsyncClient() as http:
-            for _ in range(400):  # until it listens
-                try:
-                    await http.get(f"http://127.0.0.1:{port}/mcp")
-                    break
-                except httpx2.TransportError:
-                    await asyncio.sleep(0.05)
-        proxy = Proxy(ProxyConfig(url=f"http://127.0.0.1:{port}/mcp", policy=McpPolicy().trusting()))
-        to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
-        proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
-        serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))
-        async with ClientSession(from_proxy, to_proxy) as session:
-            await open_session(session, handshake)
-            await session.list_tools()
-            texts = []
-            for key in ("a", "b", "a", "b"):
-                result = await session.call_tool("lookup", {"key": key})
-                texts.append(result.content[0].text)  # type: ignore[union-attr]
-                await asyncio.sleep(0.05)
-        to_proxy.close()
-        stats = await serving
-        proxy.close()
-    finally:
-        upstream.terminate()
-        await asyncio.wait_for(upstream.wait(), 10)
+    async with http_upstream(PROBE, tmp_path / "log") as (url, _), proxied_url(url, handshake) as (session, serving):
+        await session.list_tools()
+        texts = []
+        for key in ("a", "b", "a", "b"):
+            result = await session.call_tool("lookup", {"key": key})
+            texts.append(result.content[0].text)  # type: ignore[union-attr]
+            await asyncio.sleep(0.05)
+    stats = serving.result()
     assert texts == ["value-of-a", "value-of-b"] * 2
     assert stats.calls == 4

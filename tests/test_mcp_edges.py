@@ -9,28 +9,22 @@ compares what the client sees.
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
-import httpx2
 import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'forethought[mcp]')")
 
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 
 from forethought import ToolCall
-from forethought.mcp.effects import McpPolicy, policy_from_data
-from forethought.mcp.proxy import Proxy, ProxyConfig
+from forethought.mcp.effects import policy_from_data
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor
-from mcp_handshakes import direct, open_session, proxied
+from mcp_handshakes import direct, http_upstream, proxied, proxied_url
 
 SERVERS = Path(__file__).with_name("mcp_servers")
 STATE = SERVERS / "state_server.py"
@@ -123,49 +117,21 @@ async def test_a_guess_never_serves_a_call_whose_meta_the_server_can_tell_apart(
 # --- an HTTP upstream that dies ----------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.mark.parametrize("handshake", ["legacy", "pinned"])
 async def test_an_http_upstream_that_dies_answers_every_later_call_at_once(tmp_path: Path, handshake: str) -> None:
-    port = _free_port()
-    upstream = await asyncio.create_subprocess_exec(sys.executable, str(PROBE), str(tmp_path / "log"), str(port),
-                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        async with httpx2.AsyncClient() as http:
-            for _ in range(400):  # until it listens
-                try:
-                    await http.get(f"http://127.0.0.1:{port}/mcp")
-                    break
-                except httpx2.TransportError:
-                    await asyncio.sleep(0.05)
-        proxy = Proxy(ProxyConfig(url=f"http://127.0.0.1:{port}/mcp?token=SECRET-9", policy=McpPolicy().trusting()))
-        to_proxy, proxy_in = anyio.create_memory_object_stream[SessionMessage | Exception](16)
-        proxy_out, from_proxy = anyio.create_memory_object_stream[SessionMessage | Exception](16)
-        serving = asyncio.create_task(proxy.serve_session(proxy_in, proxy_out))
-        errors = []
-        async with ClientSession(from_proxy, to_proxy) as session:
-            await open_session(session, handshake)
-            await session.list_tools()
-            first = await session.call_tool("lookup", {"key": "a"})
-            upstream.kill()
-            await upstream.wait()
-            for key in ("b", "c"):
-                with pytest.raises(MCPError) as info:
-                    await asyncio.wait_for(session.call_tool("lookup", {"key": key}), 10)
-                errors.append(str(info.value))
-            assert not serving.done()  # the session goes on until the client leaves
-        to_proxy.close()
-        stats = await asyncio.wait_for(serving, 30)
-        proxy.close()
-    finally:
-        if upstream.returncode is None:
-            upstream.kill()
-            await upstream.wait()
+    errors = []
+    async with http_upstream(PROBE, tmp_path / "log") as (url, upstream), \
+            proxied_url(url + "?token=SECRET-9", handshake) as (session, serving):
+        await session.list_tools()
+        first = await session.call_tool("lookup", {"key": "a"})
+        upstream.kill()
+        await upstream.wait()
+        for key in ("b", "c"):
+            with pytest.raises(MCPError) as info:
+                await asyncio.wait_for(session.call_tool("lookup", {"key": key}), 10)
+            errors.append(str(info.value))
+        assert not serving.done()  # the session goes on until the client leaves
+    stats = serving.result()
     assert first.content[0].text == "value-of-a"  # type: ignore[union-attr]
     assert all("upstream MCP server is gone" in e and "SECRET-9" not in e for e in errors), errors
     assert stats.calls == 3
