@@ -225,6 +225,23 @@ async def test_values_forged_in_redis_are_never_served(redis_url: str) -> None:
         assert gateways[0].stats()["store"]["rejected"] == 2
 
 
+@pytest.mark.parametrize("garbage", ["garbage", "1.5", "nan"])
+async def test_a_post_count_garbled_in_redis_ends_the_message_as_a_miss(redis_url: str, garbage: str) -> None:
+    """Before, a post count that is not a number raised out of the relay and dropped the client's stream."""
+    import redis.asyncio
+
+    async with gated() as (engine, upstream), replicas(upstream, redis_url, post_wait_s=0.5) as (gateways, urls):
+        stream = Stream(urls[0])
+        target = await stream.start()
+        store = gateways[0].cache.store
+        assert isinstance(store, RedisScopeStore)
+        client = redis.asyncio.Redis.from_url(redis_url)
+        await client.hset(store._backend.key(target.response_id, "state"), "posts", garbage)
+        await client.aclose()
+        events = await finish(stream, engine)
+        assert not served(events) and events[-1].finish_reason == "tool_calls"  # type: ignore[union-attr]
+
+
 # --- Redis away ---------------------------------------------------------------------------------------
 
 

@@ -86,9 +86,12 @@ async def test_streamed_run_passes_events_through(server: str) -> None:
 # through forethought (``agents_tools`` + ``ForethoughtModel``), and asserts that the SDK (and the model
 # behind it) sees exactly the same thing.
 
+import datetime  # noqa: E402
+import enum  # noqa: E402
 import json  # noqa: E402
 from typing import Literal  # noqa: E402
 
+import pydantic  # noqa: E402
 from agents import function_tool  # noqa: E402
 
 from adapter_tools import RecordingApp, Rendezvous  # noqa: E402
@@ -228,3 +231,47 @@ async def test_parallel_calls_run_at_once_with_the_models_ids(mode: str) -> None
     assert [call_id for call_id, _ in outputs] == calls and len(calls) == 3
     assert [o for _, o in outputs] == [str({"n": n, "met": True}) for n in range(3)]
     assert result.final_output == "ok"
+
+
+async def _run_fields(mode: str, api: str, functions: list[Any], script: dict[str, Any]) -> dict[str, Any]:
+    """What a non-streamed run reports of the model's responses and the tools' outputs."""
+    async with serve_in_process(create_scripted_server(parse_script(script))) as url:
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        inner = OpenAIResponsesModel("m", client) if api == "responses" else OpenAIChatCompletionsModel("m", client)
+        tools, session = _tools(mode, functions)
+        model = inner if session is None else ForethoughtModel(inner, session)
+        result = await agents.Runner.run(agents.Agent(name="a", tools=tools, model=model), "go")
+        await client.close()
+        if session is not None:
+            await session.close()
+    usage = result.context_wrapper.usage
+    return {"output": result.final_output, "tokens": (usage.input_tokens, usage.output_tokens, usage.total_tokens),
+            "last_response_id": result.last_response_id,
+            "response_ids": [r.response_id for r in result.raw_responses],
+            "tool_outputs": [item.output for item in result.new_items if type(item).__name__ == "ToolCallOutputItem"]}
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class Point(pydantic.BaseModel):
+    x: int
+    y: int
+
+
+def paint(colour: Colour, at: Point, on: datetime.date) -> str:
+    """Paint a point on a day (the SDK hands it an enum member, a model and a date)."""
+    return f"{colour!r} at {at!r} on {on!r}"
+
+
+PAINT = {"ttft_s": 0.0, "chunk_s": 0.0, "responses": [
+    {"calls": [{"name": "paint", "arguments": {"colour": "red", "at": {"x": 1, "y": 2}, "on": "2024-01-02"}}]},
+    {"text": "Done."}]}
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_a_run_reports_usage_ids_and_framework_values_as_without_forethought(api: str) -> None:
+    native = await _run_fields("native", api, [paint], PAINT)
+    assert native["tool_outputs"] == ["<Colour.RED: 'red'> at Point(x=1, y=2) on datetime.date(2024, 1, 2)"]
+    assert await _run_fields("forethought", api, [paint], PAINT) == native

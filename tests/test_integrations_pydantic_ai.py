@@ -71,9 +71,12 @@ async def test_agent_serial_equals_speculative(server: str) -> None:
 # (``TappedModel`` + ``ForethoughtToolset.of``): the model is sent the same messages, the run raises the
 # same exception, a ``ModelRetry`` makes the same retry.
 
+import datetime  # noqa: E402
+import enum  # noqa: E402
 import json  # noqa: E402
 from typing import Literal  # noqa: E402
 
+import pydantic  # noqa: E402
 from pydantic_ai import ModelRetry  # noqa: E402
 from pydantic_ai.tools import Tool as PydanticTool  # noqa: E402
 
@@ -115,6 +118,21 @@ def fail(reason: str) -> str:
     raise ValueError(f"no such place: {reason}")
 
 
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Point(pydantic.BaseModel):
+    x: int
+    y: int
+
+
+def paint(colour: Colour, at: Point, on: datetime.date) -> str:
+    """Paint a point on a day (pydantic-ai hands it an enum member, a model and a date)."""
+    return f"{colour!r} at {at!r} on {on!r}"
+
+
 def _forethought_session(functions: list[Any]) -> Session:
     """The functions as forethought tools: reads, but ``forecast`` (whose answer changes: not a read)."""
     return Runtime().session(tools=[tool(f, effect=Effect.DESTRUCTIVE if f.__name__ == "forecast"
@@ -128,7 +146,7 @@ def _functions() -> list[Any]:
         """Forecast of a city (asks for a retry the first time)."""
         return flaky(city)
 
-    return [weather, tags, forecast, fail]
+    return [weather, tags, forecast, fail, paint]
 
 
 def _script(*steps: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
@@ -142,6 +160,8 @@ SCRIPTS = {
     "retry": _script([("forecast", {"city": "Paris"})], [("forecast", {"city": "Paris, France"})]),
     "raises": _script([("weather", {"city": "Oslo"}), ("fail", {"reason": "Atlantis"})]),
     "invalid-arguments": _script([("weather", {"city": "Oslo", "days": "many"})], [("weather", {"city": "Oslo"})]),
+    "framework-values": _script([("paint", {"colour": "red", "at": {"x": 1, "y": 2}, "on": "2024-01-02"})],
+                                [("paint", {"colour": "red", "at": {"x": 1, "y": 2}, "on": "2024-01-02"})]),
 }
 
 

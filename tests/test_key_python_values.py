@@ -10,10 +10,12 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forethought import Effect, Runtime, Tool, ToolCall, tool
+from forethought.errors import InvalidArgumentsError
 
 
 class Color(enum.Enum):
@@ -168,3 +170,67 @@ def test_the_reported_collision_of_type_notation_keys_apart() -> None:
     one = {"d": {"a": (1,), "b": (2,), "a=builtins.tuple,/d/b": [3]}}
     two = {"d": {"a": [1], "b": [2], "a=builtins.tuple,/d/b": (3,)}}
     assert anything.key(ToolCall("anything", one)) != anything.key(ToolCall("anything", two))
+
+
+# --- values a framework built from the model's JSON (enum members, pydantic models, dates, UUIDs) ----------
+
+
+class Point:
+    """A stand-in for a pydantic model (what the key looks for: ``model_dump(mode="json")``)."""
+
+    def __init__(self, x: int, y: int) -> None:
+        self.x, self.y = x, y
+
+    def model_dump(self, mode: str = "python") -> dict[str, int]:
+        return {"x": self.x, "y": self.y}
+
+    def __repr__(self) -> str:
+        return f"Point({self.x}, {self.y})"
+
+
+def _framework_tool() -> Tool:
+    async def paint(color: str, p: dict[str, int], when: str, ref: str) -> str:
+        return _seen((color, p, when, ref))
+
+    return Tool("paint", paint, effect=Effect.READ_ONLY, parameters={"type": "object", "properties": {
+        "color": {"type": "string", "enum": ["red", "green"]},
+        "p": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}},
+        "when": {"type": "string"}, "ref": {"type": "string"}}, "required": ["color", "p", "when", "ref"]})
+
+
+def _framework_values() -> dict[str, Any]:
+    import datetime
+    import uuid
+
+    return {"color": Color.RED, "p": Point(1, 2), "when": datetime.date(2024, 1, 2),
+            "ref": uuid.UUID("12345678-1234-5678-1234-567812345678")}
+
+
+async def test_values_a_framework_built_are_keyed_by_their_json_and_their_type() -> None:
+    t = _framework_tool()
+    built = ToolCall("paint", _framework_values())
+    same = ToolCall("paint", _framework_values())
+    as_json = ToolCall("paint", {"color": "red", "p": {"x": 1, "y": 2}, "when": "2024-01-02",
+                                 "ref": "12345678-1234-5678-1234-567812345678"})
+    assert t.key(built) == t.key(same)  # accepted (the schema checks their JSON), and alike
+    assert t.key(built) != t.key(as_json)  # the tool can tell an enum member from its value
+    runtime = Runtime([t])
+    session = runtime.session()
+    assert session.speculate(built, source="p", confidence=0.9).status == "launched"
+    await session.wait_speculations(timeout=5)
+    outcome = await session.execute_detailed(same)
+    assert outcome.kind == "hit" and "Color" in outcome.value and "Point" in outcome.value
+    plain = await session.execute_detailed(as_json)
+    assert plain.kind == "miss" and "Color" not in plain.value
+    await session.close()
+    runtime.close()
+
+
+def test_what_no_framework_builds_is_still_not_json() -> None:
+    t = _framework_tool()
+    for bad in ({"x", "y"}, object(), Color):
+        values = {**_framework_values(), "p": bad}
+        with pytest.raises(InvalidArgumentsError):
+            t.key(ToolCall("paint", values))
+    with pytest.raises(InvalidArgumentsError, match="not one of the allowed values"):
+        t.key(ToolCall("paint", {**_framework_values(), "color": "blue"}))

@@ -220,3 +220,33 @@ async def test_a_tool_that_stops_being_a_read_is_never_guessed_after_the_server_
     assert early_before, "the proxy guessed the read before the change"
     assert early_after == [], early_after
     assert handle.proxy.refusals["not an early-allowed call"] > 0  # it was still predicted, and refused
+
+
+# --- a store another process garbled --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("garbage", [("garbage", 1000), ('{"name": 3}', 1000), ("[]", 1000),
+                                     ('{"name": "lookup", "arguments": {"key": "a"}}', "many")])
+async def test_a_garbled_first_call_in_the_store_costs_the_guess_never_the_session(
+        tmp_path: Path, garbage: tuple[str, object]) -> None:
+    import sqlite3
+
+    from forethought.mcp.firstcalls import SqliteFirstCalls
+
+    store = tmp_path / "store.sqlite"
+    command = [sys.executable, str(PROBE), str(tmp_path / "log")]
+    policy = policy_from_data({"servers": {"probe": {"trusted": True}}})
+    for session_number in range(2):
+        async with proxied(command, policy, "legacy", store=store) as (session, _):
+            await session.list_tools()
+            texts = [(await session.call_tool("lookup", {"key": k})).content[0].text  # type: ignore[union-attr]
+                     for k in ("a", "b")]
+        assert texts == ["value-of-a", "value-of-b"], session_number
+        if session_number == 0:  # between the sessions, another program writes garbage over what was learnt
+            with sqlite3.connect(store) as conn:
+                assert conn.execute("UPDATE mcp_first_calls SET call = ?, sessions = ?", garbage).rowcount >= 1
+    first = SqliteFirstCalls(store)
+    fingerprint, client = sqlite3.connect(store).execute("SELECT fingerprint, client FROM mcp_first_calls").fetchone()
+    found = first.most_likely(fingerprint, client)
+    assert found is None or found[0].name == "lookup"
+    first.close()

@@ -180,3 +180,37 @@ def test_policy_files_set_privacy() -> None:
     assert runtime.tools["unlock"].private and not runtime.tools["login"].private
     assert runtime.tools["login"].private_arguments == frozenset({"token"})
     runtime.close()
+
+
+async def test_an_agent_s_pattern_store_never_holds_a_private_value(tmp_path: Any) -> None:
+    """Privacy declared by the runtime's policy (a private tool, a tool with a private argument): the Agent's
+    predictors never learn those calls, so nothing of them reaches the pattern store's files."""
+    from forethought import PatternPredictor
+    from forethought.agent.loop import Agent
+    from forethought.llm.fake import FakeLLMClient, scripted_message
+    from forethought.predictors.patterns.store import SqlitePatternStore
+
+    def lookup_account(account: str) -> str:
+        return "balance 10"
+
+    def lookup_topic(topic: str, page: int = 1) -> str:
+        return "ok"
+
+    tools = [tool(lookup_account, effect=Effect.READ_ONLY), tool(lookup_topic, effect=Effect.READ_ONLY)]
+    policy = Policy(tools={"lookup_account": ToolPolicy(private=True),
+                           "lookup_topic": ToolPolicy(private_arguments=frozenset({"topic"}))})
+    predictor = PatternPredictor.for_tools({t.name: dict(t.parameters) for t in tools},
+                                           SqlitePatternStore(tmp_path / "patterns.sqlite"))
+    plan = [[ToolCall("lookup_account", {"account": TOKEN})], [ToolCall("lookup_topic", {"topic": PIN, "page": 2})],
+            [ToolCall("lookup_account", {"account": TOKEN})]]
+
+    def respond(request: Any) -> Any:
+        step = sum(1 for m in request.messages if m["role"] == "assistant")
+        return scripted_message("x", plan[step]) if step < len(plan) else scripted_message("done")
+
+    agent = Agent(FakeLLMClient(respond=respond), "m", tools, Runtime(policy=policy), predictors=[predictor])
+    await agent.run([{"role": "user", "content": "check my account"}])
+    await agent.close()
+    predictor.close()
+    for path in tmp_path.iterdir():
+        assert not leaks(path.read_bytes().decode("utf-8", "replace")), path.name

@@ -34,11 +34,13 @@ expected, never the rejected value (it may be private), and never a crash deeper
 
 from __future__ import annotations
 
+import datetime
 import enum
 import hashlib
 import json
 import math
 import os
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,6 +131,38 @@ def _walk_types(value: Any, path: tuple[Any, ...], found: list[str]) -> None:
             _walk_types(v, (*path, i), found)
 
 
+def json_view(value: Any) -> tuple[Any, bool]:
+    """``value`` with what a framework makes of a model's JSON turned back into that JSON: an enum member into
+    its value, a pydantic model into ``model_dump(mode="json")``, a date, time or datetime into its ISO text, a
+    UUID into its text (inside dicts, lists and tuples too); and whether anything was turned. Everything else
+    is left as it is (a set, any other object: still not JSON)."""
+    if isinstance(value, dict):
+        changed = False
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            out[k], turned = json_view(v)
+            changed = changed or turned
+        return (out, True) if changed else (value, False)
+    if isinstance(value, list | tuple):
+        items = [json_view(v) for v in value]
+        if not any(turned for _, turned in items):
+            return value, False
+        return [v for v, _ in items], True
+    if isinstance(value, enum.Enum):
+        return json_view(value.value)[0], True
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat(), True
+    if isinstance(value, uuid.UUID):
+        return str(value), True
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        try:
+            return dump(mode="json"), True
+        except Exception:  # not a pydantic model after all: left as it is
+            return value, False
+    return value, False
+
+
 def may_serve(guess: CallKey, call: CallKey) -> bool:
     """Whether a speculation keyed ``guess`` may serve the call keyed ``call``: the one rule, which holds
     exactly when no difference between the two calls can reach the tool (keys are built so)."""
@@ -213,8 +247,20 @@ class ArgumentSpec:
             arguments = dict(arguments)
         if call.positional:
             arguments = self._with_positional(call.positional, arguments)
+        return self._normalized(arguments)
+
+    def _normalized(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``arguments`` validated and normalised by the schema; values a framework made of the model's JSON
+        (an enum member, a pydantic model, a date, a UUID) are taken as the JSON they came from
+        (:func:`json_view`); their Python types still key apart (:func:`_python_types`)."""
         try:
-            result: dict[str, Any] = self.normalize(arguments, "")
+            try:
+                result: dict[str, Any] = self.normalize(arguments, "")
+            except InvalidArgumentsError:
+                view, changed = json_view(arguments)
+                if not changed:
+                    raise
+                result = self.normalize(view, "")
         except InvalidArgumentsError as exc:
             raise InvalidArgumentsError(f"{self.tool}: {exc}") from None
         except RecursionError:
@@ -252,10 +298,8 @@ class ArgumentSpec:
         if type(given) is dict and not call.positional:  # the common case, without a call in between
             try:
                 arguments: dict[str, Any] = self.normalize(given, "")
-            except InvalidArgumentsError as exc:
-                raise InvalidArgumentsError(f"{self.tool}: {exc}") from None
-            except RecursionError:
-                raise InvalidArgumentsError(f"{self.tool}: arguments are nested too deeply (or circular)") from None
+            except (InvalidArgumentsError, RecursionError):
+                arguments = self._normalized(given)  # a framework's values, or the error as it reads
         else:
             arguments = self.canonical_arguments(call)
             given = self.given(call)

@@ -226,7 +226,12 @@ class GuessFeed:
 
     def learn(self, context: PredictionContext, observed: ObservedCall) -> None:
         """Every predictor learns an authoritative call; one that raises loses that call only (logged and
-        reported as PREDICTOR_FAILED), never the agent's run."""
+        reported as PREDICTOR_FAILED), never the agent's run. A call of a private tool, or of one with private
+        arguments, is learnt by none: a predictor keeps what it learns (in a pattern store, on disk or in
+        Redis), and private means absent from every store (docs/design.md)."""
+        known = self.session.tools.get(observed.call.name)
+        if known is not None and known.hide_key:
+            return
         for predictor in self.predictors:
             try:
                 predictor.observe(context, observed)

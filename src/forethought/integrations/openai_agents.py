@@ -32,14 +32,25 @@ Two extension points of the SDK, used as it documents them:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agents import FunctionTool, Model, ModelResponse, ModelTracing, RunContextWrapper, Usage, function_tool
+from agents import (
+    FunctionTool,
+    Model,
+    ModelResponse,
+    ModelSettings,
+    ModelTracing,
+    RunContextWrapper,
+    Usage,
+    function_tool,
+)
 from agents.exceptions import ModelBehaviorError, UserError
 from agents.items import TResponseStreamEvent
+from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.strict_schema import ensure_strict_json_schema
 from agents.tool import Tool as AgentsTool
 from agents.tool import ToolErrorFunction, default_tool_error_function
@@ -133,6 +144,10 @@ class ForethoughtModel(Model):
                            previous_response_id: str | None = None, conversation_id: str | None = None,
                            prompt: Any = None) -> ModelResponse:
         completed: Any = None
+        if isinstance(model_settings, ModelSettings) and model_settings.include_usage is None:
+            # A call that is not streamed gets its usage in the answer; the stream standing in for it asks for
+            # it (the SDK asks only of api.openai.com), unless the caller said otherwise.
+            model_settings = dataclasses.replace(model_settings, include_usage=True)
         async for event in self.stream_response(system_instructions, input, model_settings, tools, output_schema,
                                                 handoffs, tracing, previous_response_id=previous_response_id,
                                                 conversation_id=conversation_id, prompt=prompt):
@@ -140,7 +155,8 @@ class ForethoughtModel(Model):
                 completed = event.response
         if completed is None:
             raise UpstreamError("the model's stream ended without response.completed")
-        return ModelResponse(output=list(completed.output), usage=_usage(completed), response_id=completed.id)
+        response_id = None if completed.id == FAKE_RESPONSES_ID else completed.id  # a Chat model's stand-in id
+        return ModelResponse(output=list(completed.output), usage=_usage(completed), response_id=response_id)
 
     async def stream_response(self, system_instructions: str | None, input: Any, model_settings: Any, tools: Any,
                               output_schema: Any, handoffs: Any, tracing: ModelTracing, *,

@@ -12,6 +12,7 @@ store's SQLite file (:class:`SqliteFirstCalls`, writers only add, so proxy proce
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections import Counter
@@ -35,6 +36,8 @@ class FirstCalls(Protocol):
         """One more session began with ``call``."""
 
 
+log = logging.getLogger(__name__)
+
 def _text(call: ToolCall) -> str | None:
     try:
         return dumps_canonical({"name": call.name, "arguments": dict(call.arguments)})
@@ -42,9 +45,16 @@ def _text(call: ToolCall) -> str | None:
         return None
 
 
-def _call(text: str) -> ToolCall:
-    data: dict[str, Any] = json.loads(text)
-    return ToolCall(str(data["name"]), dict(data["arguments"]))
+def _call(text: object) -> ToolCall | None:
+    """The call stored as ``text``, or ``None`` for anything else (a row another program garbled)."""
+    try:
+        data = json.loads(text) if isinstance(text, str | bytes) else None
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(
+                data.get("arguments"), dict):
+            return None
+        return ToolCall(data["name"], dict(data["arguments"]))
+    except (ValueError, RecursionError):
+        return None
 
 
 class MemoryFirstCalls:
@@ -58,7 +68,8 @@ class MemoryFirstCalls:
         if not counts:
             return None
         text, n = counts.most_common(1)[0]
-        return _call(text), n / sum(counts.values())
+        call = _call(text)
+        return None if call is None else (call, n / sum(counts.values()))
 
     def record(self, fingerprint: str, client: str, call: ToolCall) -> None:
         text = _text(call)
@@ -78,22 +89,34 @@ class SqliteFirstCalls:
                            "call TEXT NOT NULL, sessions INTEGER NOT NULL, PRIMARY KEY (fingerprint, client, call))")
 
     def most_likely(self, fingerprint: str, client: str) -> tuple[ToolCall, float] | None:
-        with self._lock:
-            rows = self._conn.execute(f"SELECT call, sessions FROM {TABLE} WHERE fingerprint = ? AND client = ? "
-                                      "ORDER BY sessions DESC, call LIMIT 1", (fingerprint, client)).fetchall()
-            total = self._conn.execute(f"SELECT SUM(sessions) FROM {TABLE} WHERE fingerprint = ? AND client = ?",
-                                       (fingerprint, client)).fetchone()
-        if not rows or not total or not total[0]:
+        """The most frequent first call and its share; ``None`` when none is known, or the store cannot be read
+        or holds nothing usable (a busy, broken or garbled file costs the guess, never the session)."""
+        try:
+            with self._lock:
+                rows = self._conn.execute(f"SELECT call, sessions FROM {TABLE} WHERE fingerprint = ? AND client = ? "
+                                          "ORDER BY sessions DESC, call LIMIT 1", (fingerprint, client)).fetchall()
+                total = self._conn.execute(f"SELECT SUM(sessions) FROM {TABLE} WHERE fingerprint = ? AND client = ?",
+                                           (fingerprint, client)).fetchone()
+        except sqlite3.Error as exc:
+            log.warning("the first-calls store could not be read: %s", type(exc).__name__)
             return None
-        return _call(rows[0][0]), rows[0][1] / total[0]
+        if not rows or not total or not isinstance(total[0], int | float) or total[0] <= 0:
+            return None
+        call, sessions = _call(rows[0][0]), rows[0][1]
+        if call is None or not isinstance(sessions, int | float) or not 0 < sessions <= total[0]:
+            return None
+        return call, sessions / total[0]
 
     def record(self, fingerprint: str, client: str, call: ToolCall) -> None:
         text = _text(call)
         if text is None:
             return
-        with self._lock:
-            self._conn.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?, 1) ON CONFLICT(fingerprint, client, call) DO "
-                               "UPDATE SET sessions = sessions + 1", (fingerprint, client, text))
+        try:
+            with self._lock:
+                self._conn.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?, 1) ON CONFLICT(fingerprint, client, call) "
+                                   "DO UPDATE SET sessions = sessions + 1", (fingerprint, client, text))
+        except sqlite3.Error as exc:  # never the client's call's failure
+            log.warning("the first-calls store could not be written: %s", type(exc).__name__)
 
     def close(self) -> None:
         with self._lock:

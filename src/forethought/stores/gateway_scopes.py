@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forethought.stores.errors import mapped_redis_errors
+from forethought.stores.errors import StoreIntegrityError, mapped_redis_errors
 
 SOCKET_TIMEOUT_S = 0.25
 UNKNOWN, FINISHED, MOVED_ON, TOO_MANY = -1, -2, -3, -4
@@ -137,7 +137,10 @@ class RedisScopeBackend:
         self.operations += 1
         with mapped_redis_errors("read gateway posts"):
             value = await self._client.hget(self.key(response_id, "state"), "posts")
-        return int(value or 0)
+        try:
+            return int(value or 0)
+        except (TypeError, ValueError):  # written by something else: a miss, never a dropped stream
+            raise StoreIntegrityError("a gateway response's post count in Redis is not a number") from None
 
     async def advance(self, response_id: str) -> int:
         """Drop the current segment's entries; the new segment (``UNKNOWN`` if the response is gone)."""
