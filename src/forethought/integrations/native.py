@@ -23,7 +23,8 @@ from typing import Any
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
-from forethought._core.tools import Tool, schema_from_signature
+from forethought._core.signatures import schema_from_signature
+from forethought._core.tools import Tool
 from forethought.errors import ToolDefinitionError, ToolExecutionError
 
 NativeFunction = Callable[..., Awaitable[Any]]
