@@ -1,12 +1,16 @@
 """What the framework-adapter tests share: a slow read and a write that logs, a recorder of what the model was
-sent, and a rendezvous that tells concurrent calls from serial ones."""
+sent, a rendezvous that tells concurrent calls from serial ones, and a tool whose arguments a framework turns
+into Python values (an enum member, a pydantic model, a date)."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import enum
 import json
 from typing import Any
 
+import pydantic
 import pytest
 
 from forethought import Effect, Runtime, Session, tool
@@ -80,3 +84,18 @@ class Rendezvous:
             met = False
         self.met.append(met)
         return met
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Point(pydantic.BaseModel):
+    x: int
+    y: int
+
+
+def paint(colour: Colour, at: Point, on: datetime.date) -> str:
+    """Paint a point on a day (a framework hands it an enum member, a model and a date)."""
+    return f"{colour!r} at {at!r} on {on!r}"

@@ -86,15 +86,12 @@ async def test_streamed_run_passes_events_through(server: str) -> None:
 # through forethought (``agents_tools`` + ``ForethoughtModel``), and asserts that the SDK (and the model
 # behind it) sees exactly the same thing.
 
-import datetime  # noqa: E402
-import enum  # noqa: E402
 import json  # noqa: E402
 from typing import Literal  # noqa: E402
 
-import pydantic  # noqa: E402
 from agents import function_tool  # noqa: E402
 
-from adapter_tools import RecordingApp, Rendezvous  # noqa: E402
+from adapter_tools import RecordingApp, Rendezvous, paint  # noqa: E402
 from forethought import Effect, Runtime, tool  # noqa: E402
 
 
@@ -249,20 +246,6 @@ async def _run_fields(mode: str, api: str, functions: list[Any], script: dict[st
             "last_response_id": result.last_response_id,
             "response_ids": [r.response_id for r in result.raw_responses],
             "tool_outputs": [item.output for item in result.new_items if type(item).__name__ == "ToolCallOutputItem"]}
-
-
-class Colour(enum.Enum):
-    RED = "red"
-
-
-class Point(pydantic.BaseModel):
-    x: int
-    y: int
-
-
-def paint(colour: Colour, at: Point, on: datetime.date) -> str:
-    """Paint a point on a day (the SDK hands it an enum member, a model and a date)."""
-    return f"{colour!r} at {at!r} on {on!r}"
 
 
 PAINT = {"ttft_s": 0.0, "chunk_s": 0.0, "responses": [

@@ -71,16 +71,13 @@ async def test_agent_serial_equals_speculative(server: str) -> None:
 # (``TappedModel`` + ``ForethoughtToolset.of``): the model is sent the same messages, the run raises the
 # same exception, a ``ModelRetry`` makes the same retry.
 
-import datetime  # noqa: E402
-import enum  # noqa: E402
 import json  # noqa: E402
 from typing import Literal  # noqa: E402
 
-import pydantic  # noqa: E402
 from pydantic_ai import ModelRetry  # noqa: E402
 from pydantic_ai.tools import Tool as PydanticTool  # noqa: E402
 
-from adapter_tools import RecordingApp, Rendezvous  # noqa: E402
+from adapter_tools import RecordingApp, Rendezvous, paint  # noqa: E402
 from forethought import Effect, Runtime, tool  # noqa: E402
 
 
@@ -118,19 +115,6 @@ def fail(reason: str) -> str:
     raise ValueError(f"no such place: {reason}")
 
 
-class Colour(enum.Enum):
-    RED = "red"
-    BLUE = "blue"
-
-
-class Point(pydantic.BaseModel):
-    x: int
-    y: int
-
-
-def paint(colour: Colour, at: Point, on: datetime.date) -> str:
-    """Paint a point on a day (pydantic-ai hands it an enum member, a model and a date)."""
-    return f"{colour!r} at {at!r} on {on!r}"
 
 
 def _forethought_session(functions: list[Any]) -> Session:
