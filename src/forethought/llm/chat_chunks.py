@@ -46,7 +46,7 @@ def _items(value: Any) -> list[Any]:
     return [value]
 
 
-def _text(value: Any) -> str | None:
+def call_text(value: Any) -> str | None:
     """A streamed id or name: strings as they are, numbers spelt out; anything else is absent."""
     if isinstance(value, str):
         return value or None
@@ -108,11 +108,6 @@ class CallSlots:
         return index
 
 
-def call_text(value: Any) -> str | None:
-    """A streamed id or name: strings as they are, numbers spelt out; anything else is absent."""
-    return _text(value)
-
-
 class ChatChunkDecoder:
     """Chat Completions chunks of one response (dicts or SDK objects) -> events (see the module docstring)."""
 
@@ -151,9 +146,9 @@ class ChatChunkDecoder:
                 if not isinstance(tool, Mapping) and isinstance(tool, str | bytes | int | float | bool):
                     continue
                 function = field_of(tool, "function")
-                call_id = _text(field_of(tool, "id"))
+                call_id = call_text(field_of(tool, "id"))
                 index = self._calls.slot(field_of(tool, "index"), call_id)
-                events += self._assembler.add_tool_delta(index, call_id, _text(field_of(function, "name")),
+                events += self._assembler.add_tool_delta(index, call_id, call_text(field_of(function, "name")),
                                                          _fragment(field_of(function, "arguments")))
             reason = field_of(choice, "finish_reason")
             if reason is not None:
