@@ -101,12 +101,17 @@ redis-server:
 	  $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; } || \
 	  echo "redis-server could not be installed (needs apt-get and root): the Redis tests skip"
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist): most of its time is spent waiting on the servers,
+# workers and subprocesses tests start, so three workers on two cores take about 6 min where one took 13.
+# Every test is independent of the others' order and process (ports, files and caches are per test).
+TEST_WORKERS ?= 3
+
 test: $(STAMP) mcp-servers redis-server
 	-$(MAKE) --no-print-directory sptc-venv  # optional: the spec-ptc comparison test skips (with its reason) without it
 	$(BIN)/ruff check src tests scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 clean:
 	rm -rf $(VENV) $(SPTC_VENV) $(VLLM_VENV) $(MCP_VENV) $(MCP_SQLITE_VENV) $(MCP_NODE) reports .pytest_cache .mypy_cache .ruff_cache
