@@ -6,7 +6,8 @@ confidence=...)`` for a guess, ``await session.execute(call)`` for the authorita
 matching speculation (a hit) or runs the tool (a miss). A session is composed of small parts, each with a
 narrow job: the :class:`~forethought._core.store.SpeculationStore` (unclaimed speculations by key), the
 :class:`~forethought._core.ledger.Ledger` (counts, telemetry, breaker, calibration, how a speculation ends),
-:class:`~forethought._core.live.Live` (authoritative runs, commits, the write clock) and
+:class:`~forethought._core.live.Live` (authoritative runs, commits, the write clock),
+:class:`~forethought._core.speculative_run.SpeculativeRun` (each launched guess's task) and
 :class:`~forethought._core.claims.Claims` (the authoritative path). A speculation's life is the state
 machine of :mod:`forethought._core.lifecycle`.
 
@@ -48,17 +49,18 @@ from forethought._core.entry import (
     own_arguments,
 )
 from forethought._core.ledger import Guess, Ledger
-from forethought._core.lifecycle import IN_STORE, State, move, proposed, start
+from forethought._core.lifecycle import IN_STORE, State, move, proposed
 from forethought._core.live import Live
 from forethought._core.policy import Policy
 from forethought._core.pressure import Pressure
 from forethought._core.pricing import Calibration, Worth
-from forethought._core.scheduler import Scheduler, maybe_await
-from forethought._core.shared import SharedRuns, last_change
+from forethought._core.scheduler import Scheduler
+from forethought._core.shared import SharedRuns
+from forethought._core.speculative_run import SpeculativeRun
 from forethought._core.store import SpeculationStore
 from forethought._core.tools import Tool, ToolRegistry
 from forethought._core.unrun import Unrun
-from forethought._core.versions import Write, WriteClock, read_token
+from forethought._core.versions import Write, WriteClock
 from forethought._core.watching import wait_started, watch_settled
 from forethought.errors import CallError
 from forethought.telemetry import EventKind, SessionStats, Telemetry
@@ -80,7 +82,7 @@ _EXPIRED, _FAILED, _LAUNCHED = EventKind.EXPIRED, EventKind.FAILED, EventKind.LA
 _PREEMPTED, _REJECTED, _STALE, _WITHDRAWN = (EventKind.PREEMPTED, EventKind.REJECTED, EventKind.STALE,
                                              EventKind.WITHDRAWN)
 _T_LAUNCHED, _T_DEDUPLICATED, _T_REJECTED = TicketStatus.LAUNCHED, TicketStatus.DEDUPLICATED, TicketStatus.REJECTED
-_S_QUEUED, _S_RUNNING, _S_READY, _S_FAILED = State.QUEUED, State.RUNNING, State.READY, State.FAILED
+_S_QUEUED, _S_RUNNING = State.QUEUED, State.RUNNING
 _S_REFUSED, _S_JOINED, _S_DEFERRED, _S_PROPOSED = State.REFUSED, State.JOINED, State.DEFERRED, State.PROPOSED
 _LAUNCHED_CAUSE, _REJECTED_CAUSE = "launched", "rejected"
 _DEDUPLICATED_CAUSE, _DEFERRED_CAUSE = "deduplicated", "deferred"
@@ -131,6 +133,7 @@ class Session:
                           runtime.note_runtime, runtime.pressure)
         self._claims = Claims(self._store, self._ledger, self._live, self._now, runtime.claim_wait_limit,
                               lambda: self.shared)
+        self._run = SpeculativeRun(runtime, self._live, self._now, lambda: self.shared).run
         self._rejection = Admission(runtime.policy, self._live, self._ledger.allowed).refusal
         self._next_expiry = _NEVER  # no entry in the store expires before this
         self._unrun = Unrun(self._ledger.learn)
@@ -220,7 +223,7 @@ class Session:
         entry.value = value
         entry.slot = self.runtime.scheduler.capacity.request(self, value, lambda: self._preempt(entry))
         move(entry, _S_QUEUED, _LAUNCHED_CAUSE)
-        entry.task = loop.create_task(self._run_speculation(entry))  # it first runs after we return
+        entry.task = loop.create_task(self._run(entry))  # it first runs after we return
         self._store.add(entry)
         if entry.expires < self._next_expiry:
             self._next_expiry = entry.expires
@@ -272,60 +275,6 @@ class Session:
         closed, the tool's effect or policy, a confidence out of range or under ``min_confidence``, an open
         circuit breaker), or ``None``."""
         return self._rejection(t, confidence)
-
-    async def _run_speculation(self, entry: Entry) -> Any:
-        """The speculative task: never raises (errors land in ``entry.error``), except when cancelled."""
-        t = entry.tool
-        runtime = self.runtime
-        capacity = runtime.scheduler.capacity
-        slot = entry.slot
-        assert slot is not None
-        try:
-            await capacity.wait(slot)
-            if entry.state is not _S_QUEUED:
-                return None
-            reads = entry.reads = self._live.reads(t)
-            if reads:
-                entry.versions = read_token(reads)
-            try:
-                async with asyncio.timeout(runtime.policy.speculation_timeout_s):
-                    if t.validator is not None:
-                        entry.freshness = await maybe_await(t.validator(entry.call))
-                    shared = self.shared
-                    if shared is not None and not t.threaded and shared.shares(t):
-                        # obtaining it is its run, from another worker or here
-                        if not start(entry, self._now()):
-                            return None
-                        value = await shared.speculate(t, entry.key, lambda: entry.invoke(starting=False),
-                                                       not_before=last_change(reads))
-                    elif t.threaded:
-                        value = await runtime.scheduler.run_sync(entry.invoke, speculative=True)
-                    else:
-                        value = entry.invoke()
-                    value = await maybe_await(value)
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:  # SystemExit, GeneratorExit, a library's own: never surfaces (invariant 5)
-                entry.error = exc
-                self._ended_run(entry)
-                return None
-            finally:
-                if entry.started is not None:
-                    entry.finished = self._now()
-            runtime.note_runtime(t.name, entry.run_seconds)
-            self._ended_run(entry)
-            return value
-        finally:
-            capacity.release(slot)
-
-    def _ended_run(self, entry: Entry) -> None:
-        """The speculative run ended (with a value, or an error): READY or FAILED while still unclaimed (FAILED
-        too for one whose validator raised or timed out before its tool began)."""
-        state = entry.state
-        if state is _S_RUNNING:
-            move(entry, _S_FAILED if entry.error is not None else _S_READY)
-        elif state is _S_QUEUED and entry.error is not None:
-            move(entry, _S_FAILED)
 
     # --- watching speculations (for the agent, code execution and servers) ------------------------
 
