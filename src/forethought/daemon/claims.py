@@ -155,6 +155,9 @@ class ClaimDesk:
 
     def _register(self, shim: Shim, run: ClaimRun, server: str, kind: str = "run") -> dict[str, Any]:
         run_id = f"run{next(self._ids)}"
+        if shim.gone is not None:  # it left while the claim waited: no report will come, nothing is kept open
+            _fail(run)
+            return {"kind": "run", "run": run_id}
         self._runs[run_id] = (shim.id, run)
         self.counts.runs += 1
         self.counts.count(server, kind)
@@ -182,11 +185,7 @@ class ClaimDesk:
             if owner != shim_id:
                 continue
             del self._runs[run_id]
-            if not run.done.done():
-                run.done.set_exception(ShimGone("the shim left before it reported the call"))
-                run.done.exception()  # retrieved: a run nobody awaits any more is not an error to log
-            if run.write is not None:
-                run.write.end()
+            _fail(run)
         held = self._sessions.pop(shim_id, None)
         if held is not None:
             self._close_later(held.session)
@@ -204,6 +203,15 @@ class ClaimDesk:
         self._sessions.clear()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+def _fail(run: ClaimRun) -> None:
+    """A run whose shim left before reporting it: it fails (the call was not answered here), its write ends."""
+    if not run.done.done():
+        run.done.set_exception(ShimGone("the shim left before it reported the call"))
+        run.done.exception()  # retrieved: a run nobody awaits any more is not an error to log
+    if run.write is not None:
+        run.write.end()
 
 
 def _consume(task: asyncio.Task[Any]) -> None:

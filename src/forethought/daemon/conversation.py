@@ -2,8 +2,15 @@
 
 Each model request of a conversation begins a *step* (:meth:`Conversation.begin`):
 
-1. the previous step is over: the write the daemon could not see (if any) has ended (the client has run
-   it, or it would not ask again), and the session's turn ends (unclaimed guesses are discarded);
+1. the previous step is over, and the session's turn ends (unclaimed guesses are discarded). A write the
+   daemon could not see (a message's call of a tool it cannot see, or a message it could not read) keeps
+   every guessed read from being served until the request that answers that message: one carrying a result
+   for one of its calls (by the call's id, or the same call), which the client sends only once it has run
+   them; a message cut off, or none of whose calls is known, ends its write at the conversation's next
+   request (a message still streaming keeps it). Two
+   clients whose conversations share a key (:mod:`~forethought.daemon.transcript`) therefore never end each
+   other's writes. A conversation forgotten to make room keeps its writes open until it would have idled
+   out (:data:`IDLE_S` after its last request);
 2. the session is rebuilt when the linked servers it reaches changed: one core
    :class:`~forethought._core.session.Session` per conversation, holding each linked tool the request offers,
    named as the client names it (:func:`~forethought.daemon.linked.conversation_tool`);
@@ -14,15 +21,22 @@ Each model request of a conversation begins a *step* (:meth:`Conversation.begin`
    every guess of the step that is not one of the message's calls is discarded (only those will be claimed).
 
 **Which server runs a conversation's calls.** A client starts its own MCP servers, so two clients on one
-machine each have a shim called ``git``. A conversation reaches the server of a name when exactly one live
-shim has that name, or when it is *bound* to one: a shim's claim of a call this conversation's latest message
-made (and no other conversation's) binds them (:meth:`Conversations.bind`). A name with several shims and
-no binding is not started early; its calls still go through the core when the client makes them.
+machine each have a shim called ``git``. A conversation reaches the server of a name when it is *bound* to
+one: a shim's claim of a call this conversation's latest message made (and no other conversation's) binds
+them (:meth:`Conversations.bind`), unless the conversation is bound to another live shim of that name (a
+claim never moves a binding). Before any binding it reaches the one live shim of that name, if exactly one
+has it and no other conversation is bound to that shim. A name with several shims and no binding is not
+started early; its calls still go through the core when the client makes them. Limit: a client whose own
+shim is not linked (it started before the daemon, or its link dropped) is invisible to the daemon, so while
+another client's shim of that name is the only one and still unbound, the first client's streamed reads
+can start early there (their results are never served to it: its calls go to its own server).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -70,7 +84,8 @@ class Conversation:
         """Model-facing name -> the linked tool of this conversation's session."""
         self._built: tuple[Any, ...] | None = None
         self._table = NameTable(client, {})
-        self._unseen: Write | None = None
+        self._unseen: list[tuple[StepDispatch, Write]] = []
+        """The writes the daemon cannot see, each with the step whose message made it (see the module docstring)."""
         self.step: StepDispatch | None = None
         self.steps = 0
         self.learned = 0
@@ -90,7 +105,7 @@ class Conversation:
         """A request of this conversation arrived: end the last step, start this one (module docstring)."""
         self.last_active = now
         self.steps += 1
-        self.end_unseen()
+        self._answered(transcript)
         if self.step is not None and not self.step.done and self.feed is not None:
             self.feed.stop()
         self._ensure_tools(transcript, predictors)
@@ -100,9 +115,10 @@ class Conversation:
         if self.feed is not None:
             self.feed.predictors = list(predictors)
             self.feed.start(self._context(transcript, request_extra or {}))
-        self.step = StepDispatch(self.session, self.kind_of, self.early.get, self.unseen_write, self.feed,
-                                 on_end=self._message_done, on_ticket=self._ticket)
-        return self.step
+        step = self.step = StepDispatch(self.session, self.kind_of, self.early.get, _no_write, self.feed,
+                                        on_end=self._message_done, on_ticket=self._ticket)
+        step.invisible = functools.partial(self.unseen_write, step=step)
+        return step
 
     def _ticket(self, ticket: SpeculationTicket) -> None:
         if ticket.key is not None and ticket.status != "rejected":
@@ -147,20 +163,48 @@ class Conversation:
 
     # --- what the daemon cannot see -----------------------------------------------------------------
 
-    def unseen_write(self, why: str) -> None:
-        """A write the daemon cannot see may happen before the next request (idempotent within a step)."""
-        if self._unseen is None:
-            self._unseen = self.session.begin_untracked_write()
-            log.debug("forethought serve: %s: reads are not served until the conversation's next request", why)
+    def unseen_write(self, why: str, step: StepDispatch | None = None) -> None:
+        """A write the daemon cannot see may follow ``step``'s message (the current step's by default), until
+        the request that answers it (module docstring); idempotent within a step."""
+        step = step if step is not None else self.step
+        if step is None or any(held is step for held, _ in self._unseen):
+            return
+        self._unseen.append((step, self.session.begin_untracked_write()))
+        log.debug("forethought serve: %s: reads are not served until the client answers that message", why)
+
+    def _answered(self, transcript: Transcript) -> None:
+        """End the writes of the messages ``transcript`` answers (module docstring); keep the others."""
+        if not self._unseen:
+            return
+        ids = {str(m.get("tool_call_id")) for m in transcript.messages if m.get("role") == "tool"}
+        done = {_call_text(o.call.name, o.call.arguments) for o in transcript.history}
+        kept = []
+        for step, write in self._unseen:
+            if not step.done:  # still streaming (another client's request came meanwhile): it holds
+                kept.append((step, write))
+                continue
+            calls = [c for c in step.calls.values() if c.arguments is not None]
+            known = (step.call_ids or calls) if step.complete else ()
+            if not known or step.call_ids & ids or any(_call_text(c.name, c.arguments) in done for c in calls):
+                write.end()
+            else:
+                kept.append((step, write))
+        self._unseen = kept
 
     def end_unseen(self) -> None:
-        if self._unseen is not None:
-            self._unseen.end()
-            self._unseen = None
+        """End every write the daemon could not see (the conversation is over)."""
+        unseen, self._unseen = self._unseen, []
+        for _, write in unseen:
+            write.end()
+
+    def detach_unseen(self) -> list[Write]:
+        """Hand over the writes still open (to be ended by whoever keeps them)."""
+        unseen, self._unseen = self._unseen, []
+        return [write for _, write in unseen]
 
     @property
     def unseen(self) -> bool:
-        return self._unseen is not None
+        return bool(self._unseen)
 
     # --- which tools, which kind ------------------------------------------------------------------------
 
@@ -173,7 +217,7 @@ class Conversation:
             candidates = self._shims.named(name)
             if bound is not None and name in bound.names:
                 out[name] = bound
-            elif len(candidates) == 1:
+            elif len(candidates) == 1 and candidates[0].bound_by <= {self.key}:
                 out[name] = candidates[0]
         return out
 
@@ -248,6 +292,18 @@ class Conversation:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
 
+def _no_write(why: str) -> None:
+    """The placeholder a step is built with; :meth:`Conversation.begin` binds the conversation's at once."""
+
+
+def _call_text(name: str, arguments: Any) -> str:
+    """A call as comparable text (same name and arguments: same text)."""
+    try:
+        return name + "\x00" + json.dumps(arguments, sort_keys=True, default=repr)
+    except (TypeError, ValueError):
+        return name + "\x00" + repr(arguments)
+
+
 def _reads(runtime: Runtime, shim: Shim, tool: str) -> bool:
     """Whether ``tool`` of ``shim`` only reads, as the policy resolves it with the server's name."""
     linked = shim.tools[tool]
@@ -267,6 +323,8 @@ class Conversations:
         self._max = max_conversations
         self._idle_s = idle_s
         self._all: OrderedDict[str, Conversation] = OrderedDict()
+        self._orphans: list[tuple[float, Write]] = []
+        """Writes of conversations forgotten to make room, each with when it ends (see the module docstring)."""
         self.forgotten: list[Conversation] = []
         """Conversations dropped and not closed yet (the owner closes them: :meth:`reap`)."""
 
@@ -280,11 +338,22 @@ class Conversations:
         return found
 
     def _expire(self, now: float) -> None:
+        if self._orphans:
+            for until, write in self._orphans:
+                if now >= until:
+                    write.end()
+            self._orphans = [(until, write) for until, write in self._orphans if now < until]
         while self._all:
             oldest = next(iter(self._all.values()))
             if len(self._all) <= self._max and now - oldest.last_active < self._idle_s:
                 break
-            self.forgotten.append(self._all.pop(oldest.key))
+            forgotten = self._all.pop(oldest.key)
+            for shim in self._shims.live():
+                shim.bound_by.discard(forgotten.key)
+            if now - forgotten.last_active < self._idle_s:  # made room for another: its writes stay open
+                until = forgotten.last_active + self._idle_s
+                self._orphans += [(until, write) for write in forgotten.detach_unseen()]
+            self.forgotten.append(forgotten)
 
     async def reap(self) -> None:
         """Close the conversations that were forgotten."""
@@ -310,16 +379,23 @@ class Conversations:
                 named = conversation.named(call.name)
                 if (named is not None and named.server in shim.names and named.tool == tool
                         and dict(call.arguments) == arguments):
-                    matches.append((conversation, named.server))
+                    held = conversation.bound.get(named.server)
+                    other = self._shims.get(held) if held is not None and held != shim.id else None
+                    if other is None:  # never taken from another live shim
+                        matches.append((conversation, named.server))
                     break
         if len(matches) != 1:
             return None
         conversation, server = matches[0]
         if conversation.bound.get(server) != shim.id:
             conversation.bound[server] = shim.id
+            shim.bound_by.add(conversation.key)
         return conversation
 
     async def close(self) -> None:
         self.forgotten += list(self._all.values())
         self._all.clear()
+        orphans, self._orphans = self._orphans, []
+        for _, write in orphans:
+            write.end()
         await self.reap()

@@ -92,9 +92,13 @@ class StepDispatch:
     started: float = -1.0
     """When the step began, on the runtime's clock (set at construction)."""
     calls: dict[int, StreamedCall] = field(default_factory=dict)
+    call_ids: set[str] = field(default_factory=set)
+    """The ids of the message's calls as streamed (the client answers each by its id in its next request)."""
     launched: int = 0
     blocked: bool = False
     done: bool = False
+    complete: bool = False
+    """Whether the message ended and was read to its end (a client acts only on a complete message)."""
     _names: dict[int, str] = field(default_factory=dict)
     _first_s: float | None = None
 
@@ -108,6 +112,8 @@ class StepDispatch:
             self._first_s = self._clock.monotonic() - self.started
         if isinstance(event, ToolCallStarted):
             self._names[event.index] = event.name
+            if event.id:
+                self.call_ids.add(event.id)
             kind = self.kind_of(event.name)
             if not kind.transparent:
                 self.blocked = True
@@ -125,6 +131,8 @@ class StepDispatch:
 
     def _closed(self, event: ToolCallClosed) -> None:
         self.calls[event.index] = StreamedCall(event.name, event.arguments if event.ok else None)
+        if event.id:
+            self.call_ids.add(event.id)
         if event.index not in self._names:  # closed without a start event: classify it now
             self._names[event.index] = event.name
             if not self.kind_of(event.name).transparent:
@@ -153,6 +161,7 @@ class StepDispatch:
         if self.done:
             return
         self.done = True
+        self.complete = readable
         if self.feed is not None:
             self.feed.stop(self._clock.monotonic() - self.started, tokens, self._first_s)
         if self.on_end is not None:
