@@ -164,3 +164,4 @@ async def test_a_claim_whose_shim_left_while_it_waited_leaves_no_open_run() -> N
         await _until(lambda: daemon.shims.get(shim.id) is None)
         await asyncio.sleep(0.05)
         assert daemon.desk.open_runs == 0
+

@@ -32,7 +32,7 @@ from typing import Any
 from forethought._core.policy import UNKNOWN_SERVER
 from forethought._core.runtime import Runtime
 from forethought._core.session import Session
-from forethought.daemon.conversation import Conversations
+from forethought.daemon.conversation import Conversation, Conversations
 from forethought.daemon.linked import CLAIM, ClaimRun, LinkedCall, server_tool
 from forethought.daemon.shims import Shim, ShimGone
 from forethought.errors import CallError
@@ -95,8 +95,9 @@ class ClaimDesk:
         made = self._sessions[shim.id] = _ShimSession(id(shim.tools), session, calls)
         return made
 
-    def _speculated(self, shim: Shim, tool: str, arguments: Mapping[str, Any]) -> tuple[Session, LinkedCall] | None:
-        """The session (and tool) of a conversation holding a speculation of this call, if any."""
+    def _speculated(self, shim: Shim, tool: str, arguments: Mapping[str, Any]
+                    ) -> tuple[Conversation, LinkedCall] | None:
+        """The conversation (and tool) holding a speculation of this call, if any."""
         for conversation in self._conversations:
             linked = conversation.call_for(shim, tool)
             if linked is None:
@@ -107,7 +108,7 @@ class ClaimDesk:
             except CallError:
                 continue
             if session.has_speculation(key):
-                return session, linked
+                return conversation, linked
         return None
 
     async def claim(self, shim: Shim, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +122,9 @@ class ClaimDesk:
             linked = own.calls.get(tool)
             session = own.session
         else:
-            session, linked = found
+            conversation, linked = found
+            session = conversation.session
+            self._conversations.claimed(conversation, shim)
         run = ClaimRun()
         if linked is None:
             return self._untracked(shim, session, run, server)

@@ -22,14 +22,15 @@ Each model request of a conversation begins a *step* (:meth:`Conversation.begin`
 
 **Which server runs a conversation's calls.** A client starts its own MCP servers, so two clients on one
 machine each have a shim called ``git``. A conversation reaches the server of a name when it is *bound* to
-one: a shim's claim of a call this conversation's latest message made (and no other conversation's) binds
-them (:meth:`Conversations.bind`), unless the conversation is bound to another live shim of that name (a
+one: a shim's claim of a speculation of this conversation binds them (:meth:`Conversations.claimed`), as
+does its claim of a call this conversation's latest message made (and no other conversation's)
+(:meth:`Conversations.bind`), unless the conversation is bound to another live shim of that name (a
 claim never moves a binding). Before any binding it reaches the one live shim of that name, if exactly one
-has it and no other conversation is bound to that shim. A name with several shims and no binding is not
+has it. A name with several shims and no binding is not
 started early; its calls still go through the core when the client makes them. Limit: a client whose own
 shim is not linked (it started before the daemon, or its link dropped) is invisible to the daemon, so while
-another client's shim of that name is the only one and still unbound, the first client's streamed reads
-can start early there (their results are never served to it: its calls go to its own server).
+another client's shim of that name is the only live one, the first client's streamed reads can start early
+there (their results are never served to it: its calls go to its own server).
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ class Conversation:
             candidates = self._shims.named(name)
             if bound is not None and name in bound.names:
                 out[name] = bound
-            elif len(candidates) == 1 and candidates[0].bound_by <= {self.key}:
+            elif len(candidates) == 1:
                 out[name] = candidates[0]
         return out
 
@@ -348,8 +349,6 @@ class Conversations:
             if len(self._all) <= self._max and now - oldest.last_active < self._idle_s:
                 break
             forgotten = self._all.pop(oldest.key)
-            for shim in self._shims.live():
-                shim.bound_by.discard(forgotten.key)
             if now - forgotten.last_active < self._idle_s:  # made room for another: its writes stay open
                 until = forgotten.last_active + self._idle_s
                 self._orphans += [(until, write) for write in forgotten.detach_unseen()]
@@ -389,8 +388,15 @@ class Conversations:
         conversation, server = matches[0]
         if conversation.bound.get(server) != shim.id:
             conversation.bound[server] = shim.id
-            shim.bound_by.add(conversation.key)
         return conversation
+
+    def claimed(self, conversation: Conversation, shim: Shim) -> None:
+        """``shim``'s claim took a speculation of ``conversation``: the same client's, so they are bound (by
+        every name of the shim the conversation is not bound to another live shim under)."""
+        for name in shim.names:
+            held = conversation.bound.get(name)
+            if held is None or self._shims.get(held) is None:
+                conversation.bound[name] = shim.id
 
     async def close(self) -> None:
         self.forgotten += list(self._all.values())

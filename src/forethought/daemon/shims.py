@@ -68,8 +68,6 @@ class Shim:
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     gone: str | None = None
     streaming: bool = False
-    bound_by: set[str] = field(default_factory=set)
-    """Keys of the conversations bound to this shim (its client's): no other conversation reaches it unbound."""
     runs_sent: int = 0
     answers: int = 0
 
