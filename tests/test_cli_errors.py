@@ -155,3 +155,11 @@ def test_a_report_directory_that_cannot_be_made_fails_before_the_run(tmp_path: P
     blocker.write_text("")
     line = _one_line_error(runner.invoke(app, ["bench", "--out", str(blocker / "reports")]))
     assert str(blocker) in line  # at once: the bench would otherwise run to its end before failing to write
+
+
+@pytest.mark.parametrize("content", [b"this is not a database" * 200, b"SQLite format 3\x00" + b"\xff" * 600])
+def test_a_store_that_is_not_a_database_is_one_line(tmp_path: Path, content: bytes) -> None:
+    store = tmp_path / "store.sqlite"
+    store.write_bytes(content)
+    line = _one_line_error(runner.invoke(app, ["mcp-proxy", "stats", "--store", str(store)]))
+    assert "store.sqlite" in line

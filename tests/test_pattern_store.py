@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forethought import ToolCall
-from forethought.predictors.base import ObservedCall
+from forethought.predictors.base import ObservedCall, PredictionContext
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, Counts, CountsState, wilson_lower
 from forethought.predictors.patterns.predictor import PatternConfig, PatternPredictor
 from forethought.predictors.patterns.replay import RecordedSession, RecordedTurn, contexts, train
@@ -203,3 +203,62 @@ def test_two_processes_learn_into_one_sqlite_store(tmp_path: Path) -> None:
     train(alone, [_session(n) for n in (*range(15), *range(100, 115))])
     assert merged.clock == 90
     assert _exact_counts(dict(merged.values)) == _exact_counts(dict(alone.counts.state().values))
+
+
+LONE_SURROGATE = "smile \ud83d"  # what json.loads gives for a model's "smile \\ud83d": no UTF-8 encodes it
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_a_value_no_utf8_encodes_is_never_stored_and_blocks_no_save(kind: str, tmp_path: Path) -> None:
+    """A learnt value holding a lone surrogate stays in memory only: every save (the periodic one inside
+    ``observe`` too) stores everything else, and nothing raises."""
+    tools = {"search": {"type": "object", "required": ["q"], "properties": {"q": {"type": "string"}}}}
+    store: PatternStore = SqlitePatternStore(tmp_path / "p.sqlite") if kind == "sqlite" else MemoryPatternStore()
+    predictor = PatternPredictor(store, "fp", PatternConfig(flush_every=4))
+
+    def learn(n: int, value: str) -> None:
+        context = PredictionContext(f"s{n}", [{"role": "user", "content": f"search {value}"}], f"search {value}",
+                                    (), tools)
+        predictor.observe(context, ObservedCall(ToolCall("search", {"q": value}), "ok"))
+
+    learn(0, LONE_SURROGATE)
+    for n in range(1, 10):  # passes two periodic saves
+        learn(n, f"cats {n}")
+    predictor.flush()
+    stored = store.load("fp")
+    assert stored.clock == 10
+    assert any("cats 9" in key for key in stored.values)
+    assert not any("\ud83d" in key for key in stored.values)
+    assert any("\ud83d" in key for key in predictor.counts.state().values)  # learnt, in memory
+    predictor.close()
+
+
+def test_sqlite_merge_leaves_out_what_it_cannot_hold(tmp_path: Path) -> None:
+    store = SqlitePatternStore(tmp_path / "p.sqlite")
+    store.merge("fp", {"a": 1.0, "b\ud800": 2.0, "c": float("nan"), "d": float("inf")}, 1.0, 0.0, None)
+    store.discard("fp", ["b\ud800", "zz"])
+    assert store.load("fp") == CountsState(1.0, 0.0, {"a": 1.0})
+    store.close()
+
+
+@pytest.mark.parametrize(("written", "kind"), [(10, "number"), (10.0, "integer"), (3.0, "number")])
+def test_the_learnt_number_spelling_is_saved_and_loaded(written: float, kind: str, tmp_path: Path) -> None:
+    """How a parameter's calls spell whole numbers (10 or 10.0: their canonical keys differ) is learnt into
+    the store with everything else: a predictor loading it spells guesses as the learner does."""
+    tools = {"set": {"type": "object", "required": ["n"], "properties": {"n": {"type": kind}}}}
+
+    def context(sid: str) -> PredictionContext:
+        return PredictionContext(sid, [{"role": "user", "content": "raise the limit"}], "raise the limit", (), tools)
+
+    learner = PatternPredictor.for_tools(tools, SqlitePatternStore(tmp_path / "p.sqlite"))
+    for i in range(6):
+        learner.observe(context(f"s{i}"), ObservedCall(ToolCall("set", {"n": written}), "ok"))
+    learner.flush()
+    guessed = learner.predict_now(context("new"))[0].call.arguments["n"]
+    assert guessed == written and type(guessed) is type(written)
+    loaded = PatternPredictor.for_tools(tools, SqlitePatternStore(tmp_path / "p.sqlite"))
+    for other in (loaded, learner.copy()):
+        again = other.predict_now(context("new"))[0].call.arguments["n"]
+        assert again == written and type(again) is type(written)
+    loaded.close()
+    learner.close()

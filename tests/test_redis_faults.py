@@ -104,3 +104,18 @@ def test_a_batch_redis_refuses_is_dropped_with_an_event_and_never_retried(redis_
     assert store.queued == 0 and store.dropped == 1
     assert store.load("fp") == CountsState(1.0, 0.0, {"b": 1.0})
     store.close()
+
+
+def test_a_counter_name_no_utf8_encodes_never_degrades_the_store(redis_url: str) -> None:
+    """A name holding a lone surrogate (a model's "\\ud83d" escape, learnt) is left out of the batch: the rest
+    reaches Redis, and the store never degrades for it."""
+    clock, events = FakeClock(), []
+    store = _store(redis_url, clock, events)
+    store.merge("fp", {"a": 1.0, "q\x1fsmile \ud83d": 1.0}, 1.0, 0.0, None)
+    clock.advance(RETRY_S)
+    store.merge("fp", {"b": 1.0}, 1.0, 0.0, None)
+    assert events == [] and store.queued == 0 and not store.degraded
+    reader = RedisPatternStore.from_url(redis_url)
+    assert reader.load("fp") == CountsState(2.0, 0.0, {"a": 1.0, "b": 1.0})
+    reader.close()
+    store.close()

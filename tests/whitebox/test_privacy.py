@@ -9,6 +9,7 @@ per-runtime secret, and absent for calls of private tools.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -214,3 +215,110 @@ async def test_an_agent_s_pattern_store_never_holds_a_private_value(tmp_path: An
     predictor.close()
     for path in tmp_path.iterdir():
         assert not leaks(path.read_bytes().decode("utf-8", "replace")), path.name
+
+
+def _agent_with_store(tmp_path: Any, plan: list[list[ToolCall]], first: list[dict[str, Any]],
+                      runs: int = 1) -> Any:
+    """Run an Agent (a private tool ``vault_secret_lookup`` and a public ``weather``) ``runs`` times with a
+    SQLite pattern store; the store's keys and its files' bytes after."""
+    import asyncio
+    import sqlite3
+
+    from forethought import PatternPredictor
+    from forethought.agent.loop import Agent
+    from forethought.llm.fake import FakeLLMClient, scripted_message
+    from forethought.predictors.patterns.store import SqlitePatternStore
+
+    def vault_secret_lookup(account: str) -> str:
+        return json.dumps({"holder": TOKEN, "city": "Paris"})
+
+    def weather(city: str) -> str:
+        return "sunny"
+
+    tools = [tool(vault_secret_lookup, effect=Effect.READ_ONLY), tool(weather, effect=Effect.READ_ONLY)]
+    policy = Policy(tools={"vault_secret_lookup": ToolPolicy(private=True)})
+    predictor = PatternPredictor.for_tools({t.name: dict(t.parameters) for t in tools},
+                                           SqlitePatternStore(tmp_path / "patterns.sqlite"))
+
+    def respond(request: Any) -> Any:
+        step = sum(1 for m in request.messages if m["role"] == "assistant")
+        return scripted_message("x", plan[step]) if step < len(plan) else scripted_message("done")
+
+    async def go() -> None:
+        for _ in range(runs):
+            agent = Agent(FakeLLMClient(respond=respond), "m", tools, Runtime(policy=policy), predictors=[predictor])
+            await agent.run(first)
+            await agent.close()
+
+    asyncio.run(go())
+    predictor.close()
+    conn = sqlite3.connect(tmp_path / "patterns.sqlite")
+    keys = [k for (k,) in conn.execute("select key from pattern_counts")]
+    conn.close()
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    return keys, raw
+
+
+@pytest.mark.parametrize("first", [
+    [{"role": "user", "content": "look up my account then the weather"}],
+    [{"role": "system", "content": "You are an autonomous account checker."}],  # calls only: no user text
+])
+def test_a_private_call_leaves_nothing_in_the_store_through_later_calls(tmp_path: Any,
+                                                                       first: list[dict[str, Any]]) -> None:
+    """A private call sits in the history (and messages) of the public calls learnt after it: neither its
+    name, nor its argument, nor its output reaches the pattern store, while the public calls are learnt."""
+    plan = [[ToolCall("vault_secret_lookup", {"account": PIN})], [ToolCall("weather", {"city": "Paris"})]]
+    keys, raw = _agent_with_store(tmp_path, plan, first, runs=3)
+    assert any("weather" in k for k in keys)  # the public call was learnt
+    for secret in (PIN, TOKEN, "vault_secret_lookup"):
+        assert not [k for k in keys if secret in k], secret
+        assert secret.encode() not in raw, secret
+
+
+def test_learnable_context_drops_private_calls_and_keeps_the_rest() -> None:
+    from forethought.agent.learnable import learnable
+    from forethought.predictors.base import ObservedCall, PredictionContext
+
+    secret = ObservedCall(ToolCall("vault", {"a": PIN}), TOKEN)
+    public = ObservedCall(ToolCall("weather", {"city": "Oslo"}), "sunny")
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "1", "type": "function", "function": {"name": "vault", "arguments": PIN}},
+                    {"id": "2", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "1", "content": TOKEN},
+                {"role": "tool", "tool_call_id": "2", "content": "sunny"},
+                {"role": "assistant", "content": "x", "tool_calls": [
+                    {"id": "3", "type": "function", "function": {"name": "vault", "arguments": PIN}}]},
+                {"role": "tool", "tool_call_id": "3", "content": TOKEN}]
+    context = PredictionContext("s", messages, "hi", (secret, public), {"vault": {}, "weather": {}},
+                                [{"type": "function", "function": {"name": "vault"}},
+                                 {"type": "function", "function": {"name": "weather"}}])
+    cleaned = learnable(context, lambda name: name == "vault")
+    assert cleaned.history == (public,)
+    assert list(cleaned.tools) == ["weather"] and len(cleaned.openai_tools) == 1
+    assert not leaks(repr(cleaned)) and "vault" not in repr(cleaned)
+    assert [m["role"] for m in cleaned.messages] == ["user", "assistant", "tool", "assistant"]
+    assert cleaned.messages[-1] == {"role": "assistant", "content": "x"}
+    assert learnable(cleaned, lambda name: name == "vault") is cleaned  # nothing private: the same context
+
+
+def test_predicting_from_a_private_context_changes_no_counter() -> None:
+    """Prediction contexts keep private calls (the predictors may use them to guess); predicting never adds
+    to what a predictor keeps, so nothing of them can be saved."""
+    from forethought import PatternPredictor
+    from forethought.predictors.base import ObservedCall, PredictionContext
+
+    predictor = PatternPredictor()
+    predictor.counts.keeps_pending = True
+    tools = {"vault": {"type": "object", "properties": {"a": {"type": "string"}}},
+             "weather": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    for city in ("Oslo", "Paris", "Rome"):
+        context = PredictionContext("s", [], f"weather in {city}", (), tools)
+        predictor.observe(context, ObservedCall(ToolCall("weather", {"city": city}), "sunny"))
+    before = predictor.counts.state()
+    secret = ObservedCall(ToolCall("vault", {"a": PIN}), f"city {TOKEN}")
+    context = PredictionContext("t", [], "", (secret,), tools)
+    predictor.predict_now(context)
+    predictor.predict_after(context, secret)
+    assert predictor.counts.state() == before
+    assert not any(leaks(k) for k in predictor.counts.take_pending()[0])

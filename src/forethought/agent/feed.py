@@ -32,6 +32,7 @@ from forethought._core.entry import SpeculationTicket
 from forethought._core.runtime import Session, SettledSpeculation
 from forethought._core.tools import Effect
 from forethought.agent.deferral import Deferral, Held, SampleCounting, proposed_keys
+from forethought.agent.learnable import learnable
 from forethought.agent.narrowing import StreamNarrowing
 from forethought.errors import CallError
 from forethought.llm.dispatch import render_output
@@ -104,6 +105,8 @@ class GuessFeed:
         self._samplers_left = 0  # this step's sampling predictors that have not ended yet
         self._step_votes: list[SampleVotes] = []
         self._combine = session.runtime.policy.combine_evidence
+        self._learnable: tuple[PredictionContext, PredictionContext] | None = None
+        """The latest context learnt in, and the same without private calls (:meth:`learn`)."""
         self._clock = session.runtime.clock
         self.narrowing = StreamNarrowing(session, self.eta_s, on_ticket=on_ticket)
         """The step's guesses narrowed by the model's streamed call (:meth:`streamed`)."""
@@ -227,16 +230,31 @@ class GuessFeed:
     def learn(self, context: PredictionContext, observed: ObservedCall) -> None:
         """Every predictor learns an authoritative call; one that raises loses that call only (logged and
         reported as PREDICTOR_FAILED), never the agent's run. A call of a private tool, or of one with private
-        arguments, is learnt by none: a predictor keeps what it learns (in a pattern store, on disk or in
-        Redis), and private means absent from every store (docs/design.md)."""
-        known = self.session.tools.get(observed.call.name)
-        if known is not None and known.hide_key:
+        arguments, is learnt by none, and the context a call is learnt in holds none of them either (their
+        calls and outputs are taken out of its history and messages: :mod:`~forethought.agent.learnable`): a
+        predictor keeps what it learns (in a pattern store, on disk or in Redis), and private means absent
+        from every store (docs/design.md)."""
+        if self._is_private(observed.call.name):
             return
+        context = self._learnable_context(context)
         for predictor in self.predictors:
             try:
                 predictor.observe(context, observed)
             except Exception as exc:
                 self._failed(predictor, exc, f"failed to learn a call of {observed.call.name} and skipped it")
+
+    def _is_private(self, name: str) -> bool:
+        known = self.session.tools.get(name)
+        return known is not None and known.hide_key
+
+    def _learnable_context(self, context: PredictionContext) -> PredictionContext:
+        """``context`` without private calls, worked out once per context (parallel calls share one)."""
+        last = self._learnable
+        if last is not None and last[0] is context:
+            return last[1]
+        cleaned = learnable(context, self._is_private)
+        self._learnable = (context, cleaned)
+        return cleaned
 
     def _failed(self, predictor: Predictor, exc: Exception, what: str) -> None:
         _log.warning("predictor %s %s: %s", predictor.name, what, type(exc).__name__)

@@ -235,12 +235,15 @@ def stats(
     path = store or default_store()
     if not path.exists():
         raise _fail(McpProxyError(f"no store at {path}"))
-    stats_store = StatsStore(path)
     try:
-        per = stats_store.by_fingerprint()
-        total = stats_store.total()
-    finally:
-        stats_store.close()
+        stats_store = StatsStore(path)
+        try:
+            per = stats_store.by_fingerprint()
+            total = stats_store.total()
+        finally:
+            stats_store.close()
+    except sqlite3.Error as exc:  # not a database, a damaged one, one another program locks
+        raise _fail(McpProxyError(f"cannot read the store {path}: {exc}")) from None
     if as_json:
         doc: dict[str, Any] = {"store": str(path), "total": stats_document(total),
                                "by_fingerprint": {k: stats_document(v) for k, v in per.items()}}

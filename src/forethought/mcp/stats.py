@@ -110,13 +110,17 @@ class StatsStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
                                      check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        columns = ", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in _COLUMNS)
-        tool_columns = ", ".join(f"{c} INTEGER NOT NULL DEFAULT 0" for c in _TOOL_COLUMNS)
-        with self._transaction():
-            self._conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (fingerprint TEXT PRIMARY KEY, {columns})")
-            self._conn.execute(f"CREATE TABLE IF NOT EXISTS {TOOLS_TABLE} (fingerprint TEXT NOT NULL, tool TEXT NOT "
-                               f"NULL, {tool_columns}, PRIMARY KEY (fingerprint, tool))")
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            columns = ", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in _COLUMNS)
+            tool_columns = ", ".join(f"{c} INTEGER NOT NULL DEFAULT 0" for c in _TOOL_COLUMNS)
+            with self._transaction():
+                self._conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (fingerprint TEXT PRIMARY KEY, {columns})")
+                self._conn.execute(f"CREATE TABLE IF NOT EXISTS {TOOLS_TABLE} (fingerprint TEXT NOT NULL, tool TEXT "
+                                   f"NOT NULL, {tool_columns}, PRIMARY KEY (fingerprint, tool))")
+        except BaseException:  # not a database (or a damaged one): the error is the caller's, the file closed
+            self._conn.close()
+            raise
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from forethought.predictors.patterns.counts import PLAIN_PREFIX, REBASE_AFTER_HALF_LIVES, CountsState
-from forethought.predictors.patterns.store import CountsChanges, split_mark
+from forethought.predictors.patterns.store import CountsChanges, split_mark, storable_key
 from forethought.stores.errors import (
     StoreIntegrityError,
     StoreTimeoutError,
@@ -273,14 +273,16 @@ class RedisPatternStore:
 
     def merge(self, fingerprint: str, deltas: Mapping[str, float], ticks: float, epoch: float,
               half_life: float | None, merge_id: str | None = None) -> None:
-        """Add a batch atomically; ``merge_id`` (new by default) makes a repeat of the same batch a no-op."""
+        """Add a batch atomically; ``merge_id`` (new by default) makes a repeat of the same batch a no-op. A
+        counter whose name UTF-8 cannot encode (a lone surrogate) is left out, never failing the batch."""
         meta_key, counts_key, done_prefix, changes_key = pattern_keys(fingerprint, self._prefix)
         marker = done_prefix + (merge_id or uuid.uuid4().hex)
         args: list[Any] = [repr(float(ticks)), repr(float(epoch)), "" if half_life is None else repr(float(half_life)),
                            repr(REBASE_AFTER_HALF_LIVES), PLAIN_PREFIX, DONE_TTL_S, SCHEMA_VERSION,
                            uuid.uuid4().hex, KEPT_MERGES]  # the generation, if this merge is the store's first
         for key, delta in deltas.items():
-            args += [key, repr(float(delta))]
+            if storable_key(key):  # a name UTF-8 cannot encode is left out (the rest is merged)
+                args += [key, repr(float(delta))]
         for attempt in range(self._retries + 1):
             try:
                 with mapped_redis_errors("merge patterns"):

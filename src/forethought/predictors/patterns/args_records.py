@@ -12,7 +12,6 @@ and predicts with it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 from collections.abc import Mapping
@@ -93,6 +92,9 @@ class RuleTable:
     """Positions of the pseudo rules."""
 
 
+_UNREADABLE = (ValueError, TypeError, RecursionError)
+"""What parsing a rule or value key a store holds may raise when this model did not write it (not JSON, not
+a rule's shape, an integer past Python's digit limit, nesting past the recursion limit)."""
 _parse_rule = functools.lru_cache(maxsize=4096)(Rule.from_key)
 """Rules are values: parsed once per rule key and process while recently used, shared by every model (and
 copy); a model keeps the rules of its tables parsed itself."""
@@ -145,12 +147,19 @@ class RuleRecords:
         if parts[0] == "r" and len(parts) == 5:
             rule = parts[3]
             if rule not in self._parsed and rule not in PSEUDO_RULES:
-                with contextlib.suppress(ValueError, TypeError):  # an unreadable rule fails where it is used
+                try:
                     self._parsed[rule] = _parse_rule(rule)
+                except _UNREADABLE:
+                    return  # not a rule this model wrote (another program's, a damaged store): never used
             self._add_rule((parts[1], parts[2]), rule, cut=False)
             if parts[1] != ANY:
                 self._params.setdefault(parts[1], set()).add(parts[2])
         elif parts[0] == "c" and len(parts) == 4:
+            if parts[3] != ABSENT_KEY:
+                try:
+                    parse_constant(parts[3])
+                except _UNREADABLE:
+                    return  # not a value key this model wrote: never used
             self._store_value((parts[1], parts[2]), parts[3])
             self._params.setdefault(parts[1], set()).add(parts[2])
         elif parts[0] == "k" and len(parts) == 4:

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 from forethought.predictors.patterns.derive_time import WHEN
 
+SOURCES = frozenset({"user", "prev", "sys", "all", "arg", "out", "tok", "ord", "walk"})
+"""What a rule may read (:mod:`derive_rules` describes each)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Rule:
@@ -35,8 +38,17 @@ class Rule:
 
     @classmethod
     def from_key(cls, key: str) -> Rule:
+        """The rule stored by ``key``; ``ValueError`` (or ``TypeError``) when ``key`` is not the key of a rule
+        as this module writes it (a store may hold another program's keys, or damaged ones)."""
         source, locator, transform, wrap = json.loads(key)
-        return cls(str(source), tuple(str(x) for x in locator), str(transform), bool(wrap))
+        if not (isinstance(source, str) and source in SOURCES and isinstance(locator, list) and locator
+                and all(isinstance(x, str) for x in locator) and isinstance(transform, str)
+                and isinstance(wrap, bool)):
+            raise ValueError("not a rule's key")
+        rule = cls(source, tuple(locator), transform, wrap)
+        if rule.key != key:
+            raise ValueError("not a rule's key")
+        return rule
 
     @property
     def reads_outputs(self) -> bool:

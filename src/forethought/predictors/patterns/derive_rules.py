@@ -119,15 +119,23 @@ class Sources(Explaining):
                 elif rule.source != "all" and rule.locator[1:2] in (("b",), ("a",)):
                     found = memo[key] = None  # the index lists every cue word that has an atom
                 else:
-                    found = memo[key] = self._apply_new(rule)
+                    found = memo[key] = self._apply_loaded(rule)
                 applied[key] = found
             else:
-                found = applied[key] = self._apply_new(rule)
+                found = applied[key] = self._apply_loaded(rule)
             if found is not None and found[0].__class__ in (list, dict):
                 # Remembered values are shared: every caller gets its own (shallow) container.
                 found = (list(found[0]) if found[0].__class__ is list else dict(found[0])), found[1]
             out[i] = found
         return out
+
+    def _apply_loaded(self, rule: Rule) -> tuple[Any, str] | None:
+        """:meth:`_apply_new`, giving nothing for a rule whose locator this model never writes (a rule of the
+        right shape from a store another program wrote: a missing part, a position that is no number)."""
+        try:
+            return self._apply_new(rule)
+        except (LookupError, ValueError, TypeError):
+            return None
 
     def _apply_new(self, rule: Rule) -> tuple[Any, str] | None:
         """The value ``rule`` gives here and its value key, worked out (nothing remembered)."""

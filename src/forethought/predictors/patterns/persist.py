@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from forethought.predictors.patterns.args import ArgumentModel
 from forethought.predictors.patterns.counts import Counts, CountsState
 from forethought.predictors.patterns.flow import FlowModel
-from forethought.predictors.patterns.store import CompactingStore, CountsChanges, IncrementalStore, PatternStore
+from forethought.predictors.patterns.store import (
+    CompactingStore,
+    CountsChanges,
+    IncrementalStore,
+    PatternStore,
+    storable,
+    storable_key,
+)
 
 __all__ = ["StoreSync"]
 
@@ -110,10 +117,12 @@ class StoreSync:
     def _save(self, store: PatternStore, taken: _Taken) -> None:
         """The store's side of a flush (touches nothing of the predictor's but ``taken``)."""
         if taken.discarded and isinstance(store, CompactingStore):
-            store.discard(self.fingerprint, sorted(taken.discarded))
+            store.discard(self.fingerprint, sorted(k for k in taken.discarded if storable_key(k)))
             taken.discarded = set()  # deleted: not put back if the merge fails
         if taken.pending or taken.ticks:
-            store.merge(self.fingerprint, taken.pending, taken.ticks, taken.epoch, taken.half_life)
+            # What no store can hold (a name UTF-8 cannot encode, a number that is not finite) stays in memory
+            # only: put back it would fail every later save too.
+            store.merge(self.fingerprint, storable(taken.pending), taken.ticks, taken.epoch, taken.half_life)
             taken.pending, taken.ticks = {}, 0.0
 
     def _exchange(self, store: PatternStore, taken: _Taken | None, mark: str | None) -> CountsChanges:

@@ -156,7 +156,8 @@ class PatternPredictor(StoreSync):
         self._since_flush = 0
         self._step_calls: OrderedDict[str, tuple[_Mark, list[ObservedCall]]] = OrderedDict()
         self._steps: OrderedDict[str, tuple[PredictionContext, _Mark, _Step]] = OrderedDict()
-        self.numbers = NumberSpelling()
+        self.numbers = NumberSpelling(self.counts)
+        """How each parameter spells whole numbers (its counters are among :attr:`counts`: saved and loaded)."""
         self.repeats = RepeatModel(self.counts)
         self.distinct = DistinctModel(self.counts)
         self.pairs = PairOrder(self.counts)
@@ -190,15 +191,13 @@ class PatternPredictor(StoreSync):
         """An independent predictor that knows what this one has learned (and has no store)."""
         clone = PatternPredictor(None, self.fingerprint, self.config)
         clone._load(self.counts.state())
-        clone.numbers = self.numbers.copy()
         clone.flow.maxent.load_rehearsal(self.flow.maxent.rehearsal())
         return clone
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as what it has learned (as :meth:`copy` keeps it; no store), e.g. for a worker process:
         its indexes and compiled schema checkers are rebuilt on loading."""
-        return (_restored, (self.fingerprint, self.config, self.counts.state(), self.numbers.copy(),
-                            self.flow.maxent.rehearsal()))
+        return (_restored, (self.fingerprint, self.config, self.counts.state(), self.flow.maxent.rehearsal()))
 
     # --- context --------------------------------------------------------------------------------------
 
@@ -462,13 +461,11 @@ class PatternPredictor(StoreSync):
                 log.warning("pattern store %s: save failed, kept in memory: %s", self.fingerprint, exc)
 
 
-def _restored(fingerprint: Any, config: PatternConfig, state: Any, numbers: Any,
-              rehearsal: Any = None) -> PatternPredictor:
-    """A predictor unpickled from :meth:`PatternPredictor.__reduce__` (``rehearsal``: the scorer's
-    rehearsal memory; absent in pickles from before it existed)."""
+def _restored(fingerprint: Any, config: PatternConfig, state: Any, rehearsal: Any = None) -> PatternPredictor:
+    """A predictor unpickled from :meth:`PatternPredictor.__reduce__` (``rehearsal``: the scorer's rehearsal
+    memory; the number spellings are among the counters of ``state``)."""
     predictor = PatternPredictor(None, fingerprint, config)
     predictor._load(state)
-    predictor.numbers = numbers
     if rehearsal is not None:
         predictor.flow.maxent.load_rehearsal(rehearsal)
     return predictor

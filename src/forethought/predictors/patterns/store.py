@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 import threading
 import uuid
@@ -53,6 +54,54 @@ def tool_set_fingerprint(tools: Mapping[str, Any]) -> str:
     """A short stable id of a tool set: tool names and their parameter schemas (order-insensitive)."""
     text = json.dumps({name: tools[name] for name in sorted(tools)}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def storable_key(key: str) -> bool:
+    """Whether counter name ``key`` can be stored: it is text UTF-8 can encode (a value holding a lone
+    surrogate, as ``json.loads`` gives for a model's ``"\\ud83d"``, cannot; such a counter is learnt in
+    memory only)."""
+    if key.isascii():
+        return True
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def storable(deltas: Mapping[str, float]) -> dict[str, float]:
+    """``deltas`` without what no store can hold: names :func:`storable_key` refuses, numbers that are not
+    finite. A store drops them rather than fail the whole batch (and every later one, as the batch stays
+    pending): the rest is saved."""
+    return {key: delta for key, delta in deltas.items()
+            if isinstance(delta, int | float) and math.isfinite(delta) and storable_key(key)}
+
+
+_STORED_OR_ZERO = ("(CASE WHEN typeof(value) IN ('integer', 'real') AND value BETWEEN -1.7976931348623157e308 "
+                   "AND 1.7976931348623157e308 THEN value ELSE 0 END)")
+"""A stored counter as a merge reads it: 0 when it is not a finite number (text or bytes another program
+wrote, an infinity), so the merge repairs it, as :func:`finite_number` leaves it out of a load."""
+
+
+def finite_number(value: object) -> float | None:
+    """``value`` as a float when a database gave a finite number (an int or a float, not a bool); else
+    ``None`` (text, bytes, NULL, an infinity)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the float range
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _meta(row: Sequence[object] | None, epoch: float) -> tuple[float, float]:
+    """(clock, epoch) of a ``pattern_meta`` row; (0, ``epoch``) when there is none or they are not finite
+    numbers."""
+    if row is None:
+        return 0.0, epoch
+    clock, stored = finite_number(row[0]), finite_number(row[1])
+    return (0.0, epoch) if clock is None or stored is None else (clock, stored)
 
 
 def _rebase_target(clock: float, epoch: float, half_life: float | None) -> float | None:
@@ -236,7 +285,10 @@ class MemoryPatternStore:
 
 
 class SqlitePatternStore:
-    """A :class:`PatternStore` in one SQLite file, safe for several processes (WAL, additive upserts)."""
+    """A :class:`PatternStore` in one SQLite file, safe for several processes (WAL, additive upserts).
+
+    A merge leaves out what SQLite cannot hold (:func:`storable`: a name UTF-8 cannot encode, a number that
+    is not finite) instead of failing the batch."""
 
     def __init__(self, path: str | Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self.path = Path(path)
@@ -258,12 +310,17 @@ class SqlitePatternStore:
         return _Transaction(self._conn, mode)
 
     def load(self, fingerprint: str) -> CountsState:
+        """What is stored under ``fingerprint``; a row whose number is not a finite number (text or bytes
+        another program wrote, an infinity) or whose name is not text is left out, and a clock or epoch
+        that is not one reads as 0 (the next merge starts them afresh), so one bad row never fails a load."""
         with self._lock, self._transaction("DEFERRED"):
             row = self._conn.execute("SELECT clock, epoch FROM pattern_meta WHERE fingerprint = ?",
                                      (fingerprint,)).fetchone()
-            values = dict(self._conn.execute("SELECT key, value FROM pattern_counts WHERE fingerprint = ?",
-                                             (fingerprint,)).fetchall())
-        clock, epoch = (float(row[0]), float(row[1])) if row else (0.0, 0.0)
+            rows = self._conn.execute("SELECT key, value FROM pattern_counts WHERE fingerprint = ?",
+                                      (fingerprint,)).fetchall()
+        values = {key: number for key, value in rows
+                  if isinstance(key, str) and (number := finite_number(value)) is not None}
+        clock, epoch = _meta(row, 0.0)
         return CountsState(clock, epoch, values)
 
     def merge(self, fingerprint: str, deltas: Mapping[str, float], ticks: float, epoch: float,
@@ -276,12 +333,12 @@ class SqlitePatternStore:
                 self._conn.execute("INSERT INTO pattern_meta VALUES (?, ?, ?, ?)",
                                    (fingerprint, clock, stored_epoch, SCHEMA_VERSION))
             else:
-                clock, stored_epoch = float(row[0]), float(row[1])
+                clock, stored_epoch = _meta(row, epoch)  # not numbers: started afresh, never blocking a save
             self._conn.executemany(
                 "INSERT INTO pattern_counts VALUES (?, ?, ?) ON CONFLICT(fingerprint, key) "
-                "DO UPDATE SET value = value + excluded.value",
+                f"DO UPDATE SET value = {_STORED_OR_ZERO} + excluded.value",
                 [(fingerprint, key, rescale(delta, epoch, stored_epoch, half_life) if decays(key) else delta)
-                 for key, delta in deltas.items()])
+                 for key, delta in storable(deltas).items()])
             clock += ticks
             target = _rebase_target(clock, stored_epoch, half_life)
             if target is not None and half_life is not None:
@@ -296,7 +353,7 @@ class SqlitePatternStore:
     def discard(self, fingerprint: str, keys: Sequence[str]) -> None:
         with self._lock, self._transaction():
             self._conn.executemany("DELETE FROM pattern_counts WHERE fingerprint = ? AND key = ?",
-                                   [(fingerprint, key) for key in keys])
+                                   [(fingerprint, key) for key in keys if storable_key(key)])
 
     def close(self) -> None:
         with self._lock:
