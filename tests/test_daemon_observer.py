@@ -43,6 +43,9 @@ def _watcher(recorder: Recorder) -> Any:
         def unreadable(self, why: str) -> None:
             recorder.unreadable_(why)
 
+        def left(self, why: str) -> None:
+            recorder.unreadable_("left: " + why)
+
     return Adapter()
 
 

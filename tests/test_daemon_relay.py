@@ -247,3 +247,50 @@ def test_any_upstream_body_passes_through_unchanged(chunks: list[bytes], api: st
             await daemon.aclose()
 
     asyncio.run(run())
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+_START = _event({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                                                      "content": [], "model": "m", "stop_reason": None,
+                                                      "usage": {"input_tokens": 1, "output_tokens": 0}}})
+_BASH = _event({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}})
+_TEXT = _event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+
+
+@pytest.mark.parametrize(("head", "holds"), [(_TEXT, False), (_BASH, True)], ids=["text", "write-started"])
+async def test_a_client_that_leaves_mid_message_holds_a_write_only_for_a_call_it_received(head: bytes,
+                                                                                       holds: bool) -> None:
+    """A client that leaves got only what the daemon read (each chunk is queued before it is sent): a message
+    cut off there holds a write only if a call the daemon cannot see had begun, not for the rest it never got."""
+    never = asyncio.Event()
+
+    async def endpoint(request: Request) -> Response:
+        await request.body()
+
+        async def chunks() -> AsyncIterator[bytes | StreamCut]:
+            yield _START + head
+            await never.wait()  # the rest never comes: the client leaves first
+            yield b""
+
+        return EventStream(chunks())
+
+    upstream = Starlette(routes=[Route("/v1/messages", endpoint, methods=["POST"])])
+    path, body = PATHS["messages"]
+    async with stack(upstream) as (_, daemon), httpx2.AsyncClient() as client:
+        async with client.stream("POST", daemon.url + path, json={**body, "stream": True}) as response:
+            async for chunk in response.aiter_raw():
+                if chunk:
+                    break  # the user interrupts: the client closes the response
+        for _ in range(300):
+            if daemon.relay.counts.left:
+                break
+            await asyncio.sleep(0.01)
+        conversation = next(iter(daemon.conversations))
+        assert daemon.relay.counts.left == 1 and daemon.relay.counts.unreadable == 0
+        assert conversation.unseen is holds
+        healthy = await client.get(daemon.url + "/health")
+        assert healthy.status_code == 200

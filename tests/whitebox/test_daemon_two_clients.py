@@ -8,9 +8,11 @@ Each test orders requests, streamed events, early runs and claims exactly, with 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
-from forethought.daemon import Daemon
+from forethought._core.policy import Policy, ServerPolicy, ToolPolicy
+from forethought.daemon import Client, Daemon, DaemonConfig, Upstreams, serve_daemon
 from forethought.daemon.conversation import Conversation
 from forethought.daemon.transcript import read_request
 from forethought.daemon.wire import Wire
@@ -81,13 +83,26 @@ async def test_another_client_s_request_on_the_same_key_keeps_a_write_it_did_not
         await link.aclose()
 
 
-async def test_a_request_that_repeats_the_same_calls_answers_the_write_too() -> None:
+async def test_another_client_s_same_call_under_its_own_id_keeps_the_write() -> None:
     async with daemon_with() as daemon:
         a = _request(daemon, FIRST)
         _stream(a, A_WRITES)
         assert a.unseen
-        renamed = [(f"other_{i}", n, args) for i, n, args in A_WRITES]  # a client that names calls its own way
-        _request(daemon, FIRST + _answered(renamed, ["ok", "x"]))
+        theirs = [(f"other_{i}", n, args) for i, n, args in A_WRITES]  # client B ran the same calls, its own ids
+        _request(daemon, FIRST + _answered(theirs, ["ok", "x"]))
+        assert a.unseen, "B's results for its own calls ended the write of A's message"
+        _request(daemon, FIRST + _answered(A_WRITES, ["ok", "x"]))
+        assert not a.unseen
+
+
+async def test_where_the_stream_gave_no_ids_the_same_call_answers_the_write() -> None:
+    async with daemon_with() as daemon:
+        a = _request(daemon, FIRST)
+        _stream(a, [("", name, args) for _, name, args in A_WRITES])
+        assert a.unseen
+        _request(daemon, FIRST)  # no result for those calls yet
+        assert a.unseen
+        _request(daemon, FIRST + _answered(A_WRITES, ["ok", "x"]))
         assert not a.unseen
 
 
@@ -165,3 +180,37 @@ async def test_a_claim_whose_shim_left_while_it_waited_leaves_no_open_run() -> N
         await asyncio.sleep(0.05)
         assert daemon.desk.open_runs == 0
 
+
+
+async def test_a_private_linked_tool_the_conversation_does_not_reach_is_never_learnt(tmp_path: Path) -> None:
+    """Two clients' shims named notes, the conversation bound to neither: its session holds no notes tool,
+    yet the policy says notes.read is private, so nothing of its calls reaches the daemon's pattern store."""
+    secret_argument, secret_output = "vaultpath-q7319", "tok-SECRET-4242"
+    policy = Policy(servers={"notes": ServerPolicy(trusted=True, tools={"read": ToolPolicy(private=True)})})
+    store = tmp_path / "patterns.sqlite"
+    async with serve_daemon(DaemonConfig(Upstreams(None, None), Client.CLAUDE_CODE, policy, store=store)) as daemon:
+        first, second = Notes({"x": "1"}), Notes({"x": "2"})
+        links = [first.link(daemon), second.link(daemon)]
+        await _registered(daemon, links[0], "notes", first)
+        await _registered(daemon, links[1], "notes", second)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "read my vault note, then run things"}]
+        for i in range(6):
+            calls = [(f"t{i}a", "mcp__notes__read", {"path": secret_argument}), (f"t{i}b", "Bash", {"command": "ls"})]
+            messages += _answered(calls, [secret_output, "ok"])
+            transcript = read_request(Wire.MESSAGES, {"model": "m", "max_tokens": 8, "system": "agent",
+                                                      "messages": messages, "tools": TOOLS})
+            conversation = daemon.conversations.get(transcript.key)
+            conversation.begin(transcript, daemon.guessers.for_step(conversation.key, transcript.tools),
+                               daemon.conversations._clock())
+            assert "mcp__notes__read" not in conversation.session.tools and conversation.is_private("mcp__notes__read")
+        for link in links:
+            await link.aclose()
+    stored = _stored(tmp_path)
+    assert stored, "nothing was learnt at all"
+    for secret in (secret_argument, secret_output, "notes__read"):
+        assert secret.encode() not in stored, f"{secret!r} reached the store"
+
+
+def _stored(folder: Path) -> bytes:
+    """Every byte of the pattern store's files (the database and its journal)."""
+    return b"".join(p.read_bytes() for p in folder.glob("patterns.sqlite*"))

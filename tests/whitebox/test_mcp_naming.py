@@ -91,6 +91,19 @@ async def test_a_private_tool_is_never_learnt_or_stored(tmp_path: Path, handshak
     assert SECRET.encode() not in _stored_bytes(store), "a private tool's argument reached the pattern store"
 
 
+@pytest.mark.parametrize("handshake", HANDSHAKES)
+async def test_a_private_tool_s_name_is_not_learnt_from_the_calls_of_other_tools(tmp_path: Path,
+                                                                                handshake: str) -> None:
+    store = tmp_path / "store.sqlite"
+    policy = policy_from_data({"servers": {"probe": {"tools": {"lookup": {"private": True}}}}}).trusting()
+    async with proxied(_probe(tmp_path / "proxy.log"), policy, handshake, store=store) as (session, _):
+        for key in ("a", "b") * 4:
+            await session.call_tool("lookup", {"key": key})
+            await session.call_tool("slow", {"seconds": 0})
+    assert store.exists()
+    assert b"lookup" not in _stored_bytes(store), "a private tool was learnt as a candidate of the others' calls"
+
+
 async def test_the_name_given_on_the_command_line_wins(tmp_path: Path) -> None:
     command = _probe(tmp_path / "proxy.log")
     policy = policy_from_data({"servers": {"probe": {"trusted": True}}})

@@ -87,8 +87,12 @@ class GuessFeed:
     """One agent's predictors, feeding one session step by step."""
 
     def __init__(self, session: Session, predictors: list[Predictor], *, chain_depth: int = 1,
-                 on_ticket: Callable[[SpeculationTicket], object] | None = None) -> None:
+                 on_ticket: Callable[[SpeculationTicket], object] | None = None,
+                 is_private: Callable[[str], bool] | None = None) -> None:
         self.session = session
+        self._private_name = is_private
+        """Whether a tool name is private, where the session's tools do not tell all (the daemon: a linked tool
+        its session does not hold); the session's tools decide otherwise."""
         self.predictors = predictors
         self.chain_depth = max(0, chain_depth)
         self.on_ticket = on_ticket
@@ -244,6 +248,8 @@ class GuessFeed:
                 self._failed(predictor, exc, f"failed to learn a call of {observed.call.name} and skipped it")
 
     def _is_private(self, name: str) -> bool:
+        if self._private_name is not None:
+            return self._private_name(name)
         known = self.session.tools.get(name)
         return known is not None and known.hide_key
 

@@ -5,12 +5,14 @@ Each model request of a conversation begins a *step* (:meth:`Conversation.begin`
 1. the previous step is over, and the session's turn ends (unclaimed guesses are discarded). A write the
    daemon could not see (a message's call of a tool it cannot see, or a message it could not read) keeps
    every guessed read from being served until the request that answers that message: one carrying a result
-   for one of its calls (by the call's id, or the same call), which the client sends only once it has run
-   them; a message cut off, or none of whose calls is known, ends its write at the conversation's next
-   request (a message still streaming keeps it). Two
-   clients whose conversations share a key (:mod:`~forethought.daemon.transcript`) therefore never end each
-   other's writes. A conversation forgotten to make room keeps its writes open until it would have idled
-   out (:data:`IDLE_S` after its last request);
+   for one of its calls (by the call's id; by the same call only where the stream gave no ids), which the
+   client sends only once it has run them; a message cut off, or none of whose calls is known, ends its
+   write at the conversation's next request (a message still streaming keeps it); a client that left
+   mid-message (:meth:`~forethought.daemon.dispatch.StepDispatch.left`) got only what was read, so only a
+   call it received holds a write. Two clients whose conversations share a key
+   (:mod:`~forethought.daemon.transcript`) therefore never end each other's writes. A conversation
+   forgotten to make room keeps its writes open until it would have idled out (:data:`IDLE_S` after its
+   last request);
 2. the session is rebuilt when the linked servers it reaches changed: one core
    :class:`~forethought._core.session.Session` per conversation, holding each linked tool the request offers,
    named as the client names it (:func:`~forethought.daemon.linked.conversation_tool`);
@@ -153,8 +155,7 @@ class Conversation:
             return
         for i in range(self.learned, len(history)):
             observed = history[i]
-            tool = self.session.tools.get(observed.call.name)
-            if tool is not None and (tool.private or tool.private_arguments):
+            if self.is_private(observed.call.name):
                 continue
             context = PredictionContext(session_id=self.key, messages=transcript.messages,
                                         user_message=transcript.user_message, history=history[:i],
@@ -184,9 +185,14 @@ class Conversation:
             if not step.done:  # still streaming (another client's request came meanwhile): it holds
                 kept.append((step, write))
                 continue
-            calls = [c for c in step.calls.values() if c.arguments is not None]
-            known = (step.call_ids or calls) if step.complete else ()
-            if not known or step.call_ids & ids or any(_call_text(c.name, c.arguments) in done for c in calls):
+            if not step.complete:
+                answered = True  # cut off: the client did not act on it
+            elif step.call_ids:  # by id alone: another client's request may hold the same call, never its id
+                answered = bool(step.call_ids & ids)
+            else:
+                calls = [c for c in step.calls.values() if c.arguments is not None]
+                answered = not calls or any(_call_text(c.name, c.arguments) in done for c in calls)
+            if answered:
                 write.end()
             else:
                 kept.append((step, write))
@@ -252,7 +258,27 @@ class Conversation:
         task = asyncio.get_running_loop().create_task(old.close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
-        self.feed = GuessFeed(self.session, list(predictors), on_ticket=self._ticket)
+        self.feed = GuessFeed(self.session, list(predictors), on_ticket=self._ticket, is_private=self.is_private)
+
+    def is_private(self, model_name: str) -> bool:
+        """Whether the tool the model calls ``model_name`` is private (or has private arguments), as its
+        linked tool says, or the policy says of any live shim's tool the name stands for (one this
+        conversation does not reach too): nothing of it is ever learnt."""
+        tool = self.session.tools.get(model_name)
+        if tool is not None:
+            return tool.hide_key
+        named = self._table.get(model_name)
+        if named is None:
+            return False
+        for shim in self._shims.named(named.server):
+            linked = shim.tools.get(named.tool)
+            if linked is None:
+                continue
+            server = shim.policy_name if shim.policy_name is not None else UNKNOWN_SERVER
+            resolved = resolve(self._runtime.policy, named.tool, server=server, hints=linked.annotations)
+            if resolved.private or resolved.private_arguments:
+                return True
+        return False
 
     def call_for(self, shim: Shim, tool: str) -> LinkedCall | None:
         """This conversation's linked tool for ``shim``'s ``tool`` (``None``: it does not reach it)."""

@@ -157,6 +157,12 @@ class StepDispatch:
         self.invisible(f"the response could not be read ({why})")
         self._end(0, readable=False)
 
+    def left(self, why: str) -> None:
+        """The client left mid-message: it got only what was read (a call it may run raised its write as
+        it streamed) and will claim nothing of this message."""
+        self.blocked = True
+        self._end(0, readable=False)
+
     def _end(self, tokens: int, readable: bool = True) -> None:
         if self.done:
             return

@@ -9,7 +9,9 @@ the moment a call's arguments close, the watcher knows.
 A response the observer cannot read (an encoding it does not know, a malformed event, an ``error`` event, a
 body cut off before the message ended) is reported once as *unreadable*: the watcher must then assume the
 message may hold any call (:mod:`forethought.daemon.dispatch` fails closed). The relay is never told: what
-the client receives is whatever the upstream sent.
+the client receives is whatever the upstream sent. A client that leaves before the message ended is reported
+as *left* instead: the relay queues each chunk before it sends it, so the observer has read everything the
+client received (and reports what it could not read as unreadable), and the client never got the rest.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 MAX_WHOLE_BODY = 64 << 20
 """A non-streamed body larger than this is not read (the relay still passes it on)."""
 _END = object()
+_LEFT = object()
 
 
 class Watcher(Protocol):
@@ -43,6 +46,9 @@ class Watcher(Protocol):
 
     def unreadable(self, why: str) -> None:
         """The response could not be read to its end (``why`` names the cause, never its content)."""
+
+    def left(self, why: str) -> None:
+        """The client left before the message ended, having received only what was read so far."""
 
 
 class ResponseObserver:
@@ -71,9 +77,10 @@ class ResponseObserver:
         if chunk:
             self._queue.put_nowait(chunk)
 
-    def end(self, complete: bool) -> None:
-        """The relayed body ended: ``complete`` when the upstream finished it, ``False`` when it broke."""
-        self._queue.put_nowait(_END if complete else None)
+    def end(self, complete: bool, client_left: bool = False) -> None:
+        """The relayed body ended: ``complete`` when the upstream finished it, ``False`` when it broke or (with
+        ``client_left``) the client left first."""
+        self._queue.put_nowait(_END if complete else _LEFT if client_left else None)
 
     async def wait(self) -> None:
         """Until every queued chunk has been read (for tests and for a step's end)."""
@@ -111,7 +118,7 @@ class ResponseObserver:
             await self._drain()
 
     async def _drain(self) -> None:
-        while (await self._queue.get()) not in (_END, None):
+        while (await self._queue.get()) not in (_END, None, _LEFT):
             pass
 
     def _fail(self, why: str) -> None:
@@ -124,10 +131,13 @@ class ResponseObserver:
         sse = SSEDecoder()
         while True:
             chunk = await self._queue.get()
-            if chunk is None or chunk is _END:
+            if chunk is None or chunk is _END or chunk is _LEFT:
                 self._emit(stream_ended(decoder))
                 if not decoder.done:
-                    self._fail("the stream ended before its message did" if chunk is _END else "the stream broke")
+                    if chunk is _LEFT:
+                        self._left("the client left before the message ended")
+                    else:
+                        self._fail("the stream ended before its message did" if chunk is _END else "the stream broke")
                 return
             if decoder.done:
                 continue
@@ -151,6 +161,9 @@ class ResponseObserver:
             if chunk is None:
                 self._fail("the body broke")
                 return
+            if chunk is _LEFT:
+                self._left("the client left before the body ended")
+                return
             if chunk is _END:
                 break
             data = inflate(chunk) if inflate is not None else chunk
@@ -164,6 +177,11 @@ class ResponseObserver:
         if not isinstance(body, dict):
             raise ValueError("the body is not a JSON object")
         self._emit(whole_events(self.wire, body))
+
+    def _left(self, why: str) -> None:
+        if self.failed is None and not self.finished:
+            self.failed = why
+            self.watcher.left(why)
 
     def _emit(self, events: list[LLMEvent]) -> None:
         for event in events:

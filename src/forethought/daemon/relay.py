@@ -76,6 +76,8 @@ class RelayCounts:
     dropped: int = 0
     refused: int = 0
     unreadable: int = 0
+    left: int = 0
+    """Responses whose client left before the message ended."""
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -189,6 +191,12 @@ class _LateWatcher:
         if target is not None:
             target.unreadable(why)
 
+    def left(self, why: str) -> None:
+        self._counts.left += 1
+        target = self._target()
+        if target is not None:
+            target.left(why)
+
 
 class _PassThrough(Response):
     """The upstream's response as it comes: status, headers, and the body chunk by chunk (raw bytes).
@@ -214,18 +222,21 @@ class _PassThrough(Response):
 
     async def _pump(self, send: Send) -> None:
         observer = self._observer
-        complete = False
+        complete = left = False
         try:
             async for chunk in _raw(self._upstream):
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if observer is not None:
+                if observer is not None:  # queued first: the observer reads at least what the client got
                     observer.feed(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
             complete = True
         except httpx2.HTTPError:
             self._counts.dropped += 1
+        except asyncio.CancelledError:  # the client disconnected
+            left = True
+            raise
         finally:
             if observer is not None:
-                observer.end(complete=complete)
+                observer.end(complete=complete, client_left=left)
         if complete:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         # else: the upstream broke off, so does the client's connection (no end of body is sent)

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from forethought._core.calls import ToolCall
 from forethought._core.session import Session
+from forethought.agent.learnable import learnable
 from forethought.mcp.calibration import Calibrator
 from forethought.mcp.tooling import Decision, schema_of
 from forethought.mcp.upstream import Answer, Kind, UpstreamLink
@@ -204,7 +205,8 @@ class Guesser:
         if decision is not None and not decision.private:
             observed = ObservedCall(ToolCall(name, dict(arguments)), output_text(answer), ok=answer.servable)
             asked = self._asked
-            learn = (asked[1] if asked is not None and asked[0] == self._observed else self._context(), observed)
+            context = asked[1] if asked is not None and asked[0] == self._observed else self._context()
+            learn = (learnable(context, self._private), observed)  # private tools are no candidates to learn
             self._history.append(observed)
             self._observed += 1
             self._sent[name] = frozenset(arguments)
@@ -331,6 +333,10 @@ class Guesser:
         ticket = session.speculate(ToolCall(call.name, arguments), source=per_tool, confidence=confidence,
                                    eta_s=self.calibrator.think_s)
         return _LAUNCHED if ticket.status in ("launched", "deduplicated") else _REFUSED
+
+    def _private(self, name: str) -> bool:
+        decision = self._host.decisions.get(name)
+        return decision is not None and decision.private
 
     def _context(self) -> PredictionContext:
         return PredictionContext(session_id="mcp", messages=self._messages, user_message="",

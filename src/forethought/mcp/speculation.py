@@ -120,10 +120,10 @@ class SessionSpeculator:
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
         self._changes = 0
+        """How many times the upstream said its tools changed."""
         self._pages_ttl_s: float | None = None
         self._listing_expires = math.inf
         """When the tool list at hand stops being trusted (its ``ttlMs``; never for the 2025 revisions)."""
-        """How many times the upstream said its tools changed."""
         self._listed_at_change = 0
         """The value of ``_changes`` when the tools were last listed in full."""
         self.daemon: DaemonSide | None = None
@@ -217,7 +217,8 @@ class SessionSpeculator:
         self.listing, self.decisions, self.server = listing, decisions, server
         session = self.session = self._runtime.session(tools=tools, server=server)
         self._specs = {name: session.tools[name].arguments for name in listing}
-        predictor, self.fingerprint = self._predictor_for(schemas)
+        learnt = {n: s for n, s in schemas.items() if not decisions[n].private}  # private: not even a candidate
+        predictor, self.fingerprint = self._predictor_for(learnt)
         self.learning.listed(self.fingerprint)
         self._credit = self.learning.credit(self.fingerprint)
         settings = self._policy.settings
