@@ -134,3 +134,21 @@ async def test_a_whole_body_is_read_into_the_same_calls() -> None:
 async def test_a_failing_watcher_ends_the_reading_and_never_raises() -> None:
     recorder = await _read(Wire.MESSAGES, [MESSAGES], recorder=Recorder(fail_on=ToolCallClosed))
     assert recorder.unreadable == ["RuntimeError"]
+
+
+async def test_a_client_that_leaves_a_whole_body_is_unreadable_and_one_that_leaves_a_stream_has_left() -> None:
+    """A whole body may have reached the client before its end reached the daemon: leaving it fails closed. A
+    stream's chunks are read before they are sent, so leaving one is only a leave."""
+    body = json.dumps({"id": "m1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "tool_use",
+                       "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}],
+                       "usage": {"input_tokens": 1, "output_tokens": 1}}).encode()
+    for streamed, pieces, expected in ((False, [body], "the client left before the body ended"),
+                                       (True, [MESSAGES[:40]], "left: the client left before the message ended")):
+        recorder = Recorder()
+        observer = ResponseObserver(Wire.MESSAGES, _watcher(recorder), streamed=streamed)
+        observer.start()
+        for piece in pieces:
+            observer.feed(piece)
+        observer.end(complete=False, client_left=True)
+        await observer.wait()
+        assert recorder.unreadable == [expected]

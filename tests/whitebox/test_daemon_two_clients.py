@@ -85,13 +85,17 @@ async def test_another_client_s_request_on_the_same_key_keeps_a_write_it_did_not
 
 async def test_another_client_s_same_call_under_its_own_id_keeps_the_write() -> None:
     async with daemon_with() as daemon:
-        a = _request(daemon, FIRST)
+        first = [("toolu_0", "mcp__notes__read", {"path": "a"})]
+        _stream(_request(daemon, FIRST), first)
+        second = FIRST + _answered(first, ["x"])
+        a = _request(daemon, second)
         _stream(a, A_WRITES)
         assert a.unseen
         theirs = [(f"other_{i}", n, args) for i, n, args in A_WRITES]  # client B ran the same calls, its own ids
         _request(daemon, FIRST + _answered(theirs, ["ok", "x"]))
         assert a.unseen, "B's results for its own calls ended the write of A's message"
-        _request(daemon, FIRST + _answered(A_WRITES, ["ok", "x"]))
+        renamed = [(f"renamed_{i}", n, args) for i, n, args in A_WRITES]  # A's client, ids of its own making
+        _request(daemon, second + _answered(renamed, ["ok", "x"]))
         assert not a.unseen
 
 
@@ -214,3 +218,13 @@ async def test_a_private_linked_tool_the_conversation_does_not_reach_is_never_le
 def _stored(folder: Path) -> bytes:
     """Every byte of the pattern store's files (the database and its journal)."""
     return b"".join(p.read_bytes() for p in folder.glob("patterns.sqlite*"))
+
+
+async def test_a_private_tool_no_live_shim_has_is_private_by_the_policy_s_own_tables() -> None:
+    policy = Policy(servers={"notes": ServerPolicy(trusted=True, tools={"read": ToolPolicy(private=True)}),
+                             "*": ServerPolicy(tools={"vault": ToolPolicy(private_arguments=frozenset({"key"}))})})
+    async with serve_daemon(DaemonConfig(Upstreams(None, None), Client.CLAUDE_CODE, policy, patterns=False)) as daemon:
+        conversation = _request(daemon, FIRST)
+        assert daemon.shims.live() == []
+        assert conversation.is_private("mcp__notes__read") and conversation.is_private("mcp__keys__vault")
+        assert not conversation.is_private("mcp__notes__list") and not conversation.is_private("Bash")

@@ -43,12 +43,12 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from forethought._core.calls import ToolCall
 from forethought._core.entry import SpeculationTicket
-from forethought._core.policy import UNKNOWN_SERVER, resolve
+from forethought._core.policy import ANY_SERVER, UNKNOWN_SERVER, resolve
 from forethought._core.runtime import Runtime
 from forethought._core.session import Session
 from forethought._core.tools import Effect
@@ -56,7 +56,7 @@ from forethought._core.versions import Write
 from forethought.agent.feed import GuessFeed
 from forethought.daemon.dispatch import Kind, StepDispatch
 from forethought.daemon.linked import LinkedCall, conversation_tool
-from forethought.daemon.naming import Client, Named, NameTable
+from forethought.daemon.naming import Client, Named, NameTable, model_names
 from forethought.daemon.shims import Shim, Shims
 from forethought.daemon.transcript import Transcript
 from forethought.errors import CallError
@@ -121,6 +121,7 @@ class Conversation:
         step = self.step = StepDispatch(self.session, self.kind_of, self.early.get, _no_write, self.feed,
                                         on_end=self._message_done, on_ticket=self._ticket)
         step.invisible = functools.partial(self.unseen_write, step=step)
+        step.request = transcript.messages
         return step
 
     def _ticket(self, ticket: SpeculationTicket) -> None:
@@ -179,20 +180,14 @@ class Conversation:
         if not self._unseen:
             return
         ids = {str(m.get("tool_call_id")) for m in transcript.messages if m.get("role") == "tool"}
-        done = {_call_text(o.call.name, o.call.arguments) for o in transcript.history}
         kept = []
         for step, write in self._unseen:
             if not step.done:  # still streaming (another client's request came meanwhile): it holds
                 kept.append((step, write))
                 continue
-            if not step.complete:
-                answered = True  # cut off: the client did not act on it
-            elif step.call_ids:  # by id alone: another client's request may hold the same call, never its id
-                answered = bool(step.call_ids & ids)
-            else:
-                calls = [c for c in step.calls.values() if c.arguments is not None]
-                answered = not calls or any(_call_text(c.name, c.arguments) in done for c in calls)
-            if answered:
+            # A message cut off: the client did not act on it. Else by its calls' ids, or by continuing that very
+            # request with its calls (ids a decoder made up, or the client renamed): another client's holds neither.
+            if not step.complete or step.call_ids & ids or _continues(transcript.messages, step):
                 write.end()
             else:
                 kept.append((step, write))
@@ -268,8 +263,8 @@ class Conversation:
         if tool is not None:
             return tool.hide_key
         named = self._table.get(model_name)
-        if named is None:
-            return False
+        if named is None:  # no live shim has it: as the policy's own tables name private tools
+            return self._private_in_policy(model_name)
         for shim in self._shims.named(named.server):
             linked = shim.tools.get(named.tool)
             if linked is None:
@@ -278,6 +273,22 @@ class Conversation:
             resolved = resolve(self._runtime.policy, named.tool, server=server, hints=linked.annotations)
             if resolved.private or resolved.private_arguments:
                 return True
+        return False
+
+    def _private_in_policy(self, model_name: str) -> bool:
+        """Whether ``model_name`` is a name the client gives a tool the policy calls private (or with private
+        arguments): a server's table by the client's naming, a table of any server or a tool by its name."""
+        policy = self._runtime.policy
+        tables = [(None, policy.tools)] + [(server, sp.tools) for server, sp in policy.servers.items()]
+        for server, tools in tables:
+            for tool, tp in tools.items():
+                if not (tp.private or tp.private_arguments):
+                    continue
+                if server is None or server == ANY_SERVER:
+                    if model_name == tool or model_name.endswith("__" + tool):
+                        return True
+                elif model_name in model_names(self.client, server, tool):
+                    return True
         return False
 
     def call_for(self, shim: Shim, tool: str) -> LinkedCall | None:
@@ -323,12 +334,27 @@ def _no_write(why: str) -> None:
     """The placeholder a step is built with; :meth:`Conversation.begin` binds the conversation's at once."""
 
 
-def _call_text(name: str, arguments: Any) -> str:
-    """A call as comparable text (same name and arguments: same text)."""
-    try:
-        return name + "\x00" + json.dumps(arguments, sort_keys=True, default=repr)
-    except (TypeError, ValueError):
-        return name + "\x00" + repr(arguments)
+def _continues(messages: Sequence[Mapping[str, Any]], step: StepDispatch) -> bool:
+    """Whether ``messages`` continue the request ``step`` answered with its message's calls (same names and
+    arguments, in order): the client ran them and sends their results."""
+    n = len(step.request)
+    if len(messages) <= n or tuple(messages[:n]) != tuple(step.request):
+        return False
+    reply = messages[n]
+    if reply.get("role") != "assistant":
+        return False
+    made = []
+    for call in reply.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            return False
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except (TypeError, ValueError):
+            return False
+        made.append((function.get("name"), arguments))
+    streamed = [(c.name, c.arguments) for _, c in sorted(step.calls.items())]
+    return bool(made) and made == streamed
 
 
 def _reads(runtime: Runtime, shim: Shim, tool: str) -> bool:

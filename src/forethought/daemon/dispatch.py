@@ -29,7 +29,7 @@ claimed later by another conversation after a change no shim sees (the user's ed
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,8 @@ class StepDispatch:
     """When the step began, on the runtime's clock (set at construction)."""
     calls: dict[int, StreamedCall] = field(default_factory=dict)
     call_ids: set[str] = field(default_factory=set)
+    request: Sequence[Mapping[str, Any]] = ()
+    """The messages of the request this step answers (a later request that continues them answers it)."""
     """The ids of the message's calls as streamed (the client answers each by its id in its next request)."""
     launched: int = 0
     blocked: bool = False

@@ -161,8 +161,8 @@ class ResponseObserver:
             if chunk is None:
                 self._fail("the body broke")
                 return
-            if chunk is _LEFT:
-                self._left("the client left before the body ended")
+            if chunk is _LEFT:  # it may have had the whole body before its end reached us: fail closed
+                self._fail("the client left before the body ended")
                 return
             if chunk is _END:
                 break
