@@ -6,8 +6,9 @@ Each model request of a conversation begins a *step* (:meth:`Conversation.begin`
    daemon could not see (a message's call of a tool it cannot see, or a message it could not read) keeps
    every guessed read from being served until the request that answers that message: one carrying a result
    for one of its calls by the call's id, or continuing that very request with the message's calls (ids a
-   decoder made up, or the client renamed), which the client sends only once it has run them; a message cut off, or none of whose calls is known, ends its
-   write at the conversation's next request (a message still streaming keeps it); a client that left
+   decoder made up, or the client renamed), which the client sends only once it has run them; a message
+   cut off ends its write at the conversation's next request (a message still streaming keeps it); a
+   client that left
    mid-message (:meth:`~forethought.daemon.dispatch.StepDispatch.left`) got only what was read, so only a
    call it received holds a write. Two clients whose conversations share a key
    (:mod:`~forethought.daemon.transcript`) therefore never end each other's writes. A conversation
