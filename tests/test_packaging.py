@@ -9,6 +9,7 @@ under ``src/forethought`` that are not Python (data the code reads) must all be 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -29,13 +30,20 @@ def _data_files() -> set[str]:
             if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts}
 
 
+_NOT_SOURCE = shutil.ignore_patterns(".*", "__pycache__", "*.egg-info", "build", "dist", "reports", "node_modules")
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # Built from a copy of the checkout: a build writes into its source tree (egg-info, the sdist's staging
+    # folder), and with the suite in several workers two builds may run at once.
+    source = tmp_path_factory.mktemp("source") / "forethought"
+    shutil.copytree(ROOT, source, ignore=_NOT_SOURCE)
     # no --wheel/--sdist: the sdist is built, then the wheel from the unpacked sdist (as pip would), so nothing
     # of this checkout but what the sdist carries can reach the wheel
     done = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir",
-                           str(out), str(ROOT)], capture_output=True, text=True, timeout=300)
+                           str(out), str(source)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
 

@@ -32,13 +32,11 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from forethought._core.admission import Admission
-from forethought._core.breaker import CircuitBreaker
 from forethought._core.calls import CallKey, ToolCall
 from forethought._core.claims import Claims
-from forethought._core.clock import Clock
 from forethought._core.entry import (
     PRICED_OUT,
     CallOutcome,
@@ -48,22 +46,19 @@ from forethought._core.entry import (
     TicketStatus,
     own_arguments,
 )
+from forethought._core.host import Host
 from forethought._core.ledger import Guess, Ledger
 from forethought._core.lifecycle import IN_STORE, State, move, proposed
 from forethought._core.live import Live
-from forethought._core.policy import Policy
-from forethought._core.pressure import Pressure
-from forethought._core.pricing import Calibration, Worth
-from forethought._core.scheduler import Scheduler
 from forethought._core.shared import SharedRuns
 from forethought._core.speculative_run import SpeculativeRun
 from forethought._core.store import SpeculationStore
 from forethought._core.tools import Tool, ToolRegistry
 from forethought._core.unrun import Unrun
-from forethought._core.versions import Write, WriteClock
+from forethought._core.versions import Write
 from forethought._core.watching import wait_started, watch_settled
 from forethought.errors import CallError
-from forethought.telemetry import EventKind, SessionStats, Telemetry
+from forethought.telemetry import EventKind, SessionStats
 
 __all__ = ["CERTAIN", "CERTAIN_VOTE", "CLOSE_WAIT_S", "Host", "Session"]
 
@@ -86,29 +81,6 @@ _S_QUEUED, _S_RUNNING = State.QUEUED, State.RUNNING
 _S_REFUSED, _S_JOINED, _S_DEFERRED, _S_PROPOSED = State.REFUSED, State.JOINED, State.DEFERRED, State.PROPOSED
 _LAUNCHED_CAUSE, _REJECTED_CAUSE = "launched", "rejected"
 _DEDUPLICATED_CAUSE, _DEFERRED_CAUSE = "deduplicated", "deferred"
-
-
-class Host(Protocol):
-    """What a session needs of the runtime that opened it (the :class:`~forethought._core.runtime.Runtime`)."""
-
-    policy: Policy
-    clock: Clock
-    telemetry: Telemetry
-    scheduler: Scheduler
-    breaker: CircuitBreaker
-    calibration: Calibration
-    writes: WriteClock
-
-    def pressure(self) -> Pressure: ...
-
-    def price(self, t: Tool, source: str, confidence: float, eta_s: float | None,
-              p_hit: float | None = None, ran_s: float = 0.0) -> tuple[Worth, Pressure]: ...
-
-    def claim_wait_limit(self, tool: Tool | str) -> float: ...
-
-    def typical_run_s(self, t: Tool) -> float: ...
-
-    def note_runtime(self, tool: str, seconds: float) -> None: ...
 
 
 class Session:

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from forethought._core.entry import Entry
+from forethought._core.host import Host
 from forethought._core.lifecycle import State, move, start
 from forethought._core.live import Live
 from forethought._core.scheduler import maybe_await
 from forethought._core.shared import SharedRuns, last_change
 from forethought._core.versions import read_token
-
-if TYPE_CHECKING:
-    from forethought._core.session import Host
 
 __all__ = ["SpeculativeRun"]
 
