@@ -342,7 +342,7 @@ def gateway(
                            body_timeout_s=body_timeout_s, max_line_bytes=max_line_bytes)
     store = None
     if redis is not None:
-        from forethought.gateway.replicas import RedisScopeStore, load_secret
+        from forethought.gateway.replicas import load_secret, replica_store
         from forethought.stores.errors import StoreError
 
         if secret_file is None:
@@ -352,7 +352,7 @@ def gateway(
             from forethought.stores.gateway_scopes import probe
 
             probe(redis)
-        store = RedisScopeStore.from_url(redis, secret, max_response_s=limits.max_response_s)
+        store = replica_store(redis, secret, limits)
     console.print(f"gateway on http://{host}:{port}/v1 -> {upstream}" + (" (scopes in Redis)" if store else ""))
     serve_forever(create_gateway(upstream, config, store), host, port, log_level=log_level.lower(),
                   limits=ServerLimits(limit_concurrency=max_connections, header_timeout_s=header_timeout_s))

@@ -268,7 +268,7 @@ class Gateway:
     async def _cache_post(self, request: Request) -> Response:
         response_id = str(request.path_params["response_id"])
         try:
-            scope = await self.cache.authorize(response_id, request.headers.get(TOKEN_HEADER),
+            grant = await self.cache.authorize(response_id, request.headers.get(TOKEN_HEADER),
                                                request.headers.get(SEGMENT_HEADER))
         except PostRejected as exc:
             return _error(exc.status, str(exc), f"http_{exc.status}")
@@ -279,7 +279,7 @@ class Gateway:
             self.cache.reject(exc.status)
             return _error(exc.status, str(exc).replace("request body", "body"), f"http_{exc.status}")
         try:
-            cached = await self.cache.post(scope, body)
+            cached = await self.cache.post(grant, body)
         except PostRejected as exc:
             return _error(exc.status, str(exc), f"http_{exc.status}")
         return JSONResponse({"cached": cached})

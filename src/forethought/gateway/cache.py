@@ -5,7 +5,9 @@ token (sent to the client in response headers). Speculators post entries to
 ``/cache-tool-output/{response_id}``; :meth:`ToolOutputCache.post` checks, in this order: the id is known
 (404; 410 once the response finished), the token matches (401 missing, 403 wrong), the optional segment
 header names the current message (409), the body size (413), its JSON shape (400), each entry's fields
-(400; an output or entry count over the limits: 413). A post is stored whole or not at all.
+(400; an output, entry count or byte total over the limits: 413). A post is stored whole or not at all,
+for the segment it was authorized for: a post whose body arrives after the response moved on is refused
+(409), never stored for the message that followed (:class:`PostGrant`).
 
 Where scopes and entries live is the :class:`~forethought.gateway.state.ScopeStore`'s business: in
 this process (the default), or in Redis so that any replica takes a post for a response another replica
@@ -41,7 +43,7 @@ from forethought.gateway.state import CachedEntry, LocalScopeStore, PostRejected
 
 ENTRY_FIELDS = frozenset({"name", "params", "output", "keep_alive", "exclusive"})
 
-__all__ = ["CacheLimits", "CachedEntry", "PostRejected", "ResponseScope", "ToolOutputCache", "match"]
+__all__ = ["CacheLimits", "CachedEntry", "PostGrant", "PostRejected", "ResponseScope", "ToolOutputCache", "match"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,8 @@ class CacheLimits:
     max_output_bytes: int = 256 << 10
     max_entries_per_post: int = 64
     max_entries_per_response: int = 256
+    max_bytes_per_response: int = 8 << 20
+    """Output bytes held for one message of a response (what a relay reads back from a shared store at once)."""
     finished_memory: int = 4096
     max_response_s: float = 3600.0
 
@@ -61,8 +65,19 @@ class CacheLimits:
         if not 0 < self.default_keep_alive_s <= self.max_keep_alive_s:
             raise ValueError("need 0 < default_keep_alive_s <= max_keep_alive_s")
         if min(self.max_body_bytes, self.max_output_bytes, self.max_entries_per_post,
-               self.max_entries_per_response, self.finished_memory) < 1 or self.max_response_s <= 0:
+               self.max_entries_per_response, self.max_bytes_per_response, self.finished_memory) < 1 \
+                or self.max_response_s <= 0:
             raise ValueError("size limits must be >= 1 and max_response_s > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PostGrant:
+    """A post let in: the scope it writes to and the segment it was let in for (the response's segment when the
+    post's headers were checked). Its entries belong to that segment alone; a body that arrives after the
+    response moved on is refused (409), so a result computed for one message never serves a later one."""
+
+    scope: ResponseScope
+    segment: int
 
 
 def match(scope: ResponseScope, entries: Sequence[CachedEntry], calls: Sequence[ToolCall | None],
@@ -139,8 +154,8 @@ class ToolOutputCache:
             await self.store.wait_post(scope, posts, remaining)
             posts, entries = await self.store.snapshot(scope)
 
-    async def authorize(self, response_id: str, token: str | None, segment: str | None) -> ResponseScope:
-        """The scope a post may write to; raises :class:`PostRejected` (404/410/401/403/409, 503)."""
+    async def authorize(self, response_id: str, token: str | None, segment: str | None) -> PostGrant:
+        """What a post may write to, and for which segment; raises :class:`PostRejected` (404/410/401/403/409, 503)."""
         try:
             scope = await self.store.authorize(response_id, token)
             if segment is not None and segment.strip() != str(scope.segment):
@@ -148,13 +163,16 @@ class ToolOutputCache:
         except PostRejected as exc:
             self.rejected[exc.status] += 1
             raise
-        return scope
+        return PostGrant(scope, scope.segment)
 
-    async def post(self, scope: ResponseScope, body: Any) -> int:
-        """Validate a parsed body and store its entries in ``scope``; returns how many were cached."""
+    async def post(self, grant: PostGrant, body: Any) -> int:
+        """Validate a parsed body and store its entries for the grant's segment; returns how many were cached
+        (409 if the response has moved on since the grant)."""
+        scope = grant.scope
         try:
-            entries = self._entries(scope, body)
-            await self.store.add(scope, entries, self.limits.max_entries_per_response)
+            entries = self._entries(scope, grant.segment, body)
+            await self.store.add(scope, grant.segment, entries, self.limits.max_entries_per_response,
+                                 self.limits.max_bytes_per_response)
         except PostRejected as exc:
             self.rejected[exc.status] += 1
             raise
@@ -166,15 +184,15 @@ class ToolOutputCache:
         """Count a rejection decided outside :meth:`post` (body too large or not JSON)."""
         self.rejected[status] += 1
 
-    def _entries(self, scope: ResponseScope, body: Any) -> list[CachedEntry]:
+    def _entries(self, scope: ResponseScope, segment: int, body: Any) -> list[CachedEntry]:
         if not isinstance(body, list):
             raise PostRejected(400, "body must be a JSON array of {name, params?, output, keep_alive?} objects")
         if len(body) > self.limits.max_entries_per_post:
             raise PostRejected(413, f"too many entries in one post (at most {self.limits.max_entries_per_post})")
         now = self.store.now()
-        return [self._entry(scope, item, i, now) for i, item in enumerate(body)]
+        return [self._entry(scope, segment, item, i, now) for i, item in enumerate(body)]
 
-    def _entry(self, scope: ResponseScope, item: Any, i: int, now: float) -> CachedEntry:
+    def _entry(self, scope: ResponseScope, segment: int, item: Any, i: int, now: float) -> CachedEntry:
         where = f"entry {i}"
         if not isinstance(item, dict):
             raise PostRejected(400, f"{where} must be an object")
@@ -213,4 +231,4 @@ class ToolOutputCache:
         if not isinstance(exclusive, bool):
             raise PostRejected(400, f"{where}: exclusive must be true or false")
         expires = now + min(float(keep_alive), self.limits.max_keep_alive_s)
-        return CachedEntry(name, key, output, expires, exclusive, scope.segment)
+        return CachedEntry(name, key, output, expires, exclusive, segment)

@@ -23,7 +23,17 @@ Degrading (never a wrong result): an error or a timeout (``op_timeout_s``) emits
 ``retry_after_s``. Meanwhile a new response is kept **local-only** (this replica alone takes its posts;
 any other answers 404), a post for a response this replica cannot look up answers **503**, and a relay
 that cannot read its entries ends the message as a miss. The first operation that succeeds afterwards
-emits ``recovered``. ``stats()`` shows the state and Redis round-trip times.
+emits ``recovered``. A value in Redis that is not what this module wrote (a garbled post count) costs that
+response a miss and never marks the store down. ``stats()`` shows the state and Redis round-trip times.
+
+Owed writes: what Redis must learn of a response this replica relays — that it moved on to a segment, that
+it finished, or that a create whose answer timed out must be undone (the response went local-only) — is
+owed until Redis has it: sent again before this replica's next read or write of that response and, in the
+background, as soon as Redis is tried again. Until then the relay reads nothing for it (a miss), a post
+to this replica for the segment it moved to is refused (503), and on this replica a finished response
+answers 410. Another replica that reaches Redis meanwhile judges posts by the segment Redis still has:
+one naming the new segment gets 409, and one naming none is taken for the old message and dropped with
+it, never served. ``advance`` names its segment, so sending it twice changes nothing.
 """
 
 from __future__ import annotations
@@ -40,10 +50,18 @@ from typing import Any, TypeVar
 from starlette.applications import Starlette
 
 from forethought.gateway.cache import ResponseScope
-from forethought.gateway.state import CachedEntry, LocalScopeStore, PostRejected, check_token
+from forethought.gateway.state import (
+    CachedEntry,
+    LocalScopeStore,
+    PostRejected,
+    check_token,
+    moved_on,
+    output_bytes,
+    too_big,
+)
 from forethought.stores.errors import StoreError, StoreIntegrityError
 from forethought.stores.events import EventSink, StoreEvent, emit
-from forethought.stores.gateway_scopes import FINISHED, MOVED_ON, TOO_MANY, UNKNOWN, RedisScopeBackend
+from forethought.stores.gateway_scopes import FINISHED, MOVED_ON, TOO_BIG, TOO_MANY, UNKNOWN, RedisScopeBackend
 from forethought.stores.sealing import MIN_SECRET_BYTES, NotShareable, Sealer, decode, encode
 
 OP_TIMEOUT_S = 0.25
@@ -54,6 +72,10 @@ MAX_SCOPE_BYTES = 1 << 20
 """A scope (mostly the request's tools) larger than this stays local-only."""
 MAX_RTT_SAMPLES = 10_000
 STORE_NAME = "gateway-scopes"
+REPAIR_MIN_S = 0.05
+"""The shortest pause between two tries of the writes Redis is owed (when ``retry_after_s`` is shorter)."""
+_ADVANCE, _FINISH, _FORGET = "advance", "finish", "forget"
+_UNAVAILABLE = "the gateway's shared state (Redis) is unavailable; run the tool yourself"
 
 T = TypeVar("T")
 
@@ -78,6 +100,11 @@ class RedisScopeStore:
         """Responses this replica relays through Redis."""
         self._local = LocalScopeStore(finished_memory, max_response_s, clock)
         """Responses opened while Redis was away (or too large for it): this replica alone serves them."""
+        self._finished_memory = finished_memory
+        self._owed: dict[str, tuple[str, int, float]] = {}
+        """Response id -> the write Redis still lacks (kind, segment, when it was first owed; monotonic)."""
+        self._repair: asyncio.Task[None] | None = None
+        self._closed = False
         self._down_until: float | None = None
         self.degraded = False
         self.errors = 0
@@ -122,6 +149,8 @@ class RedisScopeStore:
         try:
             async with asyncio.timeout(self._op_timeout_s):
                 result = await operation()
+        except StoreIntegrityError:
+            raise  # a value Redis holds for one response is garbled: that response misses, Redis is fine
         except (StoreError, TimeoutError) as exc:
             self._fail(exc)
             raise
@@ -133,6 +162,50 @@ class RedisScopeStore:
     def _reject(self, what: str) -> None:
         self.rejected += 1
         emit(self._on_event, StoreEvent("rejected", STORE_NAME, what))
+
+    # --- writes Redis is owed -------------------------------------------------------------------------
+
+    def _owe(self, response_id: str, kind: str, segment: int = 0) -> None:
+        self._owed.pop(response_id, None)  # re-inserted last: the oldest are dropped first past the bound
+        self._owed[response_id] = (kind, segment, time.monotonic())
+        while len(self._owed) > self._finished_memory:  # the keys of the oldest end by their TTL
+            del self._owed[next(iter(self._owed))]
+
+    async def _settle(self, response_id: str) -> bool:
+        """Send what Redis is owed for ``response_id``, if anything; whether Redis has it now."""
+        owed = self._owed.get(response_id)
+        if owed is None:
+            return True
+        kind, segment, _ = owed
+        try:
+            if kind == _ADVANCE:
+                await self._op(lambda: self._backend.advance(response_id, segment))
+            elif kind == _FINISH:
+                await self._op(lambda: self._backend.finish(response_id, self._max_response_s))
+            else:
+                await self._op(lambda: self._backend.forget(response_id))
+        except (StoreError, TimeoutError):
+            self._schedule_repair()
+            return False
+        if self._owed.get(response_id) is owed:
+            del self._owed[response_id]
+        return True
+
+    def _schedule_repair(self) -> None:
+        if not self._closed and (self._repair is None or self._repair.done()):
+            self._repair = asyncio.get_running_loop().create_task(self._repair_owed())
+
+    async def _repair_owed(self) -> None:
+        """Send every owed write as soon as Redis is tried again, until none is left (or the store closes)."""
+        while self._owed and not self._closed:
+            wait = 0.0 if self._down_until is None else self._down_until - time.monotonic()
+            await asyncio.sleep(max(wait, REPAIR_MIN_S))
+            now = time.monotonic()
+            for response_id, (_, _, since) in list(self._owed.items()):
+                if now - since > self._max_response_s:  # its keys have expired by now
+                    self._owed.pop(response_id, None)
+                elif not await self._settle(response_id):
+                    break
 
     # --- the protocol ---------------------------------------------------------------------------------
 
@@ -152,6 +225,10 @@ class RedisScopeStore:
         try:
             await self._op(lambda: self._backend.create(scope.response_id, meta, self._max_response_s))
         except (StoreError, TimeoutError):
+            # The create may have landed after all (its answer was lost or late): undo it once Redis answers,
+            # so that no other replica takes posts for a response this replica keeps to itself.
+            self._owe(scope.response_id, _FORGET)
+            self._schedule_repair()
             await self._keep_local(scope)
             return
         self._mine[scope.response_id] = scope
@@ -170,6 +247,8 @@ class RedisScopeStore:
         if mine is not None:
             check_token(mine.token, token)
             return mine
+        if self._owed.get(response_id, ("",))[0] == _FINISH:
+            raise PostRejected(410, f"response {response_id!r} has finished")
         try:
             sealed, segment, posts = await self._op(lambda: self._backend.lookup(response_id))
         except (StoreError, TimeoutError):
@@ -188,28 +267,39 @@ class RedisScopeStore:
         check_token(digest, self._token_digest(token) if token else token)
         return ResponseScope(response_id, "", tools, created, segment=segment, posts=posts)
 
-    async def add(self, scope: ResponseScope, entries: Sequence[CachedEntry], limit: int) -> None:
+    async def add(self, scope: ResponseScope, segment: int, entries: Sequence[CachedEntry], limit: int,
+                  max_bytes: int) -> None:
         if self._local.has(scope.response_id):
-            await self._local.add(scope, entries, limit)
+            await self._local.add(scope, segment, entries, limit, max_bytes)
             return
+        mine = self._mine.get(scope.response_id)
+        if mine is not None:
+            if segment != mine.segment:  # moved on while the post's body was on its way
+                raise PostRejected(409, moved_on(segment))
+            if not await self._settle(scope.response_id):
+                raise PostRejected(503, _UNAVAILABLE)
+        elif self._owed.get(scope.response_id, ("",))[0] == _FINISH:
+            raise PostRejected(410, f"response {scope.response_id!r} has finished")
         key = self._backend.key(scope.response_id, "entries")
         sealed = [self._sealer.seal(key, encode({"name": e.name, "key": e.key, "output": e.output,
                                                  "expires": e.expires, "exclusive": e.exclusive,
                                                  "segment": e.segment}), expires_at=e.expires) for e in entries]
+        size = output_bytes(entries)
         try:
-            posts = await self._op(lambda: self._backend.append(scope.response_id, scope.segment, sealed, limit))
+            posts = await self._op(lambda: self._backend.append(scope.response_id, segment, sealed, limit, max_bytes,
+                                                                size))
         except (StoreError, TimeoutError):
-            raise PostRejected(503, "the gateway's shared state (Redis) is unavailable; run the tool yourself")\
-                from None
+            raise PostRejected(503, _UNAVAILABLE) from None
         if posts == UNKNOWN:
             raise PostRejected(404, f"unknown response id {scope.response_id!r}")
         if posts == FINISHED:
             raise PostRejected(410, f"response {scope.response_id!r} has finished")
         if posts == MOVED_ON:
-            raise PostRejected(409, f"the response has moved on from segment {scope.segment}")
+            raise PostRejected(409, moved_on(segment))
         if posts == TOO_MANY:
             raise PostRejected(413, f"too many cached entries for this response (at most {limit})")
-        mine = self._mine.get(scope.response_id)
+        if posts == TOO_BIG:
+            raise PostRejected(413, too_big(max_bytes))
         for target in {id(s): s for s in (scope, mine) if s is not None}.values():
             target.posts = max(target.posts, posts)
             target.posted.set()
@@ -217,6 +307,8 @@ class RedisScopeStore:
     async def snapshot(self, scope: ResponseScope) -> tuple[int, list[CachedEntry]]:
         if self._local.has(scope.response_id):
             return await self._local.snapshot(scope)
+        if not await self._settle(scope.response_id):
+            return scope.posts, []  # Redis may still hold an earlier message's entries: a miss
         try:
             posts, sealed = await self._op(lambda: self._backend.snapshot(scope.response_id))
         except (StoreError, TimeoutError):
@@ -261,8 +353,8 @@ class RedisScopeStore:
         if self._local.has(scope.response_id):
             return await self._local.advance(scope)
         scope.segment += 1  # this replica's count is the truth; Redis follows it for other replicas' 409s
-        with contextlib.suppress(StoreError, TimeoutError):
-            await self._op(lambda: self._backend.advance(scope.response_id))
+        self._owe(scope.response_id, _ADVANCE, scope.segment)
+        await self._settle(scope.response_id)
         return scope.segment
 
     async def finish(self, scope: ResponseScope) -> None:
@@ -271,13 +363,13 @@ class RedisScopeStore:
             return
         if self._mine.pop(scope.response_id, None) is None:
             return
-        with contextlib.suppress(StoreError, TimeoutError):  # if Redis is away, the keys' TTL ends them
-            await self._op(lambda: self._backend.finish(scope.response_id, self._max_response_s))
+        self._owe(scope.response_id, _FINISH)  # supersedes an advance still owed
+        await self._settle(scope.response_id)
 
     def stats(self) -> dict[str, Any]:
         samples = sorted(self.rtt_s)
         out: dict[str, Any] = {"kind": self.kind, "degraded": self.degraded, "errors": self.errors,
-                               "rejected": self.rejected, "local_only": self.local_only,
+                               "rejected": self.rejected, "local_only": self.local_only, "owed": len(self._owed),
                                "operations": self._backend.operations}
         if samples:
             out["rtt_p50_ms"] = statistics.median(samples) * 1000
@@ -285,6 +377,11 @@ class RedisScopeStore:
         return out
 
     async def aclose(self) -> None:
+        self._closed = True
+        if self._repair is not None:
+            self._repair.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._repair
         with contextlib.suppress(StoreError):
             await self._backend.close()
 
@@ -300,9 +397,20 @@ def load_secret(path: str | Path) -> bytes:
     return secret
 
 
+def replica_store(redis_url: str, secret: bytes, limits: Any = None) -> RedisScopeStore:
+    """The store of one replica on the Redis at ``redis_url``, under the gateway's ``limits`` (a
+    :class:`~forethought.gateway.cache.CacheLimits`: a response's maximum life, finished responses remembered),
+    as the local store is."""
+    from forethought.gateway.cache import CacheLimits
+
+    bounds = limits if isinstance(limits, CacheLimits) else CacheLimits()
+    return RedisScopeStore.from_url(redis_url, secret, max_response_s=bounds.max_response_s,
+                                    finished_memory=bounds.finished_memory)
+
+
 def create_replica(upstream_base_url: str, redis_url: str, secret: bytes, config: Any = None) -> Starlette:
     """The app of a gateway replica sharing its scopes through Redis at ``redis_url`` (importable, picklable)."""
     from forethought.gateway.app import Gateway
 
-    gateway = Gateway(upstream_base_url, config, RedisScopeStore.from_url(redis_url, secret))
+    gateway = Gateway(upstream_base_url, config, replica_store(redis_url, secret, getattr(config, "limits", None)))
     return gateway.app

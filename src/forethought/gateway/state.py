@@ -19,7 +19,7 @@ import asyncio
 import hmac
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -69,8 +69,10 @@ class ScopeStore(Protocol):
     async def authorize(self, response_id: str, token: str | None) -> ResponseScope:
         """The scope a post with ``token`` may write to; :class:`PostRejected` 404/410/401/403 (503: store away)."""
 
-    async def add(self, scope: ResponseScope, entries: Sequence[CachedEntry], limit: int) -> None:
-        """Store ``entries`` whole or not at all (413 past ``limit`` per segment; 409/410 if it moved on)."""
+    async def add(self, scope: ResponseScope, segment: int, entries: Sequence[CachedEntry], limit: int,
+                  max_bytes: int) -> None:
+        """Store ``entries``, posted for ``segment``, whole or not at all: 409 if the response is no longer at
+        ``segment``, 410 if it finished, 413 past ``limit`` entries or ``max_bytes`` output bytes per segment."""
 
     async def snapshot(self, scope: ResponseScope) -> tuple[int, list[CachedEntry]]:
         """Accepted posts so far, and the entries of the scope's current segment."""
@@ -89,6 +91,21 @@ class ScopeStore(Protocol):
 
     async def aclose(self) -> None:
         """Release connections."""
+
+
+def moved_on(segment: int) -> str:
+    """The 409 message of a post for a segment the response has left."""
+    return f"the response has moved on from segment {segment}"
+
+
+def too_big(max_bytes: int) -> str:
+    """The 413 message of a post past the bound on a message's output bytes."""
+    return f"too many bytes of cached output for this response's message (at most {max_bytes})"
+
+
+def output_bytes(entries: Iterable[CachedEntry]) -> int:
+    """The UTF-8 size of the entries' outputs (what a message's bound on bytes counts)."""
+    return sum(len(e.output.encode("utf-8", "surrogatepass")) for e in entries)
 
 
 def check_token(expected: str, token: str | None) -> None:
@@ -139,14 +156,19 @@ class LocalScopeStore:
         check_token(scope.token, token)
         return scope
 
-    async def add(self, scope: ResponseScope, entries: Sequence[CachedEntry], limit: int) -> None:
+    async def add(self, scope: ResponseScope, segment: int, entries: Sequence[CachedEntry], limit: int,
+                  max_bytes: int) -> None:
         held = self._entries.get(scope.response_id)
         if held is None:
             raise PostRejected(410, f"response {scope.response_id!r} has finished")
+        if segment != scope.segment:
+            raise PostRejected(409, moved_on(segment))
         now = self._clock()
         live = [e for e in held if e.expires > now and e.segment == scope.segment]
         if len(live) + len(entries) > limit:
             raise PostRejected(413, f"too many cached entries for this response (at most {limit})")
+        if output_bytes(live) + output_bytes(entries) > max_bytes:
+            raise PostRejected(413, too_big(max_bytes))
         self._entries[scope.response_id] = live + list(entries)
         scope.posts += 1
         scope.posted.set()

@@ -5,12 +5,15 @@ this module moves opaque bytes. Keys of one response share the hash tag ``{<resp
 in one Cluster slot and every script touches one slot:
 
 * ``<prefix>:{R}:meta``    the sealed scope (token digest, the request's tools), with the response's TTL
-* ``<prefix>:{R}:state``   hash ``seg`` (current message) and ``posts`` (accepted posts)
+* ``<prefix>:{R}:state``   hash ``seg`` (current message), ``posts`` (accepted posts) and ``bytes`` (output bytes
+  held for the current message), with the response's TTL (renewed by every write)
 * ``<prefix>:{R}:entries`` list of sealed entries posted for the current segment
 * ``<prefix>:{R}:done``    marker of a finished response (late posts get 410)
 
 Result codes of :meth:`RedisScopeBackend.append`: the new post count (>= 1), or :data:`UNKNOWN`,
-:data:`FINISHED`, :data:`MOVED_ON` (the segment changed), :data:`TOO_MANY`. Redis errors leave as
+:data:`FINISHED`, :data:`MOVED_ON` (the segment changed), :data:`TOO_MANY`, :data:`TOO_BIG`. :meth:`advance`
+names the segment it moves to, so sending it again (after a failed round trip) changes nothing. Redis errors
+leave as
 :class:`~forethought.stores.errors.StoreUnavailableError` (:mod:`~forethought.stores.errors`).
 """
 
@@ -21,12 +24,12 @@ from typing import Any
 from forethought.stores.errors import StoreIntegrityError, mapped_redis_errors
 
 SOCKET_TIMEOUT_S = 0.25
-UNKNOWN, FINISHED, MOVED_ON, TOO_MANY = -1, -2, -3, -4
+UNKNOWN, FINISHED, MOVED_ON, TOO_MANY, TOO_BIG = -1, -2, -3, -4, -5
 
 _CREATE = """
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('DEL', KEYS[3], KEYS[4])
-redis.call('HSET', KEYS[2], 'seg', 0, 'posts', 0)
+redis.call('HSET', KEYS[2], 'seg', 0, 'posts', 0, 'bytes', 0)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 """
@@ -44,12 +47,20 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   if redis.call('EXISTS', KEYS[4]) == 1 then return -2 end
   return -1
 end
-if (tonumber(redis.call('HGET', KEYS[2], 'seg')) or 0) ~= tonumber(ARGV[1]) then return -3 end
-if redis.call('LLEN', KEYS[3]) + #ARGV - 2 > tonumber(ARGV[2]) then return -4 end
-for i = 3, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
+local seg = redis.call('HGET', KEYS[2], 'seg')
+if not seg then return -1 end
+if tonumber(seg) ~= tonumber(ARGV[1]) then return -3 end
+if redis.call('LLEN', KEYS[3]) + #ARGV - 4 > tonumber(ARGV[2]) then return -4 end
+if (tonumber(redis.call('HGET', KEYS[2], 'bytes')) or 0) + tonumber(ARGV[4]) > tonumber(ARGV[3]) then return -5 end
+for i = 5, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
+redis.call('HINCRBY', KEYS[2], 'bytes', ARGV[4])
+local posts = redis.call('HINCRBY', KEYS[2], 'posts', 1)
 local ttl = redis.call('PTTL', KEYS[1])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
-return redis.call('HINCRBY', KEYS[2], 'posts', 1)
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+return posts
 """
 _SNAPSHOT = """
 local posts = tonumber(redis.call('HGET', KEYS[1], 'posts')) or 0
@@ -57,8 +68,20 @@ return {posts, redis.call('LRANGE', KEYS[2], 0, -1)}
 """
 _ADVANCE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-redis.call('DEL', KEYS[3])
-return redis.call('HINCRBY', KEYS[2], 'seg', 1)
+local seg = tonumber(redis.call('HGET', KEYS[2], 'seg')) or -1
+local target = tonumber(ARGV[1])
+if seg < target then
+  redis.call('DEL', KEYS[3])
+  redis.call('HSET', KEYS[2], 'seg', target, 'bytes', 0)
+  seg = target
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return seg
+"""
+_FORGET = """
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return 1
 """
 _FINISH = """
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
@@ -83,6 +106,7 @@ class RedisScopeBackend:
         self._snapshot = client.register_script(_SNAPSHOT)
         self._advance = client.register_script(_ADVANCE)
         self._finish = client.register_script(_FINISH)
+        self._forget = client.register_script(_FORGET)
         self.operations = 0
 
     @classmethod
@@ -118,11 +142,14 @@ class RedisScopeBackend:
             meta, segment, posts = await self._lookup(keys=self._keys(response_id))
         return meta, int(segment), int(posts)
 
-    async def append(self, response_id: str, segment: int, entries: list[bytes], limit: int) -> int:
-        """Append sealed entries for ``segment`` whole or not at all; the post count, or a negative code."""
+    async def append(self, response_id: str, segment: int, entries: list[bytes], limit: int, max_bytes: int = 1 << 62,
+                     size: int = 0) -> int:
+        """Append sealed entries for ``segment`` whole or not at all (at most ``limit`` entries and ``max_bytes``
+        of output per segment, the post's own output being ``size`` bytes); the post count, or a negative code."""
         self.operations += 1
         with mapped_redis_errors("post to gateway scope"):
-            return int(await self._append(keys=self._keys(response_id), args=[segment, limit, *entries]))
+            return int(await self._append(keys=self._keys(response_id), args=[segment, limit, max_bytes, size,
+                                                                               *entries]))
 
     async def snapshot(self, response_id: str) -> tuple[int, list[bytes]]:
         """(posts, sealed entries of the current segment)."""
@@ -142,11 +169,18 @@ class RedisScopeBackend:
         except (TypeError, ValueError):  # written by something else: a miss, never a dropped stream
             raise StoreIntegrityError("a gateway response's post count in Redis is not a number") from None
 
-    async def advance(self, response_id: str) -> int:
-        """Drop the current segment's entries; the new segment (``UNKNOWN`` if the response is gone)."""
+    async def advance(self, response_id: str, segment: int) -> int:
+        """Move the response on to ``segment`` (dropping the entries of the one before) unless it is there already;
+        the segment it is at (``UNKNOWN`` if the response is gone)."""
         self.operations += 1
         with mapped_redis_errors("advance gateway scope"):
-            return int(await self._advance(keys=self._keys(response_id)))
+            return int(await self._advance(keys=self._keys(response_id), args=[segment]))
+
+    async def forget(self, response_id: str) -> None:
+        """Delete a response's scope, state and entries, leaving no ``done`` marker (posts then get 404)."""
+        self.operations += 1
+        with mapped_redis_errors("forget gateway scope"):
+            await self._forget(keys=self._keys(response_id))
 
     async def finish(self, response_id: str, remember_s: float) -> None:
         """Forget a response; its ``done`` marker lives ``remember_s``."""
