@@ -250,3 +250,53 @@ async def test_a_garbled_first_call_in_the_store_costs_the_guess_never_the_sessi
     found = first.most_likely(fingerprint, client)
     assert found is None or found[0].name == "lookup"
     first.close()
+
+
+# --- a tool list the server says is stale at once (ttlMs 0) ----------------------------------------------
+
+
+class Sure:
+    """Guesses one call at a fixed confidence after every answer."""
+
+    name = "script"
+
+    def __init__(self, call: ToolCall, confidence: float) -> None:
+        self.call, self.confidence = call, confidence
+
+    async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
+        return [Prediction(self.call, self.confidence, self.name)]
+
+    def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("guess", "confidence", "offered"), [
+    (ToolCall("peek", {}), 0.9, True),  # a read, sure enough: listed again before each guess
+    (ToolCall("peek", {}), 0.05, False),  # below min_confidence: nothing to offer, nothing listed
+    (ToolCall("write", {"value": "x", "delay_s": 0.0}), 0.9, False),  # a write never runs early
+])
+async def test_a_list_stale_at_once_is_listed_again_only_before_a_guess_it_offers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guess: ToolCall, confidence: float, offered: bool) -> None:
+    """Before, a server answering ``ttlMs: 0`` (the SDK's default) got one ``tools/list`` from the proxy after
+    every answer, whether or not a guess followed (most answers offer none)."""
+    import forethought.mcp.speculation as speculation
+
+    listed: list[int] = []
+    real = speculation.list_tools
+
+    async def counted(*args: Any) -> Any:
+        listed.append(1)
+        return await real(*args)
+
+    monkeypatch.setattr(speculation, "list_tools", counted)
+    command = [sys.executable, str(STATE), str(tmp_path / "log")]
+    factory = lambda schemas, /: (Sure(guess, confidence), "script")  # noqa: E731
+    async with proxied(command, policy_from_data(POLICY), "pinned", predictor_for=factory) as (session, handle):
+        await session.list_tools()
+        for _ in range(3):
+            await session.call_tool("peek", {})
+            await asyncio.sleep(0.2)  # the guess (if any) is made and runs before the next call
+    if offered:
+        assert len(listed) >= 3 and handle.stats.hits >= 1
+    else:
+        assert listed == [] and handle.stats.hits == 0
