@@ -280,9 +280,9 @@ async def test_a_list_stale_at_once_is_listed_again_only_before_a_guess_it_offer
     """Before, a server answering ``ttlMs: 0`` (the SDK's default) got one ``tools/list`` from the proxy after
     every answer, whether or not a guess followed (most answers offer none)."""
     import forethought.mcp.speculation as speculation
+    from forethought.mcp.listing import list_tools as real
 
     listed: list[int] = []
-    real = speculation.list_tools
 
     async def counted(*args: Any) -> Any:
         listed.append(1)
