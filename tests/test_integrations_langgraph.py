@@ -7,7 +7,7 @@ give the same messages; in the speculative run the reads were claimed from the s
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
@@ -15,11 +15,13 @@ pytest.importorskip("langgraph", reason="langgraph is not installed (forethought
 
 import openai
 from langchain_core.messages import AIMessage, convert_to_openai_messages
+from langchain_core.tools import InjectedToolCallId
+from langchain_core.tools import tool as lc_tool
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import tools_condition
+from langgraph.prebuilt import ToolNode, tools_condition
 
 from adapter_tools import lookup_and_note_session, patterns_in_tmp  # noqa: F401 - patterns_in_tmp: a fixture
-from forethought import Session, ToolCall
+from forethought import Effect, Runtime, Session, ToolCall, tool
 from forethought.integrations import ForethoughtToolNode, tap
 from forethought.serve.http import serve_in_process
 from forethought.serve.scripted import create_scripted_server, parse_script
@@ -93,12 +95,9 @@ async def test_graph_serial_equals_speculative(server: str) -> None:
 import json  # noqa: E402
 from typing import Literal  # noqa: E402
 
-from langchain_core.tools import tool as lc_tool  # noqa: E402
 from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
-from langgraph.prebuilt import ToolNode  # noqa: E402
 
 from adapter_tools import Rendezvous  # noqa: E402
-from forethought import Effect, Runtime, tool  # noqa: E402
 
 
 async def weather(city: str, units: Literal["c", "f"] = "c", days: int = 1) -> dict[str, Any]:
@@ -222,3 +221,35 @@ async def test_a_tool_given_by_its_author_runs_through_the_session_with_its_own_
         json.dumps(await weather("Oslo"), ensure_ascii=False), json.dumps([["q"], None])]
     assert session.stats().hits == 1  # the speculation was claimed by the node's call
     await session.close()
+
+
+async def test_a_tool_with_an_injected_argument_runs_as_it_is() -> None:
+    """Before, a given tool with an injected argument (``InjectedToolCallId``) was replaced by the session's
+    tool of its name, which was handed the call id and refused it (found by an outside review, 2026-12-05)."""
+
+    @tool(effect=Effect.READ_ONLY, name="lookup_q")
+    def session_lookup(q: str) -> str:
+        """Look up."""
+        return "session:" + q
+
+    def alone(node: Any) -> Any:
+        graph = StateGraph(MessagesState)
+        graph.add_node("tools", node)
+        graph.add_edge(START, "tools")
+        graph.add_edge("tools", END)
+        return graph.compile()
+
+    message = AIMessage(content="", tool_calls=[{"name": "lookup_q", "args": {"q": "x"}, "id": "call_1",
+                                                 "type": "tool_call"}])
+    native = await alone(ToolNode([_knows_its_call])).ainvoke({"messages": [message]})
+    session = Runtime([session_lookup]).session()
+    ours = await alone(ForethoughtToolNode(session, tools=[_knows_its_call])).ainvoke({"messages": [message]})
+    assert [m.content for m in ours["messages"][1:]] == [m.content for m in native["messages"][1:]] \
+        == ["given:x:call_1"]
+    await session.close()
+
+
+@lc_tool("lookup_q")
+def _knows_its_call(q: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+    """Look up, knowing the call's id."""
+    return f"given:{q}:{tool_call_id}"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from forethought._core.admission import Admission
@@ -408,6 +408,11 @@ class Session:
             kind = None
         self._ledger.discard(entry, kind, "discarded" if kind is not _FAILED else type(entry.error).__name__)
         return True
+
+    def discard_except(self, keys: Collection[CallKey]) -> int:
+        """Discard every unclaimed speculation whose key is not in ``keys`` (the calls a finished message made:
+        any other guess of the step can no longer be claimed); returns how many were discarded."""
+        return sum(self.discard(entry.key) for entry in list(self._store) if entry.key not in keys)
 
     def _evict_expired(self, now: float) -> None:
         """Discard every entry whose TTL has passed (EXPIRED, then WASTED if its tool ran); cancel its work.

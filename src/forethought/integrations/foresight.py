@@ -11,6 +11,12 @@ the model's call is due, thinned under load); at :meth:`Foresight.end` the step'
 really calls is served through the core as before: a right guess is claimed by the authoritative call, a
 wrong one is discarded at the step's end and never seen.
 
+Only calls of tools the session holds, and holds as public, are learned: a call of any other tool (a
+framework's own, a tool the policy marks private, a session tool offered under another name) is learned by
+no predictor, and taken out of the contexts the others are learned in, so nothing of it reaches a store
+(the privacy rule fails closed: a name the session cannot vouch for is private). A conversation the
+adapter cannot read (an output nested too deeply to parse, say) costs the step its guesses, never the step.
+
 Learning from the conversation rather than from the tool runs is what makes one rule fit every adapter:
 the output a predictor learns from is the text the framework showed the model (the Agents SDK's ``str()``
 of a dict, pydantic-ai's JSON), which is what the model derives its next arguments from.
@@ -25,6 +31,7 @@ store is ``$XDG_CACHE_HOME/forethought/adapter-patterns.sqlite`` (``~/.cache`` w
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import os
@@ -77,7 +84,7 @@ def _ok(output: str) -> bool:
     """Whether a call's output text reports success (a JSON object with an ``error`` field does not)."""
     try:
         return not reports_failure(json.loads(output))
-    except ValueError:
+    except (ValueError, RecursionError):
         return True
 
 
@@ -135,7 +142,8 @@ class Foresight:
             # The feed holds the session through a weak proxy: this table must not keep a session alive (its
             # entry goes when the session does).
             held = cast(Session, weakref.proxy(session))
-            state = _SessionFeed(GuessFeed(held, self.predictors_for(session), chain_depth=self.chain_depth),
+            state = _SessionFeed(GuessFeed(held, self.predictors_for(session), chain_depth=self.chain_depth,
+                                           is_private=functools.partial(_not_public, held)),
                                  schemas, [t.openai_schema() for t in session.tools.values()])
             self._sessions[session] = state
         return state
@@ -144,7 +152,14 @@ class Foresight:
 
     def begin(self, session: Session, messages: Any) -> None:
         """A model step of ``session`` starts with ``messages`` (Chat Completions messages, Responses input
-        items or Anthropic turns): learn the calls not learned yet, then start this step's guesses."""
+        items or Anthropic turns): learn the calls not learned yet, then start this step's guesses. Raises
+        nothing: a conversation it cannot read costs the step its guesses (logged)."""
+        try:
+            self._begin(session, messages)
+        except Exception as exc:
+            log.warning("step-start guesses skipped: the conversation could not be read (%s)", type(exc).__name__)
+
+    def _begin(self, session: Session, messages: Any) -> None:
         state = self._state(session)
         transcript = to_chat(messages)
         history = self._learn(session, state, transcript)
@@ -204,7 +219,7 @@ class Foresight:
             return None
         try:
             arguments = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if not isinstance(arguments, dict):
             return None
@@ -225,6 +240,13 @@ class Foresight:
         self.flush()
         if self.store is not None:
             self.store.close()
+
+
+def _not_public(session: Session, name: str) -> bool:
+    """Whether a call of ``name`` must not be learned: unless the session holds a tool of that name whose
+    calls are not private, it is."""
+    t = session.tools.get(name)
+    return t is None or t.hide_key
 
 
 def foresight_for(predict: bool | Foresight, speculate: bool) -> Foresight | None:

@@ -54,17 +54,28 @@ def langchain_tool(session: Session, t: Tool) -> StructuredTool:
 
 def _through_session(session: Session, given: BaseTool) -> BaseTool:
     """``given`` with its call made through the session, when the session has a tool of its name whose
-    parameters cover ``given``'s (a tool with injected arguments runs as it is)."""
+    parameters cover ``given``'s (a tool with injected arguments runs as it is: :func:`_injects`)."""
     t = session.tools.get(given.name)
     if t is None or isinstance(given, _SessionTool):
         return given
     properties: Mapping[str, Any] = t.parameters.get("properties") or {}
-    if given.args_schema is None or not set(given.args) <= set(properties):
+    if given.args_schema is None or not set(given.args) <= set(properties) or _injects(given):
         return given
     return _SessionTool(name=given.name, description=given.description, args_schema=given.args_schema,
                         coroutine=_runner(session, t.name), return_direct=given.return_direct,
                         response_format=given.response_format, handle_tool_error=given.handle_tool_error,
                         handle_validation_error=given.handle_validation_error)
+
+
+def _injects(given: BaseTool) -> bool:
+    """Whether LangGraph fills some of ``given``'s arguments itself (a call id, the graph's state or store):
+    those are not the model's, and the session's tool would be handed them, so it runs as it is."""
+    try:
+        schema: Any = given.get_input_schema()
+        full = schema.model_json_schema().get("properties") or {}
+    except Exception:  # a schema LangChain cannot describe: leave the tool alone
+        return True
+    return bool(set(full) - set(given.args))
 
 
 class _SessionTool(StructuredTool):

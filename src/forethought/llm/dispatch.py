@@ -13,7 +13,12 @@ decides, at the moment each call's arguments close, what may start before the me
 * with ``authoritative=False`` (the stream tap, whose caller runs each call itself with
   ``session.execute``) nothing is issued authoritatively: every closed call is speculated, and the
   caller's own ``execute`` claims it. The session's rules (effects, snapshots, write epochs) keep that
-  equivalent to serial execution.
+  equivalent to serial execution. Two things only the caller's loop knows are taken as a serial run would
+  have them (:func:`begin_step`): a call of a tool the session does not hold (the caller runs it, with an
+  effect nobody told the session of) is a write of unknown extent — no later call of the message is
+  speculated, and no read speculated before the next step is served; and asking the model again means the
+  previous message's calls have run: the previous turn ends (its unclaimed speculations are dropped, its
+  budget renewed).
 
 :meth:`EarlyDispatch.result` gives a call's outcome at message end (awaiting its early task, or executing
 it now); :meth:`EarlyDispatch.abandon` is the broken-stream path: issued reads finish harmlessly and every
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +39,7 @@ from forethought._core.calls import ToolCall
 from forethought._core.entry import CallOutcome, SpeculationTicket
 from forethought._core.runtime import Session
 from forethought._core.tools import Effect
+from forethought._core.versions import Write
 from forethought.llm.events import LLMEvent, ToolCallClosed, ToolCallStarted
 from forethought.telemetry import Event, EventKind
 
@@ -71,6 +78,19 @@ class PendingCall:
     speculated: bool = False
 
 
+_FOREIGN_WRITES: weakref.WeakKeyDictionary[Session, Write] = weakref.WeakKeyDictionary()
+"""Per session: the write of unknown extent a call of a foreign tool began, until the session's next step."""
+
+
+def begin_step(session: Session) -> None:
+    """The caller asks the model again (``authoritative=False``): the previous message's calls have run, so the
+    write a foreign call of it began ends, and so does the previous turn."""
+    write = _FOREIGN_WRITES.pop(session, None)
+    if write is not None:
+        write.end()
+    session.end_turn()
+
+
 class EarlyDispatch:
     """The early-dispatch state of one streamed message (see the module docstring)."""
 
@@ -89,11 +109,16 @@ class EarlyDispatch:
         """Calls issued authoritatively before the message ended."""
         self.speculated = 0
         """Calls speculated (launched or not) before the message ended."""
+        self.foreign_from: int | None = None
+        """The first call of a tool the session does not hold (``authoritative=False``): none after it starts."""
+        if not authoritative:
+            begin_step(session)
 
     def feed(self, event: LLMEvent) -> None:
         """Take one event of the message (only call starts and closes matter here)."""
         if isinstance(event, ToolCallStarted):
             self.calls.setdefault(event.index, PendingCall(event.index, event.id, event.name))
+            self._note_foreign(event.index, event.name)
             if self.enabled:  # the name is out, the arguments are still coming: warm what the call needs
                 self.session.prepare(event.name, {}, STREAM_SOURCE)
         elif isinstance(event, ToolCallClosed):
@@ -105,6 +130,7 @@ class EarlyDispatch:
         if pending is None:
             pending = self.calls[event.index] = PendingCall(event.index, event.id, event.name)
         pending.id, pending.name = event.id, event.name  # a close at message end may correct them
+        self._note_foreign(event.index, event.name)
         pending.raw = event.raw
         pending.closed_at = time.monotonic() - self.started
         if event.error is not None or event.arguments is None:
@@ -118,6 +144,15 @@ class EarlyDispatch:
         if self.enabled:
             self._dispatch_ready()
         return pending
+
+    def _note_foreign(self, index: int, name: str) -> None:
+        """A call of a tool the session does not hold: its effect (run by the caller) is unknown to the session."""
+        if self.authoritative or name in self.session.tools:
+            return
+        if self.foreign_from is None or index < self.foreign_from:
+            self.foreign_from = index
+        if self.session not in _FOREIGN_WRITES and not self.session.closed:
+            _FOREIGN_WRITES[self.session] = self.session.begin_untracked_write()
 
     def ordered(self) -> list[PendingCall]:
         """The message's calls in the model's order."""
@@ -140,7 +175,10 @@ class EarlyDispatch:
             session.runtime.telemetry.emit(Event(EventKind.EARLY_DISPATCH, session.id, pending.name, "",
                                                  STREAM_SOURCE))
         if self.blocked:
+            foreign = self.foreign_from
             for pending in self.calls.values():
+                if foreign is not None and pending.index > foreign:
+                    continue  # after a call of unknown effect: run by the caller's own execute, never early
                 if pending.call is not None and pending.task is None and not pending.speculated:
                     ticket = session.speculate(pending.call, source=STREAM_SOURCE, confidence=1.0)
                     pending.speculated = True  # claimed by the authoritative call at message end
@@ -155,6 +193,19 @@ class EarlyDispatch:
         if pending.task is not None:
             return await pending.task
         return await self.session.execute_detailed(pending.call)
+
+    def finished(self) -> int:
+        """The message ended (``authoritative=False``): its calls are all known, so every speculation of the
+        step that none of them can claim is dropped now, not at the next step; returns how many."""
+        keys = set()
+        for pending in self.calls.values():
+            if pending.call is None or pending.name not in self.session.tools:
+                continue
+            try:
+                keys.add(self.session.resolve(pending.call)[2])
+            except Exception:  # a call the session would refuse: it claims nothing
+                continue
+        return self.session.discard_except(keys)
 
     async def abandon(self) -> None:
         """The stream failed: let issued reads finish (their results are unused), drop every speculation."""

@@ -1,0 +1,272 @@
+"""The tap and the adapters keep the core's guarantees where only the caller's loop knows what happened.
+
+Found by an outside review (2026-12-05, scripts in its scratch folder; each reproduced on the code before):
+a read served from before a write of a tool the session does not hold; calls of tools the session cannot
+vouch for learned and saved; a conversation too deeply nested to parse failing the step; a turn never
+ended after a finished message (its budget used up for good, a wrong guess running on after the step);
+LangGraph handing a tool's injected arguments to the session (in tests/test_integrations_langgraph.py).
+Each case runs serial (``speculate=False``) and speculative side by side; what the caller sees must agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pickle
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forethought import Effect, Policy, Runtime, ToolCall, tool
+from forethought._core.policy import ToolPolicy
+from forethought.integrations import tap
+from forethought.integrations.foresight import Foresight
+from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
+
+ACCOUNT = {"balance": 0}
+
+
+@tool(effect=Effect.READ_ONLY)
+def read_balance() -> int:
+    """The balance."""
+    return ACCOUNT["balance"]
+
+
+def deposit(amount: int) -> str:
+    """One of the caller's own tools (not the session's): a write."""
+    ACCOUNT["balance"] += amount
+    return "ok"
+
+
+def _chunk(i: int, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "id": call_id, "type": "function",
+                                                                "function": {"name": name, "arguments": arguments}}]},
+                         "finish_reason": None}]}
+
+
+_END = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+
+
+class Always:
+    """A speculator that guesses the same calls at every step start."""
+
+    name = "always"
+
+    def __init__(self, *calls: ToolCall) -> None:
+        self.calls = calls
+
+    async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
+        return [Prediction(call, 0.95, self.name) for call in self.calls]
+
+    def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+        return None
+
+
+async def _deposit_then_read(speculate: bool, guess_at_start: bool) -> list[tuple[str, Any]]:
+    ACCOUNT["balance"] = 0
+    session = Runtime([read_balance]).session()
+
+    async def stream() -> AsyncIterator[dict[str, Any]]:
+        yield _chunk(0, "d1", "deposit", '{"amount": 100}')
+        yield _chunk(1, "r1", "read_balance", "{}")
+        await asyncio.sleep(0.02)  # the guesses run while the model is still generating
+        yield _END
+
+    predict: Any = Foresight(None, with_patterns=False, speculators=[Always(ToolCall("read_balance", {}))]) \
+        if guess_at_start else False
+    tapped = tap(stream(), session, speculate=speculate, messages=[{"role": "user", "content": "go"}],
+                 predict=predict)
+    async for _ in tapped:
+        pass
+    results: list[tuple[str, Any]] = []
+    for call in tapped.tool_calls:  # the caller's loop, in the model's order
+        if call.name in session.tools:
+            assert call.call is not None
+            results.append((call.name, await session.execute(call.call)))
+        else:
+            results.append((call.name, deposit(**json.loads(call.raw))))
+    await session.close()
+    return results
+
+
+@pytest.mark.parametrize("guess_at_start", [False, True])
+async def test_a_read_after_a_write_of_a_tool_the_session_does_not_hold_sees_the_write(guess_at_start: bool) -> None:
+    """Before, the read was speculated as its arguments closed (or guessed at step start), before the caller
+    ran the write, and served after it: the model was shown the balance from before the deposit."""
+    serial = await _deposit_then_read(False, guess_at_start)
+    assert serial == [("deposit", "ok"), ("read_balance", 100)]
+    assert await _deposit_then_read(True, guess_at_start) == serial
+
+
+async def test_the_same_read_through_pydantic_ai_sees_the_write() -> None:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import DeltaToolCall, FunctionModel
+    from pydantic_ai.tools import Tool as PydanticTool
+    from pydantic_ai.toolsets import FunctionToolset
+
+    from forethought.integrations import ForethoughtToolset, TappedModel
+    from forethought.integrations.pydantic_ai import pydantic_tool
+
+    async def model(messages: list[Any], info: Any) -> AsyncIterator[Any]:
+        if not any(m.kind == "response" for m in messages):
+            yield {0: DeltaToolCall(name="deposit", json_args='{"amount": 100}', tool_call_id="d1")}
+            yield {1: DeltaToolCall(name="read_balance", json_args="{}", tool_call_id="r1")}
+            await asyncio.sleep(0.02)
+            yield "checking"
+        else:
+            yield "done"
+
+    async def run(speculate: bool) -> list[tuple[str, Any]]:
+        ACCOUNT["balance"] = 0
+        session = Runtime([read_balance]).session()
+        inner = FunctionToolset([pydantic_tool(session, read_balance), PydanticTool(deposit, sequential=True)])
+        agent = Agent(TappedModel(FunctionModel(stream_function=model), session, speculate=speculate, predict=False),
+                      toolsets=[ForethoughtToolset(wrapped=inner, session=session)])
+        result = await agent.run("deposit 100 and tell me my balance")
+        await session.close()
+        return [(p.tool_name, p.content) for m in result.all_messages() for p in getattr(m, "parts", [])
+                if p.part_kind == "tool-return"]
+
+    serial = await run(False)
+    assert serial == [("deposit", "ok"), ("read_balance", 100)]
+    assert await run(True) == serial
+
+
+# --- what step-start prediction learns ------------------------------------------------------------------
+
+SECRET = "ACCT-TOKEN-9f8e7d6c"
+
+
+@tool(effect=Effect.READ_ONLY)
+def weather(city: str) -> str:
+    """The weather."""
+    return f"sunny in {city}"
+
+
+def _conversation(private_name: str) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "check my account and the weather"}]
+    for i in range(3):
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"v{i}", "type": "function",
+                 "function": {"name": private_name, "arguments": json.dumps({"token": SECRET})}}]},
+            {"role": "tool", "tool_call_id": f"v{i}", "content": "BALANCE-424242"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"w{i}", "type": "function",
+                 "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": f"w{i}", "content": "sunny in Paris"},
+        ]
+    return messages
+
+
+@pytest.mark.parametrize("private_name", ["vault_lookup", "acct_weather", "weather_private"])
+async def test_calls_of_tools_the_session_cannot_vouch_for_are_never_learned_or_saved(
+        tmp_path: Path, private_name: str) -> None:
+    """Before, a tool the policy marks private but the framework runs outside the session (or a session tool
+    offered under another name) was learned from the conversation and saved to the pattern store."""
+    runtime = Runtime([weather], Policy(tools={private_name: ToolPolicy(private=True)}))
+    session = runtime.session()
+    path = tmp_path / "patterns.sqlite"
+    foresight = Foresight(path)
+    foresight.begin(session, _conversation(private_name))
+    foresight.end(session)
+    foresight.close()
+    await session.close()
+    assert SECRET.encode() not in path.read_bytes() and private_name.encode() not in path.read_bytes()
+    reloaded = Foresight(path)
+    state = pickle.dumps(reloaded.patterns_for({"weather": dict(weather.parameters)}))
+    reloaded.close()
+    assert SECRET.encode() not in state and private_name.encode() not in state
+    assert b"weather" in state  # the session's own public tool is still learned
+
+
+@pytest.mark.parametrize("depth", [2000, 50_000])
+async def test_a_conversation_too_deeply_nested_to_parse_costs_the_step_its_guesses_only(depth: int) -> None:
+    """Before, a tool output (or arguments) of deeply nested JSON raised RecursionError out of the tap."""
+    @tool(effect=Effect.READ_ONLY)
+    def fetch(url: str) -> str:
+        """A page."""
+        return "["
+
+    session = Runtime([fetch]).session()
+    deep = "[" * depth
+    messages = [{"role": "user", "content": "fetch it"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "fetch", "arguments": '{"url": "x"}'}},
+                    {"id": "c2", "type": "function", "function": {"name": "fetch", "arguments": deep}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": deep},
+                {"role": "tool", "tool_call_id": "c2", "content": "x"}]
+
+    async def stream() -> AsyncIterator[dict[str, Any]]:
+        yield {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}
+
+    tapped = tap(stream(), session, messages=messages, predict=Foresight())
+    async for _ in tapped:
+        pass
+    assert tapped.finished and tapped.text == "ok"
+    await session.close()
+
+
+# --- turns ------------------------------------------------------------------------------------------
+
+
+@tool(effect=Effect.READ_ONLY, expected_s=0.05)
+async def lookup(q: str) -> str:
+    """Look up."""
+    return q.upper()
+
+
+def _one_call(i: int) -> AsyncIterator[dict[str, Any]]:
+    async def gen() -> AsyncIterator[dict[str, Any]]:
+        yield _chunk(0, f"c{i}", "lookup", json.dumps({"q": f"s{i}"}))
+        yield _END
+
+    return gen()
+
+
+async def test_every_tapped_step_starts_a_turn_so_its_budget_never_runs_out() -> None:
+    """Before, no turn ever ended: after 64 streamed calls (the default turn budget) nothing more started."""
+    session = Runtime([lookup]).session()
+    hits = 0
+    for i in range(70):
+        tapped = tap(_one_call(i), session, predict=False)
+        async for _ in tapped:
+            pass
+        for call in tapped.calls:
+            hits += (await session.execute_detailed(call)).kind == "hit"
+    assert hits == 70
+    await session.close()
+
+
+async def test_a_guess_no_call_of_the_finished_message_can_claim_is_dropped_at_its_end() -> None:
+    """Before, a wrong step-start guess ran on after the step and stayed in the store for later steps."""
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    @tool(effect=Effect.READ_ONLY, expected_s=2.0)
+    async def slow(q: str) -> str:
+        """Slow."""
+        started.set()
+        await release.wait()
+        return q
+
+    session = Runtime([slow, lookup]).session()
+
+    async def stream() -> AsyncIterator[dict[str, Any]]:
+        await started.wait()  # the wrong guess runs
+        yield _chunk(0, "c0", "lookup", '{"q": "x"}')
+        yield _END
+
+    tapped = tap(stream(), session, messages=[{"role": "user", "content": "hi"}],
+                 predict=Foresight(None, with_patterns=False, speculators=[Always(ToolCall("slow", {"q": "guess"}))]))
+    async for _ in tapped:
+        pass
+    assert session.speculation_count() <= 1  # only the message's own call may wait to be claimed
+    assert [await session.execute(c) for c in tapped.calls] == ["X"]
+    assert session.speculation_count() == 0
+    assert session.stats().cancelled == 1
+    release.set()
+    await session.close()
