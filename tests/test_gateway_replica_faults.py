@@ -228,25 +228,38 @@ async def test_a_state_hash_gone_from_redis_is_never_recreated_without_an_expiry
 # --- how much one response may hold ---------------------------------------------------------------------
 
 
+def named(output: str) -> list[dict[str, Any]]:
+    """An entry without ``params`` (matched by name): its bytes are its output's."""
+    return [{"name": "cd", "output": output}]
+
+
 @pytest.mark.parametrize("where", ["local", "redis"])
-async def test_the_output_bytes_of_a_message_are_bounded_the_same_in_every_store(redis_url: str, where: str) -> None:
+async def test_the_bytes_of_a_message_are_bounded_the_same_in_every_store(redis_url: str, where: str) -> None:
     """Before, one response could hold 256 entries of 256 KiB in Redis (64 MiB), and reading them back took the
-    relay past its operation timeout, which marked Redis down for every response of the replica."""
-    limits = CacheLimits(max_bytes_per_response=10)
+    relay past its operation timeout, which marked Redis down for every response of the replica. Arguments
+    count as well as outputs (a first bound that counted outputs only was passed by large ``params``)."""
+    limits = CacheLimits(max_bytes_per_response=40)
     if where == "local":
         caches = [ToolOutputCache(limits)] * 2
     else:
         caches = [ToolOutputCache(limits, store=RedisScopeStore.from_url(redis_url, SECRET)) for _ in range(2)]
     relay, other = caches
+
+    async def post(cache: ToolOutputCache, body: list[dict[str, Any]]) -> int:
+        return await cache.post(await cache.authorize(scope.response_id, scope.token, None), body)
+
     try:
         scope = await relay.open(TOOLS, expects_posts=True)
-        assert await relay.post(await relay.authorize(scope.response_id, scope.token, None), entry("123456")) == 1
+        assert await post(relay, named("x" * 24)) == 1
         with pytest.raises(PostRejected) as big:
-            await other.post(await other.authorize(scope.response_id, scope.token, None), entry("12345"))
-        assert big.value.status == 413 and "at most 10" in str(big.value)
-        assert await other.post(await other.authorize(scope.response_id, scope.token, None), entry("1234")) == 1
+            await post(other, named("x" * 17))
+        assert big.value.status == 413 and "at most 40" in str(big.value)
+        assert await post(other, named("x" * 16)) == 1  # 40 bytes: the bound exactly
         await relay.advance(scope)  # a new message starts with nothing held
-        assert await other.post(await other.authorize(scope.response_id, scope.token, None), entry("1234567890"))
+        with pytest.raises(PostRejected) as wide:  # a one-byte output, wide arguments
+            await post(other, [{"name": "cd", "params": {"folder": "d" * 40}, "output": "x"}])
+        assert wide.value.status == 413
+        assert await post(relay, [{"name": "cd", "params": {"folder": "docs"}, "output": "x"}]) == 1
     finally:
         for cache in {id(c): c for c in caches}.values():
             await cache.store.aclose()
@@ -266,3 +279,97 @@ async def test_a_replica_keeps_the_gateways_limits(redis_url: str) -> None:
     default = replica_store(redis_url, SECRET)
     assert default._max_response_s == CacheLimits().max_response_s
     await default.aclose()
+
+
+# --- a second review of the fixes (2026-12-05) ----------------------------------------------------------
+
+
+async def test_a_finish_cancelled_on_its_way_to_redis_is_still_sent(redis_url: str) -> None:
+    """A client that hangs up as the response ends cancels the relay inside its finish: before, the finish
+    stayed owed with no repair scheduled, and other replicas took posts for the finished response."""
+    async with two_replicas(redis_url) as (relay, other):
+        store = relay.store
+        assert isinstance(store, RedisScopeStore)
+        scope = await relay.open(TOOLS, expects_posts=True)
+        real = store._backend.finish
+        entered, never = asyncio.Event(), asyncio.Event()
+
+        async def hanging(*args: Any) -> None:
+            entered.set()
+            await never.wait()
+
+        store._backend.finish = hanging  # type: ignore[method-assign]
+        closing = asyncio.create_task(relay.close(scope))
+        await entered.wait()
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        store._backend.finish = real  # type: ignore[method-assign]
+        await until_repaired(store)
+        with pytest.raises(PostRejected) as there:
+            await other.authorize(scope.response_id, scope.token, None)
+        assert there.value.status == 410
+
+
+@pytest.mark.parametrize(("field", "garbage"), [("posts", "garbage"), ("posts", "1.5"), ("bytes", "x"),
+                                                ("seg", "nan")])
+async def test_a_garbled_count_refuses_the_post_whole_and_never_marks_redis_down(
+        redis_url: str, field: str, garbage: str) -> None:
+    """Before, the append pushed the entries and then failed on the garbled count (Redis does not roll a
+    script back): the poster got 503, the entries were served all the same, and Redis was marked down."""
+    import redis.asyncio
+
+    async with two_replicas(redis_url) as (relay, other):
+        store = relay.store
+        assert isinstance(store, RedisScopeStore)
+        scope = await relay.open(TOOLS, expects_posts=True)
+        client = redis.asyncio.Redis.from_url(redis_url)
+        await client.hset(store._backend.key(scope.response_id, "state"), field, garbage)
+        with pytest.raises(PostRejected) as refused:
+            await relay.post(await relay.authorize(scope.response_id, scope.token, None), entry("RESULT"))
+        assert refused.value.status == 503 and "garbled" in str(refused.value)
+        assert await client.llen(store._backend.key(scope.response_id, "entries")) == 0
+        await client.aclose()
+        assert await served(relay, scope) is None
+        assert not store.degraded and store.errors == 0 and other.store.stats()["errors"] == 0
+        assert (await relay.open(TOOLS)).response_id in store._mine  # Redis serves the others
+
+
+async def test_a_key_of_the_wrong_type_drops_its_owed_write_and_spares_the_others(redis_url: str) -> None:
+    """Before, an owed move refused with WRONGTYPE was sent again and again, each time marking Redis down for
+    the whole replica, and the repair never got past it to the other responses' writes."""
+    import redis.asyncio
+
+    async with two_replicas(redis_url) as (relay, other):
+        store = relay.store
+        assert isinstance(store, RedisScopeStore)
+        broken, fine = await relay.open(TOOLS, expects_posts=True), await relay.open(TOOLS, expects_posts=True)
+        client = redis.asyncio.Redis.from_url(redis_url)
+        state = store._backend.key(broken.response_id, "state")
+        await client.delete(state)
+        await client.set(state, "not a hash")
+        await relay.advance(broken)  # refused: dropped, never retried
+        assert store.stats()["owed"] == 0 and not store.degraded and store.errors == 0
+        fail_once(store, "advance")
+        await relay.advance(fine)
+        await until_repaired(store)
+        grant = await other.authorize(fine.response_id, fine.token, "1")
+        assert await other.post(grant, entry("next")) == 1
+        assert await served(relay, fine) == ["next"]
+        await client.aclose()
+
+
+async def test_the_bound_on_owed_writes_never_drops_a_relayed_responses_move(redis_url: str) -> None:
+    store = RedisScopeStore.from_url(redis_url, SECRET, retry_after_s=60.0, finished_memory=2)
+    relay = ToolOutputCache(store=store)
+    try:
+        live = await relay.open(TOOLS, expects_posts=True)
+        ended = [await relay.open(TOOLS) for _ in range(3)]
+        fail_once(store, "advance")
+        await relay.advance(live)  # owed; Redis is now skipped for a minute
+        for scope in ended:
+            await relay.close(scope)  # owed too, past the bound
+        assert store._owed.get(live.response_id, ("",))[0] == "advance"
+        assert len(store._owed) == 2
+    finally:
+        await store.aclose()

@@ -57,7 +57,8 @@ class CacheLimits:
     max_entries_per_post: int = 64
     max_entries_per_response: int = 256
     max_bytes_per_response: int = 8 << 20
-    """Output bytes held for one message of a response (what a relay reads back from a shared store at once)."""
+    """Bytes of outputs and canonical arguments held for one message of a response (what a relay reads back
+    from a shared store at once)."""
     finished_memory: int = 4096
     max_response_s: float = 3600.0
 

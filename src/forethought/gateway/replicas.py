@@ -55,11 +55,11 @@ from forethought.gateway.state import (
     LocalScopeStore,
     PostRejected,
     check_token,
+    entry_bytes,
     moved_on,
-    output_bytes,
     too_big,
 )
-from forethought.stores.errors import StoreError, StoreIntegrityError
+from forethought.stores.errors import StoreError, StoreIntegrityError, StoreUnavailableError
 from forethought.stores.events import EventSink, StoreEvent, emit
 from forethought.stores.gateway_scopes import FINISHED, MOVED_ON, TOO_BIG, TOO_MANY, UNKNOWN, RedisScopeBackend
 from forethought.stores.sealing import MIN_SECRET_BYTES, NotShareable, Sealer, decode, encode
@@ -76,6 +76,7 @@ REPAIR_MIN_S = 0.05
 """The shortest pause between two tries of the writes Redis is owed (when ``retry_after_s`` is shorter)."""
 _ADVANCE, _FINISH, _FORGET = "advance", "finish", "forget"
 _UNAVAILABLE = "the gateway's shared state (Redis) is unavailable; run the tool yourself"
+_GARBLED = "this response's shared state in Redis is garbled; run the tool yourself"
 
 T = TypeVar("T")
 
@@ -144,16 +145,16 @@ class RedisScopeStore:
     async def _op(self, operation: Callable[[], Awaitable[T]]) -> T:
         """One bounded Redis operation; raises :class:`StoreError` (or ``TimeoutError``) and marks the store down."""
         if not self._usable():
-            raise StoreError("Redis is skipped until its retry period ends")
+            raise StoreUnavailableError("Redis is skipped until its retry period ends")
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self._op_timeout_s):
                 result = await operation()
-        except StoreIntegrityError:
-            raise  # a value Redis holds for one response is garbled: that response misses, Redis is fine
-        except (StoreError, TimeoutError) as exc:
+        except (StoreUnavailableError, TimeoutError) as exc:
             self._fail(exc)
             raise
+        except StoreError:
+            raise  # Redis answered, refusing what one response's keys hold: that response misses, Redis is fine
         finally:
             self.rtt_s.append(time.perf_counter() - started)
         self._ok()
@@ -168,8 +169,11 @@ class RedisScopeStore:
     def _owe(self, response_id: str, kind: str, segment: int = 0) -> None:
         self._owed.pop(response_id, None)  # re-inserted last: the oldest are dropped first past the bound
         self._owed[response_id] = (kind, segment, time.monotonic())
-        while len(self._owed) > self._finished_memory:  # the keys of the oldest end by their TTL
-            del self._owed[next(iter(self._owed))]
+        while len(self._owed) > self._finished_memory:  # the keys of the oldest end by their TTL ...
+            victim = next((r for r, (k, _, _) in self._owed.items() if k != _ADVANCE or r not in self._mine), None)
+            if victim is None:  # ... but a response still relayed here keeps the move it is owed
+                break
+            del self._owed[victim]
 
     async def _settle(self, response_id: str) -> bool:
         """Send what Redis is owed for ``response_id``, if anything; whether Redis has it now."""
@@ -184,9 +188,17 @@ class RedisScopeStore:
                 await self._op(lambda: self._backend.finish(response_id, self._max_response_s))
             else:
                 await self._op(lambda: self._backend.forget(response_id))
-        except (StoreError, TimeoutError):
+        except (StoreUnavailableError, TimeoutError):
             self._schedule_repair()
             return False
+        except StoreError:  # refused: the response's keys are garbled; sending it again would not help
+            if self._owed.get(response_id) is owed:
+                del self._owed[response_id]
+            self._reject("a write owed to a garbled gateway scope was dropped")
+            return False
+        except BaseException:  # cancelled on the way (a client hung up): sent again later, landed or not
+            self._schedule_repair()
+            raise
         if self._owed.get(response_id) is owed:
             del self._owed[response_id]
         return True
@@ -204,8 +216,8 @@ class RedisScopeStore:
             for response_id, (_, _, since) in list(self._owed.items()):
                 if now - since > self._max_response_s:  # its keys have expired by now
                     self._owed.pop(response_id, None)
-                elif not await self._settle(response_id):
-                    break
+                elif not await self._settle(response_id) and response_id in self._owed:
+                    break  # Redis is away again (a garbled response's write is dropped: the others go on)
 
     # --- the protocol ---------------------------------------------------------------------------------
 
@@ -251,9 +263,10 @@ class RedisScopeStore:
             raise PostRejected(410, f"response {response_id!r} has finished")
         try:
             sealed, segment, posts = await self._op(lambda: self._backend.lookup(response_id))
+        except StoreIntegrityError:
+            raise PostRejected(503, _GARBLED) from None
         except (StoreError, TimeoutError):
-            raise PostRejected(503, "the gateway's shared state (Redis) is unavailable; run the tool yourself")\
-                from None
+            raise PostRejected(503, _UNAVAILABLE) from None
         if sealed is None:
             if segment == FINISHED:
                 raise PostRejected(410, f"response {response_id!r} has finished")
@@ -284,10 +297,12 @@ class RedisScopeStore:
         sealed = [self._sealer.seal(key, encode({"name": e.name, "key": e.key, "output": e.output,
                                                  "expires": e.expires, "exclusive": e.exclusive,
                                                  "segment": e.segment}), expires_at=e.expires) for e in entries]
-        size = output_bytes(entries)
+        size = entry_bytes(entries)
         try:
             posts = await self._op(lambda: self._backend.append(scope.response_id, segment, sealed, limit, max_bytes,
                                                                 size))
+        except StoreIntegrityError:
+            raise PostRejected(503, _GARBLED) from None
         except (StoreError, TimeoutError):
             raise PostRejected(503, _UNAVAILABLE) from None
         if posts == UNKNOWN:

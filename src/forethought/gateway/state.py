@@ -72,7 +72,8 @@ class ScopeStore(Protocol):
     async def add(self, scope: ResponseScope, segment: int, entries: Sequence[CachedEntry], limit: int,
                   max_bytes: int) -> None:
         """Store ``entries``, posted for ``segment``, whole or not at all: 409 if the response is no longer at
-        ``segment``, 410 if it finished, 413 past ``limit`` entries or ``max_bytes`` output bytes per segment."""
+        ``segment``, 410 if it finished, 413 past ``limit`` entries or ``max_bytes`` bytes (:func:`entry_bytes`) per
+        segment."""
 
     async def snapshot(self, scope: ResponseScope) -> tuple[int, list[CachedEntry]]:
         """Accepted posts so far, and the entries of the scope's current segment."""
@@ -99,13 +100,15 @@ def moved_on(segment: int) -> str:
 
 
 def too_big(max_bytes: int) -> str:
-    """The 413 message of a post past the bound on a message's output bytes."""
-    return f"too many bytes of cached output for this response's message (at most {max_bytes})"
+    """The 413 message of a post past the bound on the bytes a message's entries hold."""
+    return f"too many bytes of cached entries for this response's message (at most {max_bytes})"
 
 
-def output_bytes(entries: Iterable[CachedEntry]) -> int:
-    """The UTF-8 size of the entries' outputs (what a message's bound on bytes counts)."""
-    return sum(len(e.output.encode("utf-8", "surrogatepass")) for e in entries)
+def entry_bytes(entries: Iterable[CachedEntry]) -> int:
+    """The UTF-8 size of the entries' outputs and keys (their canonical arguments): what a message's bound on
+    bytes counts."""
+    return sum(len(e.output.encode("utf-8", "surrogatepass")) + len((e.key or "").encode("utf-8", "surrogatepass"))
+               for e in entries)
 
 
 def check_token(expected: str, token: str | None) -> None:
@@ -167,7 +170,7 @@ class LocalScopeStore:
         live = [e for e in held if e.expires > now and e.segment == scope.segment]
         if len(live) + len(entries) > limit:
             raise PostRejected(413, f"too many cached entries for this response (at most {limit})")
-        if output_bytes(live) + output_bytes(entries) > max_bytes:
+        if entry_bytes(live) + entry_bytes(entries) > max_bytes:
             raise PostRejected(413, too_big(max_bytes))
         self._entries[scope.response_id] = live + list(entries)
         scope.posts += 1

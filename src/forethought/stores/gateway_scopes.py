@@ -5,15 +5,17 @@ this module moves opaque bytes. Keys of one response share the hash tag ``{<resp
 in one Cluster slot and every script touches one slot:
 
 * ``<prefix>:{R}:meta``    the sealed scope (token digest, the request's tools), with the response's TTL
-* ``<prefix>:{R}:state``   hash ``seg`` (current message), ``posts`` (accepted posts) and ``bytes`` (output bytes
-  held for the current message), with the response's TTL (renewed by every write)
+* ``<prefix>:{R}:state``   hash ``seg`` (current message), ``posts`` (accepted posts) and ``bytes`` (bytes of
+  outputs and arguments held for the current message), with what is left of the response's TTL
 * ``<prefix>:{R}:entries`` list of sealed entries posted for the current segment
 * ``<prefix>:{R}:done``    marker of a finished response (late posts get 410)
 
 Result codes of :meth:`RedisScopeBackend.append`: the new post count (>= 1), or :data:`UNKNOWN`,
-:data:`FINISHED`, :data:`MOVED_ON` (the segment changed), :data:`TOO_MANY`, :data:`TOO_BIG`. :meth:`advance`
-names the segment it moves to, so sending it again (after a failed round trip) changes nothing. Redis errors
-leave as
+:data:`FINISHED`, :data:`MOVED_ON` (the segment changed), :data:`TOO_MANY`, :data:`TOO_BIG`. A key of the wrong
+type, or a count that is not a whole number, is found before anything is written and raises
+:class:`~forethought.stores.errors.StoreIntegrityError` (that response's state is garbled; Redis is fine).
+:meth:`advance` names the segment it moves to, so sending it again (after a failed round trip) changes
+nothing. Redis errors leave as
 :class:`~forethought.stores.errors.StoreUnavailableError` (:mod:`~forethought.stores.errors`).
 """
 
@@ -24,8 +26,20 @@ from typing import Any
 from forethought.stores.errors import StoreIntegrityError, mapped_redis_errors
 
 SOCKET_TIMEOUT_S = 0.25
-UNKNOWN, FINISHED, MOVED_ON, TOO_MANY, TOO_BIG = -1, -2, -3, -4, -5
+UNKNOWN, FINISHED, MOVED_ON, TOO_MANY, TOO_BIG, GARBLED = -1, -2, -3, -4, -5, -6
 
+_CHECK = """
+local function wrong(key, want)
+  local t = redis.call('TYPE', key).ok
+  return t ~= 'none' and t ~= want
+end
+local function whole(v)
+  local n = tonumber(v or '0')
+  if n == nil or n ~= math.floor(n) then return nil end
+  return n
+end
+"""
+_TYPES = "if wrong(KEYS[1], 'string') or wrong(KEYS[2], 'hash') or wrong(KEYS[3], 'list') then return -6 end\n"
 _CREATE = """
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('DEL', KEYS[3], KEYS[4])
@@ -33,42 +47,49 @@ redis.call('HSET', KEYS[2], 'seg', 0, 'posts', 0, 'bytes', 0)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 """
-_LOOKUP = """
+_LOOKUP = _CHECK + """
+if wrong(KEYS[1], 'string') or wrong(KEYS[2], 'hash') then return {false, -6, 0} end
 local meta = redis.call('GET', KEYS[1])
 if not meta then
   if redis.call('EXISTS', KEYS[4]) == 1 then return {false, -2, 0} end
   return {false, -1, 0}
 end
 local st = redis.call('HMGET', KEYS[2], 'seg', 'posts')
-return {meta, tonumber(st[1]) or 0, tonumber(st[2]) or 0}
+local seg, posts = whole(st[1]), whole(st[2])
+if not seg or not posts then return {false, -6, 0} end
+return {meta, seg, posts}
 """
-_APPEND = """
+_APPEND = _CHECK + _TYPES + """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   if redis.call('EXISTS', KEYS[4]) == 1 then return -2 end
   return -1
 end
-local seg = redis.call('HGET', KEYS[2], 'seg')
-if not seg then return -1 end
-if tonumber(seg) ~= tonumber(ARGV[1]) then return -3 end
+local st = redis.call('HMGET', KEYS[2], 'seg', 'posts', 'bytes')
+if not st[1] then return -1 end
+local seg, posts, bytes = whole(st[1]), whole(st[2]), whole(st[3])
+if not seg or not posts or not bytes then return -6 end
+if seg ~= tonumber(ARGV[1]) then return -3 end
 if redis.call('LLEN', KEYS[3]) + #ARGV - 4 > tonumber(ARGV[2]) then return -4 end
-if (tonumber(redis.call('HGET', KEYS[2], 'bytes')) or 0) + tonumber(ARGV[4]) > tonumber(ARGV[3]) then return -5 end
+if bytes + tonumber(ARGV[4]) > tonumber(ARGV[3]) then return -5 end
 for i = 5, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
-redis.call('HINCRBY', KEYS[2], 'bytes', ARGV[4])
-local posts = redis.call('HINCRBY', KEYS[2], 'posts', 1)
+redis.call('HSET', KEYS[2], 'bytes', bytes + tonumber(ARGV[4]), 'posts', posts + 1)
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[3], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
-return posts
+return posts + 1
 """
-_SNAPSHOT = """
-local posts = tonumber(redis.call('HGET', KEYS[1], 'posts')) or 0
+_SNAPSHOT = _CHECK + """
+if wrong(KEYS[1], 'hash') or wrong(KEYS[2], 'list') then return {-6, {}} end
+local posts = whole(redis.call('HGET', KEYS[1], 'posts'))
+if not posts then return {-6, {}} end
 return {posts, redis.call('LRANGE', KEYS[2], 0, -1)}
 """
-_ADVANCE = """
+_ADVANCE = _CHECK + _TYPES + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local seg = tonumber(redis.call('HGET', KEYS[2], 'seg')) or -1
+local seg = whole(redis.call('HGET', KEYS[2], 'seg') or '-1')
+if not seg then return -6 end
 local target = tonumber(ARGV[1])
 if seg < target then
   redis.call('DEL', KEYS[3])
@@ -88,6 +109,14 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('SET', KEYS[4], '1', 'PX', ARGV[1])
 return 1
 """
+
+
+def _intact(code: int, what: str) -> int:
+    """``code``, unless it says the response's keys in Redis are garbled (:data:`GARBLED`)."""
+    if code == GARBLED:
+        raise StoreIntegrityError(f"{what} gateway scope: a key of the response in Redis is of the wrong type "
+                                  "or holds a count that is not a whole number")
+    return code
 
 
 def _ms(seconds: float) -> int:
@@ -140,6 +169,7 @@ class RedisScopeBackend:
         self.operations += 1
         with mapped_redis_errors("look up gateway scope"):
             meta, segment, posts = await self._lookup(keys=self._keys(response_id))
+        _intact(int(segment), "look up")
         return meta, int(segment), int(posts)
 
     async def append(self, response_id: str, segment: int, entries: list[bytes], limit: int, max_bytes: int = 1 << 62,
@@ -148,8 +178,9 @@ class RedisScopeBackend:
         of output per segment, the post's own output being ``size`` bytes); the post count, or a negative code."""
         self.operations += 1
         with mapped_redis_errors("post to gateway scope"):
-            return int(await self._append(keys=self._keys(response_id), args=[segment, limit, max_bytes, size,
+            code = int(await self._append(keys=self._keys(response_id), args=[segment, limit, max_bytes, size,
                                                                                *entries]))
+        return _intact(code, "post to")
 
     async def snapshot(self, response_id: str) -> tuple[int, list[bytes]]:
         """(posts, sealed entries of the current segment)."""
@@ -157,7 +188,7 @@ class RedisScopeBackend:
         keys = self._keys(response_id)
         with mapped_redis_errors("read gateway scope"):
             posts, entries = await self._snapshot(keys=[keys[1], keys[2]])
-        return int(posts), list(entries)
+        return _intact(int(posts), "read"), list(entries)
 
     async def posts(self, response_id: str) -> int:
         """Accepted posts so far (0 for an unknown response)."""
@@ -174,7 +205,8 @@ class RedisScopeBackend:
         the segment it is at (``UNKNOWN`` if the response is gone)."""
         self.operations += 1
         with mapped_redis_errors("advance gateway scope"):
-            return int(await self._advance(keys=self._keys(response_id), args=[segment]))
+            code = int(await self._advance(keys=self._keys(response_id), args=[segment]))
+        return _intact(code, "advance")
 
     async def forget(self, response_id: str) -> None:
         """Delete a response's scope, state and entries, leaving no ``done`` marker (posts then get 404)."""
