@@ -2,8 +2,10 @@
 
 Found by an outside review (2026-12-05, scripts in its scratch folder; each reproduced on the code before):
 a read served from before a write of a tool the session does not hold; calls of tools the session cannot
-vouch for learned and saved; a conversation too deeply nested to parse failing the step; a turn never
-ended after a finished message (its budget used up for good, a wrong guess running on after the step);
+vouch for learned and saved; a conversation too deeply nested to parse failing the step; a turn budget
+never renewed after a finished message (used up for good after 64 calls). A second review of the first
+fix (it held a world-wide write open until the session's next step) gave the cases at the end: other
+conversations, reads before the foreign call, two streams of one session, the serial arm;
 LangGraph handing a tool's injected arguments to the session (in tests/test_integrations_langgraph.py).
 Each case runs serial (``speculate=False``) and speculative side by side; what the caller sees must agree.
 """
@@ -19,8 +21,7 @@ from typing import Any
 
 import pytest
 
-from forethought import Effect, Policy, Runtime, ToolCall, tool
-from forethought._core.policy import ToolPolicy
+from forethought import Effect, Policy, Runtime, ToolCall, ToolPolicy, tool
 from forethought.integrations import tap
 from forethought.integrations.foresight import Foresight
 from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
@@ -241,32 +242,107 @@ async def test_every_tapped_step_starts_a_turn_so_its_budget_never_runs_out() ->
     await session.close()
 
 
-async def test_a_guess_no_call_of_the_finished_message_can_claim_is_dropped_at_its_end() -> None:
-    """Before, a wrong step-start guess ran on after the step and stayed in the store for later steps."""
-    started = asyncio.Event()
-    release = asyncio.Event()
+# --- a second review: what the first fix of the foreign write broke --------------------------------------
 
-    @tool(effect=Effect.READ_ONLY, expected_s=2.0)
-    async def slow(q: str) -> str:
-        """Slow."""
-        started.set()
-        await release.wait()
-        return q
+RUNS: list[str] = []
+RAN: list[asyncio.Event] = []
+"""Set when ``probe`` runs."""
 
-    session = Runtime([slow, lookup]).session()
 
-    async def stream() -> AsyncIterator[dict[str, Any]]:
-        await started.wait()  # the wrong guess runs
-        yield _chunk(0, "c0", "lookup", '{"q": "x"}')
+@tool(effect=Effect.READ_ONLY, expected_s=0.05)
+async def probe(q: str) -> str:
+    """A read that records each run."""
+    RUNS.append(q)
+    for ran in RAN:
+        ran.set()
+    await asyncio.sleep(0.01)
+    return q.upper()
+
+
+def _stream(*calls: tuple[str, dict[str, Any]], pause: asyncio.Event | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def gen() -> AsyncIterator[dict[str, Any]]:
+        for i, (name, arguments) in enumerate(calls):
+            yield _chunk(i, f"c{i}", name, json.dumps(arguments))
+            await asyncio.sleep(0.02)  # the speculation of a streamed read runs while the model writes on
+        if pause is not None:
+            await pause.wait()
         yield _END
 
-    tapped = tap(stream(), session, messages=[{"role": "user", "content": "hi"}],
-                 predict=Foresight(None, with_patterns=False, speculators=[Always(ToolCall("slow", {"q": "guess"}))]))
+    return gen()
+
+
+async def _claims(session: Any, tapped: Any) -> list[str]:
+    return [(await session.execute_detailed(c.call)).kind for c in tapped.tool_calls if c.name in session.tools]
+
+
+async def test_a_conversation_that_ends_on_a_foreign_call_costs_no_other_conversation_a_hit() -> None:
+    """The first fix opened a write on the whole runtime that only the same session's next step closed: a
+    conversation ending on one of the caller's own tools (pydantic-ai's ``final_result``, a handoff) left
+    every later read of every session unserved."""
+    runtime = Runtime([probe])
+    first = runtime.session()
+    ended = tap(_stream(("probe", {"q": "a"}), ("finish", {"answer": "done"})), first, predict=False)
+    async for _ in ended:
+        pass
+    assert await _claims(first, ended) == ["hit"]  # the read before the foreign call is served
+    await first.close()
+    for n in range(2):
+        other = runtime.session()
+        tapped = tap(_stream(("probe", {"q": f"b{n}"})), other, predict=False)
+        async for _ in tapped:
+            pass
+        assert await _claims(other, tapped) == ["hit"]
+        await other.close()
+
+
+async def test_a_read_before_the_foreign_call_is_served_and_runs_once() -> None:
+    RUNS.clear()
+    session = Runtime([probe]).session()
+    tapped = tap(_stream(("probe", {"q": "x"}), ("notify", {"text": "hi"}), ("probe", {"q": "y"})), session,
+                 predict=False)
     async for _ in tapped:
         pass
-    assert session.speculation_count() <= 1  # only the message's own call may wait to be claimed
-    assert [await session.execute(c) for c in tapped.calls] == ["X"]
-    assert session.speculation_count() == 0
-    assert session.stats().cancelled == 1
-    release.set()
+    assert await _claims(session, tapped) == ["hit", "miss"]  # the one after it runs fresh, after it
+    assert RUNS == ["x", "y"]
     await session.close()
+
+
+async def test_two_streams_of_one_session_keep_each_others_speculations() -> None:
+    """The first fix ended the session's turn at each new stream, dropping the other stream's speculations
+    (one pydantic-ai Agent serving two requests at once, parallel graph branches tapping one session)."""
+    RUNS.clear()
+    session = Runtime([probe]).session()
+    hold = asyncio.Event()
+    first = tap(_stream(("probe", {"q": "a"}), pause=hold), session, predict=False)
+
+    async def drain(tapped: Any) -> None:
+        async for _ in tapped:
+            pass
+
+    ran = asyncio.Event()
+    RAN.append(ran)
+    running = asyncio.create_task(drain(first))
+    await ran.wait()  # the first stream's read has been speculated
+    RAN.remove(ran)
+    second = tap(_stream(("probe", {"q": "b"})), session, predict=False)
+    await drain(second)
+    hold.set()
+    await running
+    assert await _claims(session, first) == ["hit"] and await _claims(session, second) == ["hit"]
+    assert sorted(RUNS) == ["a", "b"]
+    await session.close()
+
+
+async def test_the_serial_arm_on_the_same_runtime_changes_nothing_for_the_speculative_one() -> None:
+    runtime = Runtime([probe])
+    serial = runtime.session()
+    plain = tap(_stream(("finish", {"answer": "x"})), serial, speculate=False, predict=False)
+    async for _ in plain:
+        pass
+    speculative = runtime.session()
+    tapped = tap(_stream(("probe", {"q": "s"})), speculative, predict=False)
+    async for _ in tapped:
+        pass
+    assert await _claims(speculative, tapped) == ["hit"]
+    await serial.close()
+    await speculative.close()

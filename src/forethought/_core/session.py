@@ -409,10 +409,19 @@ class Session:
         self._ledger.discard(entry, kind, "discarded" if kind is not _FAILED else type(entry.error).__name__)
         return True
 
-    def discard_except(self, keys: Collection[CallKey]) -> int:
-        """Discard every unclaimed speculation whose key is not in ``keys`` (the calls a finished message made:
-        any other guess of the step can no longer be claimed); returns how many were discarded."""
-        return sum(self.discard(entry.key) for entry in list(self._store) if entry.key not in keys)
+    def discard_calls_of(self, names: Collection[str], keep: Collection[CallKey] = ()) -> int:
+        """Discard every unclaimed speculation of a tool in ``names`` whose key is not in ``keep``; returns how
+        many were discarded (a caller that knows those tools' calls must run fresh: they come after an effect
+        the session cannot see)."""
+        return sum(self.discard(entry.key) for entry in list(self._store)
+                   if entry.tool.name in names and entry.key not in keep)
+
+    def renew_turn(self) -> None:
+        """A new model step begins where nobody ends turns (a tap, an adapter): the turn budget and the prepare
+        hooks start afresh; speculations are kept (another stream of the session may still claim them: an
+        unclaimed one ends by its TTL, or at :meth:`end_turn` or :meth:`close`)."""
+        self._budget.reset()
+        self._live.prepared.clear()
 
     def _evict_expired(self, now: float) -> None:
         """Discard every entry whose TTL has passed (EXPIRED, then WASTED if its tool ran); cancel its work.

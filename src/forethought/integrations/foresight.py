@@ -9,7 +9,7 @@ guesses (``GuessFeed.start``: cheap predictors first, a speculator model after, 
 the model's call is due, thinned under load); at :meth:`Foresight.end` the step's guessing stops
 (``GuessFeed.stop``, which also times the step). Guesses go to ``session.speculate``, so whatever the model
 really calls is served through the core as before: a right guess is claimed by the authoritative call, a
-wrong one is discarded at the step's end and never seen.
+wrong one is never served (it ends by its TTL, at the session's turn end or when it closes).
 
 Only calls of tools the session holds, and holds as public, are learned: a call of any other tool (a
 framework's own, a tool the policy marks private, a session tool offered under another name) is learned by

@@ -20,11 +20,10 @@ and an :class:`~forethought.llm.dispatch.EarlyDispatch` in speculating mode (the
 ``authoritative=False``) starts every closed call as a speculation at the moment its arguments close:
 effects, snapshots and write epochs keep it equivalent to serial. Your ``session.execute(call)`` claims
 it. A stream that raises, ends without finishing, or that you stop reading drops every speculation of the
-turn (``session.end_turn``), as a serial run that never saw the message end would; a message that finishes
-drops the step's guesses none of its calls can claim. A call of a tool the session does not hold is run by
-your loop with an effect the session cannot see: no later call of that message starts early, and no read
-started before your next step is served (:mod:`forethought.llm.dispatch`). Tapping the next stream of the
-session ends the previous turn.
+turn (``session.end_turn``), as a serial run that never saw the message end would. A call of a tool the
+session does not hold is run by your loop with an effect the session cannot see: no later call of that
+message starts early or is served from a guess (:mod:`forethought.llm.dispatch`). Each tapped stream renews
+the session's turn budget.
 
 Given the conversation (``tap(stream, session, messages=messages)``), the tap also guesses the step's calls
 before the model streams them (:mod:`forethought.integrations.foresight`: the pattern predictor, learning
@@ -182,7 +181,7 @@ class StreamTap:
             if isinstance(decoder, ChatChunkDecoder) and self.error is None:
                 self._decode(decoder.end)
             completed = self.finished and self.error is None
-            if completed and self.speculate:
+            if completed:
                 self._dispatch.finished()
         finally:
             if self.foresight is not None:

@@ -13,12 +13,11 @@ decides, at the moment each call's arguments close, what may start before the me
 * with ``authoritative=False`` (the stream tap, whose caller runs each call itself with
   ``session.execute``) nothing is issued authoritatively: every closed call is speculated, and the
   caller's own ``execute`` claims it. The session's rules (effects, snapshots, write epochs) keep that
-  equivalent to serial execution. Two things only the caller's loop knows are taken as a serial run would
-  have them (:func:`begin_step`): a call of a tool the session does not hold (the caller runs it, with an
-  effect nobody told the session of) is a write of unknown extent — no later call of the message is
-  speculated, and no read speculated before the next step is served; and asking the model again means the
-  previous message's calls have run: the previous turn ends (its unclaimed speculations are dropped, its
-  budget renewed).
+  equivalent to serial execution. A call of a tool the session does not hold is run by the caller with an
+  effect the session cannot see, after the calls before it and before the calls after it: no later call of
+  the message is speculated, and when the message ends every speculation of a tool a later call names
+  (a guess made at step start) is dropped, so those calls run fresh, after it (:meth:`EarlyDispatch.finished`).
+  Each new message renews the session's turn budget (:func:`begin_step`).
 
 :meth:`EarlyDispatch.result` gives a call's outcome at message end (awaiting its early task, or executing
 it now); :meth:`EarlyDispatch.abandon` is the broken-stream path: issued reads finish harmlessly and every
@@ -30,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +37,6 @@ from forethought._core.calls import ToolCall
 from forethought._core.entry import CallOutcome, SpeculationTicket
 from forethought._core.runtime import Session
 from forethought._core.tools import Effect
-from forethought._core.versions import Write
 from forethought.llm.events import LLMEvent, ToolCallClosed, ToolCallStarted
 from forethought.telemetry import Event, EventKind
 
@@ -78,17 +75,9 @@ class PendingCall:
     speculated: bool = False
 
 
-_FOREIGN_WRITES: weakref.WeakKeyDictionary[Session, Write] = weakref.WeakKeyDictionary()
-"""Per session: the write of unknown extent a call of a foreign tool began, until the session's next step."""
-
-
 def begin_step(session: Session) -> None:
-    """The caller asks the model again (``authoritative=False``): the previous message's calls have run, so the
-    write a foreign call of it began ends, and so does the previous turn."""
-    write = _FOREIGN_WRITES.pop(session, None)
-    if write is not None:
-        write.end()
-    session.end_turn()
+    """The caller asks the model again (``authoritative=False``): the session's turn budget starts afresh."""
+    session.renew_turn()
 
 
 class EarlyDispatch:
@@ -111,7 +100,7 @@ class EarlyDispatch:
         """Calls speculated (launched or not) before the message ended."""
         self.foreign_from: int | None = None
         """The first call of a tool the session does not hold (``authoritative=False``): none after it starts."""
-        if not authoritative:
+        if enabled and not authoritative:
             begin_step(session)
 
     def feed(self, event: LLMEvent) -> None:
@@ -147,12 +136,10 @@ class EarlyDispatch:
 
     def _note_foreign(self, index: int, name: str) -> None:
         """A call of a tool the session does not hold: its effect (run by the caller) is unknown to the session."""
-        if self.authoritative or name in self.session.tools:
+        if self.authoritative or not self.enabled or name in self.session.tools:
             return
         if self.foreign_from is None or index < self.foreign_from:
             self.foreign_from = index
-        if self.session not in _FOREIGN_WRITES and not self.session.closed:
-            _FOREIGN_WRITES[self.session] = self.session.begin_untracked_write()
 
     def ordered(self) -> list[PendingCall]:
         """The message's calls in the model's order."""
@@ -195,17 +182,21 @@ class EarlyDispatch:
         return await self.session.execute_detailed(pending.call)
 
     def finished(self) -> int:
-        """The message ended (``authoritative=False``): its calls are all known, so every speculation of the
-        step that none of them can claim is dropped now, not at the next step; returns how many."""
-        keys = set()
+        """The message ended (``authoritative=False``): if it called a tool the session does not hold, every
+        speculation of a tool that a later call names is dropped (unless a call before it has its very key),
+        so those calls run fresh, after the caller ran the foreign one; returns how many were dropped."""
+        foreign = self.foreign_from
+        if foreign is None or not self.enabled:
+            return 0
+        later = {p.name for p in self.calls.values() if p.index > foreign}
+        earlier = set()
         for pending in self.calls.values():
-            if pending.call is None or pending.name not in self.session.tools:
-                continue
-            try:
-                keys.add(self.session.resolve(pending.call)[2])
-            except Exception:  # a call the session would refuse: it claims nothing
-                continue
-        return self.session.discard_except(keys)
+            if pending.index < foreign and pending.call is not None and pending.name in self.session.tools:
+                try:
+                    earlier.add(self.session.resolve(pending.call)[2])
+                except Exception:  # a call the session would refuse claims nothing
+                    continue
+        return self.session.discard_calls_of(later, earlier)
 
     async def abandon(self) -> None:
         """The stream failed: let issued reads finish (their results are unused), drop every speculation."""

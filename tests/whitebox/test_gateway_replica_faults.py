@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import redis_fixture
-from forethought._core.calls import ToolCall
+from forethought import ToolCall
 from forethought.gateway.cache import CacheLimits, ToolOutputCache, match
 from forethought.gateway.replicas import RedisScopeStore, replica_store
 from forethought.gateway.scope import ResponseScope
