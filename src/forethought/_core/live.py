@@ -68,8 +68,9 @@ class Live:
         if found is not None and found[0] is t:
             return found[1]
         if t.effect is Effect.READ_ONLY:
-            # the world moves with every write of every session, this one's included: it alone stands for both
-            versions = (self.version, *t.read_versions) if t.read_versions else self._world
+            # the world moves with every write of every session, this one's included; the session's own version
+            # also moves alone, with a fence (:meth:`begin_fence`)
+            versions = (self.version, *t.read_versions) if t.read_versions else self._everything
         else:
             versions = t.read_versions
         self._reads_of[id(t)] = (t, versions)
@@ -90,6 +91,12 @@ class Live:
         no read speculated before its end may be served. ``states``: what else it may change (a state shared
         with other processes, say). End the returned write when it has really ended."""
         return self._clock.untracked(self.version, versions_of(states))
+
+    def begin_fence(self) -> Write:
+        """An effect of this session nobody can see begins (a call the caller's loop runs itself): no READ_ONLY
+        speculation of this session started before the returned write ends may be served; other sessions are
+        not held back. End it when the effect has surely ended."""
+        return self._clock.fence(self.version)
 
     @contextlib.contextmanager
     def untracked_write(self) -> Iterator[None]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from forethought._core.admission import Admission
@@ -316,6 +316,12 @@ class Session:
         (an upstream answered), not when its caller stopped waiting."""
         return self._live.begin_untracked_write(states)
 
+    def begin_fence(self) -> Write:
+        """An effect of this session it cannot see begins (a call the caller's loop runs itself): no READ_ONLY
+        speculation of this session started before the returned write ends is served; other sessions are not
+        held back. Call ``end()`` on it once the effect has surely ended."""
+        return self._live.begin_fence()
+
     @contextlib.contextmanager
     def untracked_write(self) -> Iterator[None]:
         """:meth:`begin_untracked_write` for a block that ends when the effect does."""
@@ -408,13 +414,6 @@ class Session:
             kind = None
         self._ledger.discard(entry, kind, "discarded" if kind is not _FAILED else type(entry.error).__name__)
         return True
-
-    def discard_calls_of(self, names: Collection[str], keep: Collection[CallKey] = ()) -> int:
-        """Discard every unclaimed speculation of a tool in ``names`` whose key is not in ``keep``; returns how
-        many were discarded (a caller that knows those tools' calls must run fresh: they come after an effect
-        the session cannot see)."""
-        return sum(self.discard(entry.key) for entry in list(self._store)
-                   if entry.tool.name in names and entry.key not in keep)
 
     def renew_turn(self) -> None:
         """A new model step begins where nobody ends turns (a tap, an adapter): the turn budget and the prepare

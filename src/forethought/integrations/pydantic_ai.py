@@ -157,7 +157,6 @@ class TappedModel(WrapperModel):
                         await asyncio.sleep(0)  # let the new speculations start (see integrations.tap)
             _feed(dispatch, decoder.finish())
             completed = True
-            dispatch.finished()
         finally:
             if self.foresight is not None:
                 self.foresight.end(self.session)

@@ -21,9 +21,10 @@ and an :class:`~forethought.llm.dispatch.EarlyDispatch` in speculating mode (the
 effects, snapshots and write epochs keep it equivalent to serial. Your ``session.execute(call)`` claims
 it. A stream that raises, ends without finishing, or that you stop reading drops every speculation of the
 turn (``session.end_turn``), as a serial run that never saw the message end would. A call of a tool the
-session does not hold is run by your loop with an effect the session cannot see: no later call of that
-message starts early or is served from a guess (:mod:`forethought.llm.dispatch`). Each tapped stream renews
-the session's turn budget.
+session does not hold (or an item your loop runs, such as a Responses ``custom_tool_call``) is run by your
+loop with an effect the session cannot see: no later call of that message starts early, and no read of the
+session speculated before you tap its next stream is served (:mod:`forethought.llm.dispatch`). Each tapped
+stream renews the session's turn budget.
 
 Given the conversation (``tap(stream, session, messages=messages)``), the tap also guesses the step's calls
 before the model streams them (:mod:`forethought.integrations.foresight`: the pattern predictor, learning
@@ -54,6 +55,7 @@ from forethought.llm.anthropic import AnthropicDecoder
 from forethought.llm.chat_chunks import ChatChunkDecoder
 from forethought.llm.dispatch import EarlyDispatch
 from forethought.llm.events import (
+    ClientItem,
     LLMEvent,
     MessageDone,
     TextDelta,
@@ -149,6 +151,8 @@ class StreamTap:
         for event in events:
             if isinstance(event, TextDelta):
                 self._text.append(event.text)
+            elif isinstance(event, ClientItem):
+                self._dispatch.feed(event)
             elif isinstance(event, ToolCallStarted | ToolCallClosed):
                 if isinstance(event, ToolCallStarted) and self.foresight is not None:
                     self.foresight.streamed(self.session, event)
@@ -181,8 +185,6 @@ class StreamTap:
             if isinstance(decoder, ChatChunkDecoder) and self.error is None:
                 self._decode(decoder.end)
             completed = self.finished and self.error is None
-            if completed:
-                self._dispatch.finished()
         finally:
             if self.foresight is not None:
                 self.foresight.end(self.session)

@@ -13,11 +13,12 @@ decides, at the moment each call's arguments close, what may start before the me
 * with ``authoritative=False`` (the stream tap, whose caller runs each call itself with
   ``session.execute``) nothing is issued authoritatively: every closed call is speculated, and the
   caller's own ``execute`` claims it. The session's rules (effects, snapshots, write epochs) keep that
-  equivalent to serial execution. A call of a tool the session does not hold is run by the caller with an
-  effect the session cannot see, after the calls before it and before the calls after it: no later call of
-  the message is speculated, and when the message ends every speculation of a tool a later call names
-  (a guess made at step start) is dropped, so those calls run fresh, after it (:meth:`EarlyDispatch.finished`).
-  Each new message renews the session's turn budget (:func:`begin_step`).
+  equivalent to serial execution. A call of a tool the session does not hold (or an output item the caller
+  runs, :class:`~forethought.llm.events.ClientItem`) is run by the caller with an effect the session cannot
+  see, at a moment only the caller knows: no later call of the message is speculated, and a *fence*
+  (:meth:`~forethought._core.session.Session.begin_fence`) holds back every READ_ONLY speculation of the
+  session started before the session's next message (:func:`begin_step`), by which time the caller has
+  run it. Other sessions are not held back. Each new message also renews the session's turn budget.
 
 :meth:`EarlyDispatch.result` gives a call's outcome at message end (awaiting its early task, or executing
 it now); :meth:`EarlyDispatch.abandon` is the broken-stream path: issued reads finish harmlessly and every
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +39,8 @@ from forethought._core.calls import ToolCall
 from forethought._core.entry import CallOutcome, SpeculationTicket
 from forethought._core.runtime import Session
 from forethought._core.tools import Effect
-from forethought.llm.events import LLMEvent, ToolCallClosed, ToolCallStarted
+from forethought._core.versions import Write
+from forethought.llm.events import ClientItem, LLMEvent, ToolCallClosed, ToolCallStarted
 from forethought.telemetry import Event, EventKind
 
 STREAM_SOURCE = "stream"
@@ -75,8 +78,16 @@ class PendingCall:
     speculated: bool = False
 
 
+_FENCES: weakref.WeakKeyDictionary[Session, Write] = weakref.WeakKeyDictionary()
+"""Per session: the fence a foreign call of its latest message raised (ended at its next message)."""
+
+
 def begin_step(session: Session) -> None:
-    """The caller asks the model again (``authoritative=False``): the session's turn budget starts afresh."""
+    """The caller asks the model again (``authoritative=False``): the previous message's calls have run, so
+    its fence ends; the session's turn budget starts afresh."""
+    fence = _FENCES.pop(session, None)
+    if fence is not None:
+        fence.end()
     session.renew_turn()
 
 
@@ -98,16 +109,19 @@ class EarlyDispatch:
         """Calls issued authoritatively before the message ended."""
         self.speculated = 0
         """Calls speculated (launched or not) before the message ended."""
-        self.foreign_from: int | None = None
-        """The first call of a tool the session does not hold (``authoritative=False``): none after it starts."""
+        self.held_from: int | None = None
+        """The first call after a foreign effect (a call of a tool the session does not hold, a client item):
+        from it on, no call starts early (``authoritative=False``)."""
         if enabled and not authoritative:
             begin_step(session)
 
     def feed(self, event: LLMEvent) -> None:
         """Take one event of the message (only call starts and closes matter here)."""
-        if isinstance(event, ToolCallStarted):
+        if isinstance(event, ClientItem):
+            self._note_foreign(len(self.calls), None)  # every call from the next one on comes after it
+        elif isinstance(event, ToolCallStarted):
             self.calls.setdefault(event.index, PendingCall(event.index, event.id, event.name))
-            self._note_foreign(event.index, event.name)
+            self._note_foreign(event.index + 1, event.name)
             if self.enabled:  # the name is out, the arguments are still coming: warm what the call needs
                 self.session.prepare(event.name, {}, STREAM_SOURCE)
         elif isinstance(event, ToolCallClosed):
@@ -119,7 +133,7 @@ class EarlyDispatch:
         if pending is None:
             pending = self.calls[event.index] = PendingCall(event.index, event.id, event.name)
         pending.id, pending.name = event.id, event.name  # a close at message end may correct them
-        self._note_foreign(event.index, event.name)
+        self._note_foreign(event.index + 1, event.name)
         pending.raw = event.raw
         pending.closed_at = time.monotonic() - self.started
         if event.error is not None or event.arguments is None:
@@ -134,12 +148,15 @@ class EarlyDispatch:
             self._dispatch_ready()
         return pending
 
-    def _note_foreign(self, index: int, name: str) -> None:
-        """A call of a tool the session does not hold: its effect (run by the caller) is unknown to the session."""
-        if self.authoritative or not self.enabled or name in self.session.tools:
+    def _note_foreign(self, held_from: int, name: str | None) -> None:
+        """A call of a tool the session does not hold (``name``; ``None``: a client item): the caller runs it
+        with an effect the session cannot see; calls from ``held_from`` on come after it."""
+        if self.authoritative or not self.enabled or (name is not None and name in self.session.tools):
             return
-        if self.foreign_from is None or index < self.foreign_from:
-            self.foreign_from = index
+        if self.held_from is None or held_from < self.held_from:
+            self.held_from = held_from
+        if self.session not in _FENCES and not self.session.closed:
+            _FENCES[self.session] = self.session.begin_fence()
 
     def ordered(self) -> list[PendingCall]:
         """The message's calls in the model's order."""
@@ -162,9 +179,9 @@ class EarlyDispatch:
             session.runtime.telemetry.emit(Event(EventKind.EARLY_DISPATCH, session.id, pending.name, "",
                                                  STREAM_SOURCE))
         if self.blocked:
-            foreign = self.foreign_from
+            held = self.held_from
             for pending in self.calls.values():
-                if foreign is not None and pending.index > foreign:
+                if held is not None and pending.index >= held:
                     continue  # after a call of unknown effect: run by the caller's own execute, never early
                 if pending.call is not None and pending.task is None and not pending.speculated:
                     ticket = session.speculate(pending.call, source=STREAM_SOURCE, confidence=1.0)
@@ -180,23 +197,6 @@ class EarlyDispatch:
         if pending.task is not None:
             return await pending.task
         return await self.session.execute_detailed(pending.call)
-
-    def finished(self) -> int:
-        """The message ended (``authoritative=False``): if it called a tool the session does not hold, every
-        speculation of a tool that a later call names is dropped (unless a call before it has its very key),
-        so those calls run fresh, after the caller ran the foreign one; returns how many were dropped."""
-        foreign = self.foreign_from
-        if foreign is None or not self.enabled:
-            return 0
-        later = {p.name for p in self.calls.values() if p.index > foreign}
-        earlier = set()
-        for pending in self.calls.values():
-            if pending.index < foreign and pending.call is not None and pending.name in self.session.tools:
-                try:
-                    earlier.add(self.session.resolve(pending.call)[2])
-                except Exception:  # a call the session would refuse claims nothing
-                    continue
-        return self.session.discard_calls_of(later, earlier)
 
     async def abandon(self) -> None:
         """The stream failed: let issued reads finish (their results are unused), drop every speculation."""

@@ -116,6 +116,15 @@ class ToolResultServed:
     segment: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ClientItem:
+    """An output item the caller runs itself that is not a function call (a Responses ``custom_tool_call``,
+    ``computer_call``, ``local_shell_call``, ...): an effect no session tool stands for, after the calls
+    before it."""
+
+    kind: str
+
+
 LLMEvent = (TextDelta | ToolCallStarted | ToolCallArgumentsDelta | ToolCallClosed | MessageDone | ResponseStarted
-            | ToolResultServed)
+            | ToolResultServed | ClientItem)
 """Any event of a streamed message."""

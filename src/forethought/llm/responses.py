@@ -22,10 +22,15 @@ import openai
 
 from forethought.errors import UpstreamError
 from forethought.llm.chat import ToolCallAssembler
-from forethought.llm.events import LLMEvent, MessageDone, Usage
+from forethought.llm.events import ClientItem, LLMEvent, MessageDone, Usage
 from forethought.llm.sdk_stream import SdkClientHolder, stream_decoded
 
 DEFAULT_TIMEOUT_S = 600.0
+HOSTED_CALLS = frozenset({"web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
+                          "mcp_call"})
+"""Output items the API runs itself (its hosted tools): no effect the caller runs. Any other ``*_call`` item
+(``custom_tool_call``, ``computer_call``, ``local_shell_call``, ``shell_call``, ``apply_patch_call``, a kind
+not known yet) is run by the caller: :class:`~forethought.llm.events.ClientItem`."""
 
 
 def field(obj: Any, name: str) -> Any:
@@ -61,7 +66,10 @@ class ResponsesDecoder:
             return self._assembler.add_text(str(field(event, "delta") or ""))
         if kind == "response.output_item.added":
             item = field(event, "item")
-            if field(item, "type") != "function_call":
+            item_type = field(item, "type")
+            if item_type != "function_call":
+                if isinstance(item_type, str) and item_type.endswith("_call") and item_type not in HOSTED_CALLS:
+                    return [ClientItem(item_type)]  # run by the caller (fail closed: any unknown kind of call)
                 return []
             index = len(self._calls)
             self._calls[field(event, "output_index")] = index
