@@ -485,3 +485,54 @@ async def test_pydantic_ai_with_step_start_guesses_sees_the_write_of_its_own_too
     serial = await run(False)
     assert [content for _, content in serial] == ["ok", 100]
     assert await run(True) == serial
+
+
+# --- a fourth review: snapshots ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("same_message", [True, False])
+async def test_a_snapshot_guessed_before_a_foreign_call_never_commits_over_it(same_message: bool) -> None:
+    """A step-start guess of an ISOLATED_WRITE tool runs on a snapshot; the caller's own tool then changes the
+    live object. Before, the fence held back reads only, and the snapshot was served and committed over the
+    caller's change (in the same message, and from a message before)."""
+    from forethought import ObjectState
+
+    async def run(speculate: bool) -> list[Any]:
+        cell = ObjectState({"balance": 0})
+
+        @tool(effect=Effect.ISOLATED_WRITE, state=cell, threaded=False)
+        def add_interest(account: Any) -> int:
+            """Add 10% interest."""
+            account["balance"] = account["balance"] + account["balance"] // 10
+            return int(account["balance"])
+
+        class Guess:
+            name = "guess"
+
+            async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
+                return [Prediction(ToolCall("add_interest", {}), 0.95, self.name)]
+
+            def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+                return None
+
+        session = Runtime([add_interest]).session()
+        messages = [{"role": "user", "content": "deposit, then interest"}]
+        calls = [("deposit", {"amount": 100}), ("add_interest", {})]
+        steps = [calls] if same_message else [calls[:1], calls[1:]]
+        results: list[Any] = []
+        for n, step in enumerate(steps):
+            predict: Any = Foresight(None, with_patterns=False, speculators=[Guess()]) if n == 0 else False
+            tapped = tap(_stream(*step), session, speculate=speculate, messages=messages, predict=predict)
+            async for _ in tapped:
+                pass
+            for call in tapped.tool_calls:
+                if call.name in session.tools:
+                    assert call.call is not None
+                    results.append(await session.execute(call.call))
+                else:
+                    cell.live["balance"] += 100  # the caller's own tool
+                    results.append("ok")
+        await session.close()
+        return [*results, cell.live["balance"]]
+
+    assert await run(True) == await run(False) == ["ok", 110, 110]

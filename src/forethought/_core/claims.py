@@ -35,12 +35,12 @@ __all__ = ["Claims"]
 
 
 def _current(versions: tuple[Version, ...], token: ReadToken) -> bool:
-    """:func:`~forethought._core.versions.still_current`, with the common case (one in-memory version: a read
-    that depends on the world alone) inline."""
-    if len(versions) == 1 and token is not None:
-        v = versions[0]
-        if type(v) is StateVersion:
-            return not v.writers and v.version == token[0]
+    """:func:`~forethought._core.versions.still_current`, with the common case (two in-memory versions: a read
+    that depends on the world and its session's fence) inline."""
+    if len(versions) == 2 and token is not None and len(token) == 2:
+        v, w = versions
+        if type(v) is StateVersion and type(w) is StateVersion:
+            return not v.writers and not w.writers and v.version == token[0] and w.version == token[1]
     return still_current(versions, token)
 
 _CANCELLED, _CONFLICT, _EXPIRED = EventKind.CANCELLED, EventKind.CONFLICT, EventKind.EXPIRED

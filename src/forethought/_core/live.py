@@ -49,8 +49,10 @@ class Live:
         self._pressure = pressure
         self.version: Version = clock.session()
         """This session's own version: every write of the session moves it (its READ_ONLY reads depend on it)."""
+        self.fenced: Version = clock.fenced()
+        """Moved only by this session's fences (:meth:`begin_fence`): every speculation's reads depend on it."""
         self._everything = (self.version, clock.world)
-        self._world = (clock.world,)
+        self._world = (clock.world, self.fenced)
         self._writes_of: dict[int, tuple[Tool, tuple[Version, ...]]] = {}
         self._reads_of: dict[int, tuple[Tool, tuple[Version, ...]]] = {}
         self.prepared: set[str] = set()
@@ -63,16 +65,18 @@ class Live:
     def reads(self, t: Tool) -> tuple[Version, ...]:
         """The versions a speculation of ``t`` must find unchanged: a READ_ONLY tool's reads depend on this
         session's writes and on what it declares (on the world's writes when it declares nothing); any
-        other tool's on what it declares (an ISOLATED_WRITE snapshot's own cell has its commit rule)."""
+        other tool's on what it declares (an ISOLATED_WRITE snapshot's own cell has its commit rule); all
+        but a PURE tool's on this session's fences (:meth:`begin_fence`) too."""
         found = self._reads_of.get(id(t))
         if found is not None and found[0] is t:
             return found[1]
         if t.effect is Effect.READ_ONLY:
-            # the world moves with every write of every session, this one's included; the session's own version
-            # also moves alone, with a fence (:meth:`begin_fence`)
-            versions = (self.version, *t.read_versions) if t.read_versions else self._everything
-        else:
+            # the world moves with every write of every session, this one's included: it alone stands for both
+            versions = (self.version, *t.read_versions, self.fenced) if t.read_versions else self._world
+        elif t.effect is Effect.PURE:  # nothing any effect could change
             versions = t.read_versions
+        else:  # a snapshot's commit checks only its own cell: a fence must hold it back here
+            versions = (*t.read_versions, self.fenced)
         self._reads_of[id(t)] = (t, versions)
         return versions
 
@@ -93,10 +97,10 @@ class Live:
         return self._clock.untracked(self.version, versions_of(states))
 
     def begin_fence(self) -> Write:
-        """An effect of this session nobody can see begins (a call the caller's loop runs itself): no READ_ONLY
-        speculation of this session started before the returned write ends may be served; other sessions are
-        not held back. End it when the effect has surely ended."""
-        return self._clock.fence(self.version)
+        """An effect of this session nobody can see begins (a call the caller's loop runs itself): no speculation
+        of this session started before the returned write ends may be served (a read, or a snapshot that would
+        commit over it); other sessions are not held back. End it when the effect has surely ended."""
+        return Write((), (self.fenced,))
 
     @contextlib.contextmanager
     def untracked_write(self) -> Iterator[None]:

@@ -317,9 +317,9 @@ class Session:
         return self._live.begin_untracked_write(states)
 
     def begin_fence(self) -> Write:
-        """An effect of this session it cannot see begins (a call the caller's loop runs itself): no READ_ONLY
-        speculation of this session started before the returned write ends is served; other sessions are not
-        held back. Call ``end()`` on it once the effect has surely ended."""
+        """An effect of this session it cannot see begins (a call the caller's loop runs itself): no speculation
+        of this session started before the returned write ends is served (a read, or a snapshot that would commit
+        over it); other sessions are not held back. Call ``end()`` on it once the effect has surely ended."""
         return self._live.begin_fence()
 
     @contextlib.contextmanager

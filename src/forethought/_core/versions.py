@@ -215,10 +215,9 @@ class WriteClock:
         """A new session's own version (every write of that session)."""
         return StateVersion()
 
-    def fence(self, session: Version) -> Write:
-        """Begin an effect of ``session`` whose reach nobody knows but whose reads it must hold back (a call the
-        caller's loop runs itself): it writes the session alone; the caller ends it."""
-        return Write((), (session,))
+    def fenced(self) -> Version:
+        """A new session's fence version: moved only by its fences (an effect of the session nobody can see)."""
+        return StateVersion()
 
     def untracked(self, session: Version, others: tuple[Version, ...] = ()) -> Write:
         """Begin an effect outside any tool in ``session`` (it writes the session, the world and ``others``);
