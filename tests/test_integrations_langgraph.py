@@ -232,18 +232,11 @@ async def test_a_tool_with_an_injected_argument_runs_as_it_is() -> None:
         """Look up."""
         return "session:" + q
 
-    def alone(node: Any) -> Any:
-        graph = StateGraph(MessagesState)
-        graph.add_node("tools", node)
-        graph.add_edge(START, "tools")
-        graph.add_edge("tools", END)
-        return graph.compile()
-
     message = AIMessage(content="", tool_calls=[{"name": "lookup_q", "args": {"q": "x"}, "id": "call_1",
                                                  "type": "tool_call"}])
-    native = await alone(ToolNode([_knows_its_call])).ainvoke({"messages": [message]})
+    native = await _alone(ToolNode([_knows_its_call])).ainvoke({"messages": [message]})
     session = Runtime([session_lookup]).session()
-    ours = await alone(ForethoughtToolNode(session, tools=[_knows_its_call])).ainvoke({"messages": [message]})
+    ours = await _alone(ForethoughtToolNode(session, tools=[_knows_its_call])).ainvoke({"messages": [message]})
     assert [m.content for m in ours["messages"][1:]] == [m.content for m in native["messages"][1:]] \
         == ["given:x:call_1"]
     await session.close()
