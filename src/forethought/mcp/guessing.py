@@ -36,7 +36,7 @@ from forethought.agent.learnable import learnable
 from forethought.mcp.calibration import Calibrator
 from forethought.mcp.tooling import Decision, schema_of
 from forethought.mcp.upstream import Answer, Kind, UpstreamLink
-from forethought.predictors.base import ObservedCall, Prediction, PredictionContext, Predictor
+from forethought.predictors.base import ObservedCall, PredictionContext, Predictor
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +252,9 @@ class Guesser:
         if not self.calibrator.should_predict():
             self.refusals["predicting does not pay here"] += 1
             return
+        if not await host.listing_current():
+            self.refusals["the tool list may have changed: listing it again"] += 1
+            return
         context = self._context()
         self._asked = (self._observed, context)
         calls = host.calls
@@ -275,15 +278,6 @@ class Guesser:
         if late:
             self.refusals["predicted too late"] += len(predictions)
             return
-        if any(self._offerable(p) for p in predictions):
-            # A list past its time (``ttlMs``; 0 by the SDK's default) is listed again only when a guess is
-            # about to be offered from it, not at every answer: most answers offer none.
-            if not await host.listing_current():
-                self.refusals["the tool list may have changed: listing it again"] += 1
-                return
-            if host.calls != calls or session.closed:  # the client's next call came while it was listed
-                self.refusals["predicted too late"] += len(predictions)
-                return
         launched = sent = 0
         before = link.speculative_calls
         for p in predictions:
@@ -303,13 +297,6 @@ class Guesser:
                 break
             await asyncio.sleep(0)
             sent = link.speculative_calls - before
-
-    def _offerable(self, prediction: Prediction) -> bool:
-        """Whether ``prediction`` passes the checks of :meth:`_offer` that need no upstream or price (its tool
-        may run early, it is sure enough)."""
-        decision = self._host.decisions.get(prediction.call.name)
-        return (prediction.executable and decision is not None and decision.early
-                and float(prediction.confidence) >= self._settings.min_confidence)
 
     def _offer(self, session: Session, call: ToolCall, source: str, confidence: float, ahead: int = 0) -> str:
         """Speculate ``call`` if the policy, the bound, the server's capacity and the price allow (``ahead``:
