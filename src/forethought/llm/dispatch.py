@@ -16,9 +16,10 @@ decides, at the moment each call's arguments close, what may start before the me
   equivalent to serial execution. A call of a tool the session does not hold (or an output item the caller
   runs, :class:`~forethought.llm.events.ClientItem`) is run by the caller with an effect the session cannot
   see, at a moment only the caller knows: no later call of the message is speculated, and a *fence*
-  (:meth:`~forethought._core.session.Session.begin_fence`) holds back every READ_ONLY speculation of the
-  session started before the session's next message (:func:`begin_step`), by which time the caller has
-  run it. Other sessions are not held back. Each new message also renews the session's turn budget.
+  (:meth:`~forethought._core.session.Session.begin_fence`) holds back every speculation of the session
+  (a read, or a snapshot that would commit over the caller's change) started before the session's next
+  speculating message (:func:`begin_step`), by which time the caller has run it. Other sessions are not
+  held back. Each new message also renews the session's turn budget.
 
 :meth:`EarlyDispatch.result` gives a call's outcome at message end (awaiting its early task, or executing
 it now); :meth:`EarlyDispatch.abandon` is the broken-stream path: issued reads finish harmlessly and every
