@@ -506,22 +506,14 @@ async def test_a_snapshot_guessed_before_a_foreign_call_never_commits_over_it(sa
             account["balance"] = account["balance"] + account["balance"] // 10
             return int(account["balance"])
 
-        class Guess:
-            name = "guess"
-
-            async def predict(self, context: PredictionContext) -> Sequence[Prediction]:
-                return [Prediction(ToolCall("add_interest", {}), 0.95, self.name)]
-
-            def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
-                return None
-
         session = Runtime([add_interest]).session()
         messages = [{"role": "user", "content": "deposit, then interest"}]
         calls = [("deposit", {"amount": 100}), ("add_interest", {})]
         steps = [calls] if same_message else [calls[:1], calls[1:]]
         results: list[Any] = []
         for n, step in enumerate(steps):
-            predict: Any = Foresight(None, with_patterns=False, speculators=[Guess()]) if n == 0 else False
+            predict: Any = Foresight(None, with_patterns=False,
+                                     speculators=[Always(ToolCall("add_interest", {}))]) if n == 0 else False
             tapped = tap(_stream(*step), session, speculate=speculate, messages=messages, predict=predict)
             async for _ in tapped:
                 pass

@@ -53,6 +53,7 @@ class Live:
         """Moved only by this session's fences (:meth:`begin_fence`): every speculation's reads depend on it."""
         self._everything = (self.version, clock.world)
         self._world = (clock.world, self.fenced)
+        """What a READ_ONLY tool that declares no state reads: every write, and this session's fences."""
         self._writes_of: dict[int, tuple[Tool, tuple[Version, ...]]] = {}
         self._reads_of: dict[int, tuple[Tool, tuple[Version, ...]]] = {}
         self.prepared: set[str] = set()
@@ -71,7 +72,8 @@ class Live:
         if found is not None and found[0] is t:
             return found[1]
         if t.effect is Effect.READ_ONLY:
-            # the world moves with every write of every session, this one's included: it alone stands for both
+            # the world moves with every write of every session, this one's included: with the session's fence
+            # version it stands for them all
             versions = (self.version, *t.read_versions, self.fenced) if t.read_versions else self._world
         elif t.effect is Effect.PURE:  # nothing any effect could change
             versions = t.read_versions

@@ -56,6 +56,7 @@ from forethought.gateway.state import (
     PostRejected,
     check_token,
     entry_bytes,
+    finished,
     moved_on,
     too_big,
 )
@@ -175,6 +176,11 @@ class RedisScopeStore:
                 break
             del self._owed[victim]
 
+    def _finished_here(self, response_id: str) -> bool:
+        """Whether this replica finished the response and Redis does not know yet (its finish is owed)."""
+        owed = self._owed.get(response_id)
+        return owed is not None and owed[0] == _FINISH
+
     async def _settle(self, response_id: str) -> bool:
         """Send what Redis is owed for ``response_id``, if anything; whether Redis has it now."""
         owed = self._owed.get(response_id)
@@ -259,8 +265,8 @@ class RedisScopeStore:
         if mine is not None:
             check_token(mine.token, token)
             return mine
-        if self._owed.get(response_id, ("",))[0] == _FINISH:
-            raise PostRejected(410, f"response {response_id!r} has finished")
+        if self._finished_here(response_id):
+            raise finished(response_id)
         try:
             sealed, segment, posts = await self._op(lambda: self._backend.lookup(response_id))
         except StoreIntegrityError:
@@ -269,7 +275,7 @@ class RedisScopeStore:
             raise PostRejected(503, _UNAVAILABLE) from None
         if sealed is None:
             if segment == FINISHED:
-                raise PostRejected(410, f"response {response_id!r} has finished")
+                raise finished(response_id)
             return await self._local.authorize(response_id, token)  # 404, or 410 if finished while local
         try:
             meta = decode(self._sealer.open(self._backend.key(response_id, "meta"), sealed, now=self._clock()))
@@ -291,8 +297,8 @@ class RedisScopeStore:
                 raise PostRejected(409, moved_on(segment))
             if not await self._settle(scope.response_id):
                 raise PostRejected(503, _UNAVAILABLE)
-        elif self._owed.get(scope.response_id, ("",))[0] == _FINISH:
-            raise PostRejected(410, f"response {scope.response_id!r} has finished")
+        elif self._finished_here(scope.response_id):
+            raise finished(scope.response_id)
         key = self._backend.key(scope.response_id, "entries")
         sealed = [self._sealer.seal(key, encode({"name": e.name, "key": e.key, "output": e.output,
                                                  "expires": e.expires, "exclusive": e.exclusive,
@@ -308,7 +314,7 @@ class RedisScopeStore:
         if posts == UNKNOWN:
             raise PostRejected(404, f"unknown response id {scope.response_id!r}")
         if posts == FINISHED:
-            raise PostRejected(410, f"response {scope.response_id!r} has finished")
+            raise finished(scope.response_id)
         if posts == MOVED_ON:
             raise PostRejected(409, moved_on(segment))
         if posts == TOO_MANY:

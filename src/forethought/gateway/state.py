@@ -94,6 +94,11 @@ class ScopeStore(Protocol):
         """Release connections."""
 
 
+def finished(response_id: str) -> PostRejected:
+    """The 410 of a post for a response that has finished."""
+    return PostRejected(410, f"response {response_id!r} has finished")
+
+
 def moved_on(segment: int) -> str:
     """The 409 message of a post for a segment the response has left."""
     return f"the response has moved on from segment {segment}"
@@ -154,7 +159,7 @@ class LocalScopeStore:
         scope = self._scopes.get(response_id)
         if scope is None:
             if response_id in self._finished:
-                raise PostRejected(410, f"response {response_id!r} has finished")
+                raise finished(response_id)
             raise PostRejected(404, f"unknown response id {response_id!r}")
         check_token(scope.token, token)
         return scope
@@ -163,7 +168,7 @@ class LocalScopeStore:
                   max_bytes: int) -> None:
         held = self._entries.get(scope.response_id)
         if held is None:
-            raise PostRejected(410, f"response {scope.response_id!r} has finished")
+            raise finished(scope.response_id)
         if segment != scope.segment:
             raise PostRejected(409, moved_on(segment))
         now = self._clock()
