@@ -251,3 +251,24 @@ async def test_a_garbled_first_call_in_the_store_costs_the_guess_never_the_sessi
     assert found is None or found[0].name == "lookup"
     first.close()
 
+
+@pytest.mark.parametrize("garbage", ["garbage", 1e999, None])
+async def test_garbled_stats_in_the_store_cost_the_credit_never_the_session(tmp_path: Path, garbage: object) -> None:
+    import sqlite3
+
+    store = tmp_path / "store.sqlite"
+    command = [sys.executable, str(PROBE), str(tmp_path / "log")]
+    policy = policy_from_data({"servers": {"probe": {"trusted": True}}})
+    for session_number in range(2):
+        async with proxied(command, policy, "legacy", store=store) as (session, _):
+            await session.list_tools()
+            texts = [(await session.call_tool("lookup", {"key": k})).content[0].text  # type: ignore[union-attr]
+                     for k in ("a", "b")]
+        assert texts == ["value-of-a", "value-of-b"], session_number
+        if session_number == 0:  # between the sessions, another program writes garbage over the totals
+            with sqlite3.connect(store) as conn:
+                if garbage is None:
+                    conn.execute("UPDATE mcp_proxy_tool_stats SET calls = 'x'")
+                else:
+                    assert conn.execute("UPDATE mcp_proxy_stats SET calls = ?", (garbage,)).rowcount >= 1
+

@@ -267,8 +267,9 @@ class Proxy:
         totals = self.finished
         if self._stats_store is not None:
             try:
-                totals = self._stats_store.by_fingerprint().get(fingerprint, ProxyStats())
-            except sqlite3.Error:
+                totals = self._stats_store.of(fingerprint)
+            except (sqlite3.Error, ValueError, TypeError, OverflowError) as exc:  # a garbled store: no credit
+                log.warning("could not read proxy stats from %s: %s", self.config.store, type(exc).__name__)
                 return 0.0
         upstream = totals.calls + totals.extra_upstream_calls
         unspent = self.config.policy.settings.max_upstream_ratio * totals.calls - upstream

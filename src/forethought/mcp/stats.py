@@ -158,6 +158,17 @@ class StatsStore:
             tools.setdefault(row[0], {})[row[1]] = ToolStats(*(int(v) for v in row[2:]))
         return {row[0]: _stats(row[1:], tools.get(row[0], {})) for row in rows}
 
+    def of(self, fingerprint: str) -> ProxyStats:
+        """The totals of one tool set (what a session start reads: two indexed lookups, whatever the store holds
+        for other tool sets). Raises ``sqlite3.Error``, or ``ValueError`` for counts another program garbled."""
+        row = self._conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM {TABLE} WHERE fingerprint = ?",
+                                 (fingerprint,)).fetchone()
+        if row is None:
+            return ProxyStats()
+        tools = {tool_row[0]: ToolStats(*(int(v) for v in tool_row[1:])) for tool_row in self._conn.execute(
+            f"SELECT tool, {', '.join(_TOOL_COLUMNS)} FROM {TOOLS_TABLE} WHERE fingerprint = ?", (fingerprint,))}
+        return _stats(row, tools)
+
     def total(self) -> ProxyStats:
         total = ProxyStats()
         for stats in self.by_fingerprint().values():
