@@ -323,3 +323,36 @@ async def test_a_predictor_failing_to_learn_loses_that_call_only(exc: Exception,
     failed = [e for e in events if e.kind.value == "predictor_failed"]
     assert len(failed) == calls and all(e.source == "unlearning" and e.detail == type(exc).__name__ for e in failed)
     assert len([r for r in caplog.records if "unlearning failed to learn" in r.getMessage()]) == calls
+
+
+async def test_a_call_renamed_after_its_early_run_gets_its_own_tool_s_result() -> None:
+    """A stream whose tool name grew after the call's arguments closed (the assembler closes it again at
+    message end): before, the early run of the shorter name's tool was handed over as the call's result."""
+    ran: list[str] = []
+
+    @tool(effect=Effect.READ_ONLY)
+    async def read(key: str) -> str:
+        """Read one key."""
+        ran.append("read")
+        return f"one:{key}"
+
+    @tool(effect=Effect.READ_ONLY)
+    async def read_all(key: str) -> str:
+        """Read every key from one on."""
+        ran.append("read_all")
+        return f"all:{key}"
+
+    def respond(request: FakeRequest) -> Script:
+        if any(m["role"] == "tool" for m in request.messages):
+            return scripted_message("ok")
+        return (ToolCallStarted(0, "c0", "read"), ToolCallArgumentsDelta(0, '{"key": "a"}'),
+                ToolCallClosed(0, "c0", "read", {"key": "a"}, '{"key": "a"}'),
+                ToolCallClosed(0, "c0", "read_all", {"key": "a"}, '{"key": "a"}'), MessageDone("tool_calls"))
+
+    for speculate in (False, True):
+        ran.clear()
+        agent = Agent(FakeLLMClient(respond=respond), "main", [read, read_all], Runtime(), speculate=speculate)
+        result = await agent.run([{"role": "user", "content": "go"}])
+        assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["all:a"], speculate
+        assert "read_all" in ran
+        await agent.close()

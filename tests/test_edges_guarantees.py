@@ -528,3 +528,96 @@ async def test_a_snapshot_guessed_before_a_foreign_call_never_commits_over_it(sa
         return [*results, cell.live["balance"]]
 
     assert await run(True) == await run(False) == ["ok", 110, 110]
+
+
+# --- a fifth review: names in pieces, and a given tool under a session tool's name ---------------------------
+
+
+def read_balance_and_reset() -> int:
+    """One of the caller's own tools (not the session's): reads, then empties the account (a write)."""
+    old = ACCOUNT["balance"]
+    ACCOUNT["balance"] = 0
+    return old
+
+
+@pytest.mark.parametrize("pieces", [[("read_balance", ""), ("_and_reset", "{}")],
+                                    [("read_", ""), ("balance", ""), ("_and_", ""), ("reset", "{}")],
+                                    [("read_balance_and_reset", ""), ("read_balance_and_reset", "{}")],
+                                    [("read_balance", "{}"), ("_and_reset", "")]])
+async def test_a_name_streamed_in_pieces_is_the_whole_name_and_its_write_holds_later_reads_back(
+        pieces: list[tuple[str, str]]) -> None:
+    """Before, the tap kept the first piece of a name (``read_balance``, a session read), as the SDK does not:
+    the caller ran ``read_balance_and_reset``, no fence went up, and a read guessed before it was served after
+    it. A server that sends the whole name again is taken once; a name that grows after the call's arguments
+    closed (the last case) makes what was started for the shorter name no one's."""
+
+    async def run(speculate: bool) -> list[tuple[str, Any]]:
+        ACCOUNT["balance"] = 100
+        session = Runtime([read_balance]).session()
+        results: list[tuple[str, Any]] = []
+        for step in range(2):
+            async def stream(step: int = step) -> AsyncIterator[dict[str, Any]]:
+                if step == 0:
+                    for n, (piece, arguments) in enumerate(pieces):
+                        yield _chunk(0, "w1" if n == 0 else "", piece, arguments)
+                else:
+                    yield _chunk(0, "r1", "read_balance", "{}")
+                await asyncio.sleep(0.02)
+                yield _END
+
+            guesses: Any = Foresight(None, with_patterns=False, speculators=[Always(ToolCall("read_balance", {}))])
+            tapped = tap(stream(), session, speculate=speculate, messages=[{"role": "user", "content": "go"}],
+                         predict=guesses if step == 0 else False)
+            async for _ in tapped:
+                pass
+            for call in tapped.tool_calls:
+                if call.name in session.tools:
+                    assert call.call is not None
+                    results.append((call.name, await session.execute(call.call)))
+                else:
+                    results.append((call.name, read_balance_and_reset()))
+        await session.close()
+        return results
+
+    serial = await run(False)
+    assert serial == [("read_balance_and_reset", 100), ("read_balance", 0)]
+    assert await run(True) == serial
+
+
+async def test_pydantic_ai_joins_a_name_streamed_in_pieces() -> None:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import DeltaToolCall, FunctionModel
+    from pydantic_ai.tools import Tool as PydanticTool
+    from pydantic_ai.toolsets import FunctionToolset
+
+    from forethought.integrations import ForethoughtToolset, TappedModel
+    from forethought.integrations.pydantic_ai import pydantic_tool
+
+    async def model(messages: list[Any], info: Any) -> AsyncIterator[Any]:
+        steps = sum(m.kind == "response" for m in messages)
+        if steps == 0:
+            yield {0: DeltaToolCall(name="read_balance", json_args=None, tool_call_id="c1")}
+            yield {0: DeltaToolCall(name="_and_reset", json_args="{}")}  # the rest of the name
+            await asyncio.sleep(0.02)
+        elif steps == 1:
+            yield {0: DeltaToolCall(name="read_balance", json_args="{}", tool_call_id="c2")}
+            await asyncio.sleep(0.02)
+        else:
+            yield "done"
+
+    async def run(speculate: bool) -> list[tuple[str, Any]]:
+        ACCOUNT["balance"] = 100
+        session = Runtime([read_balance]).session()
+        inner = FunctionToolset([pydantic_tool(session, read_balance), PydanticTool(read_balance_and_reset)])
+        agent = Agent(TappedModel(FunctionModel(stream_function=model), session, speculate=speculate,
+                                  predict=False),
+                      toolsets=[ForethoughtToolset(wrapped=inner, session=session)])
+        result = await agent.run("empty my account, then tell me my balance")
+        await session.close()
+        return [(p.tool_name, p.content) for m in result.all_messages() for p in getattr(m, "parts", [])
+                if p.part_kind == "tool-return"]
+
+    serial = await run(False)
+    assert serial == [("read_balance_and_reset", 100), ("read_balance", 0)]
+    assert await run(True) == serial

@@ -6,6 +6,7 @@ give the same messages; in the speculative run the reads were claimed from the s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -246,3 +247,89 @@ async def test_a_tool_with_an_injected_argument_runs_as_it_is() -> None:
 def _knows_its_call(q: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
     """Look up, knowing the call's id."""
     return f"given:{q}:{tool_call_id}"
+
+
+_BANK = {"balance": 0}
+
+
+@tool(effect=Effect.READ_ONLY)
+def read_balance() -> int:
+    """The balance."""
+    return _BANK["balance"]
+
+
+@tool(effect=Effect.DESTRUCTIVE, name="deposit")
+def session_deposit(amount: int) -> str:
+    """Deposit (the session's version)."""
+    _BANK["balance"] += amount
+    return "ok"
+
+
+@lc_tool("deposit")
+def _deposit_knowing_its_call(amount: int, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+    """Deposit, knowing the call's id (the author's own tool, given to the node)."""
+    _BANK["balance"] += amount
+    return f"ok:{tool_call_id}"
+
+
+async def test_a_given_write_under_a_session_tool_s_name_holds_back_reads_guessed_before_it() -> None:
+    """The node runs a given tool with an injected argument as it is, outside the session, under the name of
+    a session tool. Before, the tap took its calls for the session's: no fence went up, and a read guessed at
+    step start, before the deposit ran, was served to the next step (found by an outside review, 2026-12-05)."""
+    from forethought.integrations.foresight import Foresight
+    from forethought.integrations.langgraph import langchain_tool
+    from forethought.predictors.base import ObservedCall, Prediction, PredictionContext
+
+    class Always:
+        name = "always"
+
+        async def predict(self, context: PredictionContext) -> list[Prediction]:
+            return [Prediction(ToolCall("read_balance", {}), 0.95, self.name)]
+
+        def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+            return None
+
+    def chunk(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                                                    "function": {"name": name,
+                                                                                 "arguments": arguments}}]},
+                             "finish_reason": None}]}
+
+    async def run(speculate: bool) -> list[tuple[str | None, Any]]:
+        _BANK["balance"] = 0
+        session = Runtime([read_balance, session_deposit]).session()
+        foresight = Foresight(None, with_patterns=False, speculators=[Always()])
+        steps = [("d1", "deposit", '{"amount": 100}'), ("r1", "read_balance", "{}"), None]
+
+        async def model(state: MessagesState) -> dict[str, Any]:
+            step = steps[sum(m.type == "ai" for m in state["messages"])]
+
+            async def stream() -> AsyncIterator[dict[str, Any]]:
+                if step is not None:
+                    yield chunk(*step)
+                await asyncio.sleep(0.02)  # the guesses run while the model is still generating
+                yield {"choices": [{"index": 0, "delta": {"content": "" if step else "done"},
+                                    "finish_reason": "tool_calls" if step else "stop"}]}
+
+            tapped = tap(stream(), session, speculate=speculate, messages=[{"role": "user", "content": "go"}],
+                         predict=foresight if step is not None and step[0] == "d1" else False)
+            async for _ in tapped:
+                pass
+            calls = [{"name": c.name, "args": dict(c.call.arguments) if c.call else {}, "id": c.id}
+                     for c in tapped.tool_calls]
+            return {"messages": [AIMessage(content=tapped.text, tool_calls=calls)]}
+
+        graph = StateGraph(MessagesState)
+        graph.add_node("model", model)
+        graph.add_node("tools", ForethoughtToolNode(session, tools=[_deposit_knowing_its_call,
+                                                                    langchain_tool(session, read_balance)]))
+        graph.add_edge(START, "model")
+        graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
+        graph.add_edge("tools", "model")
+        out = await graph.compile().ainvoke({"messages": [("user", "deposit 100, then read")]})
+        await session.close()
+        return [(m.name, m.content) for m in out["messages"] if m.type == "tool"]
+
+    serial = await run(False)
+    assert serial == [("deposit", "ok:d1"), ("read_balance", "100")]
+    assert await run(True) == serial

@@ -46,8 +46,10 @@ from typing import Any, ClassVar, cast
 
 from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
+from forethought._core.tools import Tool
 from forethought.agent.feed import GuessFeed
 from forethought.integrations.transcripts import Message, text_of, to_chat
+from forethought.llm.dispatch import holds
 from forethought.llm.events import ToolCallArgumentsDelta, ToolCallStarted
 from forethought.predictors.base import ObservedCall, PredictionContext, Predictor, reports_failure
 from forethought.predictors.patterns import PatternConfig, PatternPredictor
@@ -132,19 +134,19 @@ class Foresight:
 
     def predictors_for(self, session: Session) -> list[Predictor]:
         """The predictors that guess ``session``'s calls: the pattern predictor of its tools, the speculators."""
-        schemas = {name: dict(t.parameters) for name, t in session.tools.items()}
+        schemas = {name: dict(t.parameters) for name, t in _held(session)}
         return [*([self.patterns_for(schemas)] if self.with_patterns else []), *self.speculators]
 
     def _state(self, session: Session) -> _SessionFeed:
         state = self._sessions.get(session)
         if state is None:
-            schemas: dict[str, Mapping[str, Any]] = {name: dict(t.parameters) for name, t in session.tools.items()}
+            schemas: dict[str, Mapping[str, Any]] = {name: dict(t.parameters) for name, t in _held(session)}
             # The feed holds the session through a weak proxy: this table must not keep a session alive (its
             # entry goes when the session does).
             held = cast(Session, weakref.proxy(session))
             state = _SessionFeed(GuessFeed(held, self.predictors_for(session), chain_depth=self.chain_depth,
-                                           is_private=functools.partial(_not_public, held)),
-                                 schemas, [t.openai_schema() for t in session.tools.values()])
+                                           is_private=functools.partial(_not_public, weakref.ref(session))),
+                                 schemas, [t.openai_schema() for _, t in _held(session)])
             self._sessions[session] = state
         return state
 
@@ -242,11 +244,18 @@ class Foresight:
             self.store.close()
 
 
-def _not_public(session: Session, name: str) -> bool:
-    """Whether a call of ``name`` must not be learned: unless the session holds a tool of that name whose
-    calls are not private, it is."""
-    t = session.tools.get(name)
-    return t is None or t.hide_key
+def _held(session: Session) -> list[tuple[str, Tool]]:
+    """The session's tools whose calls run through it (not those the caller runs tools of the same name for:
+    :func:`~forethought.llm.dispatch.caller_runs`): the only ones guessed."""
+    return [(name, t) for name, t in session.tools.items() if holds(session, name)]
+
+
+def _not_public(ref: weakref.ref[Session], name: str) -> bool:
+    """Whether a call of ``name`` must not be learned: unless the session (still there) holds a tool of that
+    name whose calls are not private (and the caller does not run its own tool of that name), it is."""
+    session = ref()
+    t = session.tools.get(name) if session is not None else None
+    return t is None or t.hide_key or not holds(cast(Session, session), name)
 
 
 def foresight_for(predict: bool | Foresight, speculate: bool) -> Foresight | None:

@@ -33,6 +33,7 @@ from forethought._core.calls import ToolCall
 from forethought._core.runtime import Session
 from forethought._core.tools import Tool
 from forethought.integrations.native import declared_description, execute_natively, native_function
+from forethought.llm.dispatch import caller_runs
 
 
 def _runner(session: Session, name: str) -> Callable[..., Any]:
@@ -92,4 +93,7 @@ class ForethoughtToolNode(ToolNode):
             chosen: list[BaseTool | Callable[..., Any]] = [langchain_tool(session, t) for t in session.tools.values()]
         else:
             chosen = [_through_session(session, x if isinstance(x, BaseTool) else create_tool(x)) for x in tools]
+            # A given tool left as it is under a session tool's name: its calls are the caller's, not the session's.
+            caller_runs(session, [x.name for x in chosen if isinstance(x, BaseTool)
+                                  and not isinstance(x, _SessionTool) and x.name in session.tools])
         super().__init__(chosen, **kwargs)

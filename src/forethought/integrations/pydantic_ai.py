@@ -118,7 +118,9 @@ class _PartsDecoder:
             found = self._calls.get(event.index)
             if found is None:
                 return []
-            return self._assembler.add_tool_delta(found, None, None, _argument_text(event.delta.args_delta))
+            delta = event.delta  # pydantic-ai joins the name's pieces, as the assembler does
+            return self._assembler.add_tool_delta(found, None, getattr(delta, "tool_name_delta", None),
+                                                  _argument_text(delta.args_delta))
         return []
 
     def finish(self) -> list[LLMEvent]:

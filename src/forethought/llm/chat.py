@@ -75,6 +75,8 @@ class _CallState:
     """The id was made up at the start (``call_<index>``): a real one that comes later replaces it."""
     closed_id: str = ""
     """The id the call closed with (a close is sent again at message end if the real id came after)."""
+    closed_name: str = ""
+    """The name the call closed with (a close is sent again at message end if more of the name came after)."""
 
     def stream(self) -> ArgumentStream:
         if self.arguments is None:
@@ -93,6 +95,11 @@ class ToolCallAssembler:
     of an index): with an error when text other than whitespace followed the object (the argument text is
     then not one JSON object: ``{"a": 1}, "b": 2}``), with the real id when it came after a made-up one. A
     call whose arguments close before its name comes waits for the name (or the message's end) to start.
+
+    A name that comes in pieces is joined (a piece equal to the whole name so far is a server sending it again,
+    taken once), so the name a call starts with may still grow: its close carries the name as known then, and
+    a name that grew after the close is closed again at message end (:class:`~forethought.llm.dispatch.
+    EarlyDispatch` then treats whatever it started early for the call as not the model's).
     """
 
     def __init__(self) -> None:
@@ -108,8 +115,8 @@ class ToolCallAssembler:
             call = self._calls[index] = _CallState(index)
         if call_id and (not call.id or call.invented_id):
             call.id, call.invented_id = call_id, False
-        if name and not call.name:
-            call.name = name
+        if name and name != call.name:
+            call.name += name  # joined, as the SDK joins the pieces (a piece equal to the whole: sent again)
         events: list[LLMEvent] = []
         if not call.started and call.name:
             events.append(self._start(call))
@@ -137,8 +144,8 @@ class ToolCallAssembler:
                     events.append(ToolCallClosed(call.index, call.id, call.name, None, call.stream().raw + trailing,
                                                  f"{call.name}: arguments are not a single JSON object "
                                                  f"(text after its closing brace: {len(trailing)} characters)"))
-                elif call.id != call.closed_id:
-                    events.append(self._close(call, None))  # again, with the id that came after the close
+                elif call.id != call.closed_id or call.name != call.closed_name:
+                    events.append(self._close(call, None))  # again, with the id or name that came after the close
                 continue
             if not call.started:
                 events.append(self._start(call))
@@ -156,7 +163,7 @@ class ToolCallAssembler:
     def _close(self, call: _CallState, finish_reason: str | None) -> ToolCallClosed:
         """Close ``call``: mid-stream when ``finish_reason`` is ``None``, else at message end."""
         call.done = True
-        call.closed_id = call.id
+        call.closed_id, call.closed_name = call.id, call.name
         stream = call.stream()
         stream.tool = call.name
         try:

@@ -32,7 +32,7 @@ import asyncio
 import json
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +81,22 @@ class PendingCall:
 
 _FENCES: weakref.WeakKeyDictionary[Session, Write] = weakref.WeakKeyDictionary()
 """Per session: the fence a foreign call of its latest message raised (ended at its next message)."""
+
+
+_CALLER_RUN: weakref.WeakKeyDictionary[Session, frozenset[str]] = weakref.WeakKeyDictionary()
+"""Per session: names of tools the caller runs itself although the session holds a tool of that name."""
+
+
+def caller_runs(session: Session, names: Iterable[str]) -> None:
+    """The caller runs its own tools of ``names``, not the session's tools of those names (a LangGraph tool
+    with injected arguments): a call of one is foreign, as a call of a tool the session does not hold."""
+    _CALLER_RUN[session] = _CALLER_RUN.get(session, frozenset()) | frozenset(names)
+
+
+def holds(session: Session, name: str) -> bool:
+    """Whether a call of ``name`` runs through ``session``: it holds a tool of that name, and the caller does
+    not run one of that name itself (:func:`caller_runs`)."""
+    return name in session.tools and name not in _CALLER_RUN.get(session, ())
 
 
 def begin_step(session: Session) -> None:
@@ -143,6 +159,8 @@ class EarlyDispatch:
             self.blocked = True  # a failed call is answered at message end, like any other
             return pending
         if pending.call is not None:
+            if pending.call.name != event.name:
+                self._renamed(pending, event)
             return pending  # closed again at message end (its real id came late): already dispatched
         pending.call = ToolCall(event.name, event.arguments)
         if self.enabled:
@@ -152,12 +170,32 @@ class EarlyDispatch:
     def _note_foreign(self, held_from: int, name: str | None) -> None:
         """A call of a tool the session does not hold (``name``; ``None``: a client item): the caller runs it
         with an effect the session cannot see; calls from ``held_from`` on come after it."""
-        if self.authoritative or not self.enabled or (name is not None and name in self.session.tools):
+        if self.authoritative or not self.enabled or (name is not None and holds(self.session, name)):
             return
+        self._fence(held_from)
+
+    def _fence(self, held_from: int) -> None:
+        """No call from ``held_from`` on starts early, and the session's fence is up until its next message."""
         if self.held_from is None or held_from < self.held_from:
             self.held_from = held_from
         if self.session not in _FENCES and not self.session.closed:
             _FENCES[self.session] = self.session.begin_fence()
+
+    def _renamed(self, pending: PendingCall, event: ToolCallClosed) -> None:
+        """More of a call's name came after its arguments closed: what was started for it was another call.
+
+        Its early run (a read) is not its outcome: the call runs at message end. Without ``authoritative`` the
+        caller may already have run the call the name now names, with an effect the session cannot see: the
+        call and every later one stay out of early work, and the session's fence goes up."""
+        task, pending.task = pending.task, None
+        if task is not None:  # its outcome is no one's; an error it ends with is retrieved here, never logged
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        if event.error is None and event.arguments is not None:
+            pending.call = ToolCall(event.name, event.arguments)
+        else:
+            pending.call, pending.error = None, event.error or "arguments missing"
+        if not self.authoritative and self.enabled:
+            self._fence(pending.index)
 
     def ordered(self) -> list[PendingCall]:
         """The message's calls in the model's order."""
@@ -170,7 +208,7 @@ class EarlyDispatch:
             pending = self.calls[self.next_to_issue]
             if pending.call is None:
                 return  # not closed yet
-            tool = session.tools.get(pending.name)
+            tool = session.tools.get(pending.name) if holds(session, pending.name) else None
             if tool is None or tool.effect not in _EARLY_EFFECTS:
                 self.blocked = True
                 break
@@ -182,8 +220,8 @@ class EarlyDispatch:
         if self.blocked:
             held = self.held_from
             for pending in self.calls.values():
-                if held is not None and pending.index >= held:
-                    continue  # after a call of unknown effect: run by the caller's own execute, never early
+                if (held is not None and pending.index >= held) or not holds(session, pending.name):
+                    continue  # after a call of unknown effect, or one: run by the caller, never early
                 if pending.call is not None and pending.task is None and not pending.speculated:
                     ticket = session.speculate(pending.call, source=STREAM_SOURCE, confidence=1.0)
                     pending.speculated = True  # claimed by the authoritative call at message end
