@@ -312,11 +312,15 @@ async def test_a_finish_cancelled_on_its_way_to_redis_is_still_sent(redis_url: s
 
 
 @pytest.mark.parametrize(("field", "garbage"), [("posts", "garbage"), ("posts", "1.5"), ("bytes", "x"),
-                                                ("seg", "nan")])
+                                                ("seg", "nan"), ("posts", "-2"), ("posts", "-3"), ("posts", "-4"),
+                                                ("posts", "-5"), ("posts", "-7"), ("bytes", "-1"), ("seg", "-1"),
+                                                ("posts", "1e300")])
 async def test_a_garbled_count_refuses_the_post_whole_and_never_marks_redis_down(
         redis_url: str, field: str, garbage: str) -> None:
     """Before, the append pushed the entries and then failed on the garbled count (Redis does not roll a
-    script back): the poster got 503, the entries were served all the same, and Redis was marked down."""
+    script back): the poster got 503, the entries were served all the same, and Redis was marked down. A
+    negative count was taken as a count: the post was stored, then refused with a result code (404 for -2,
+    410, 409, 413) that its count plus one spelled, and served all the same (a later review)."""
     import redis.asyncio
 
     async with two_replicas(redis_url) as (relay, other):

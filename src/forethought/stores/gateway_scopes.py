@@ -12,7 +12,7 @@ in one Cluster slot and every script touches one slot:
 
 Result codes of :meth:`RedisScopeBackend.append`: the new post count (>= 1), or :data:`UNKNOWN`,
 :data:`FINISHED`, :data:`MOVED_ON` (the segment changed), :data:`TOO_MANY`, :data:`TOO_BIG`. A key of the wrong
-type, or a count that is not a whole number, is found before anything is written and raises
+type, or a count that is not a whole number from 0 to 2**53 - 1, is found before anything is written and raises
 :class:`~forethought.stores.errors.StoreIntegrityError` (that response's state is garbled; Redis is fine).
 :meth:`advance` names the segment it moves to, so sending it again (after a failed round trip) changes
 nothing. Redis errors leave as
@@ -35,7 +35,7 @@ local function wrong(key, want)
 end
 local function whole(v)
   local n = tonumber(v or '0')
-  if n == nil or n ~= math.floor(n) then return nil end
+  if n == nil or n ~= math.floor(n) or n < 0 or n > 9007199254740991 then return nil end
   return n
 end
 """
@@ -88,8 +88,12 @@ return {posts, redis.call('LRANGE', KEYS[2], 0, -1)}
 """
 _ADVANCE = _CHECK + _TYPES + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local seg = whole(redis.call('HGET', KEYS[2], 'seg') or '-1')
-if not seg then return -6 end
+local seg = -1
+local raw = redis.call('HGET', KEYS[2], 'seg')
+if raw then
+  seg = whole(raw)
+  if not seg then return -6 end
+end
 local target = tonumber(ARGV[1])
 if seg < target then
   redis.call('DEL', KEYS[3])
@@ -115,7 +119,7 @@ def _intact(code: int, what: str) -> int:
     """``code``, unless it says the response's keys in Redis are garbled (:data:`GARBLED`)."""
     if code == GARBLED:
         raise StoreIntegrityError(f"{what} gateway scope: a key of the response in Redis is of the wrong type "
-                                  "or holds a count that is not a whole number")
+                                  "or holds a count that is not a whole number from 0 up")
     return code
 
 
