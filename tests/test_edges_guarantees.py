@@ -426,6 +426,8 @@ def _responses(item: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
     ({"type": "computer_call", "id": "cc_1", "call_id": "k", "action": {"type": "click", "x": 1, "y": 2}}, True),
     ({"type": "some_future_call", "id": "f_1", "call_id": "f"}, True),  # a kind nobody knows yet: fail closed
     ({"type": "web_search_call", "id": "ws_1", "status": "completed"}, False),  # run by the API itself
+    # The API runs it too, but against a remote MCP server that may write what a session tool reads.
+    ({"type": "mcp_call", "id": "mc_1", "server_label": "bank", "name": "deposit", "arguments": "{}"}, True),
 ])
 async def test_an_item_the_caller_runs_that_is_not_a_function_call_holds_later_reads_back(
         item: dict[str, Any], held: bool) -> None:

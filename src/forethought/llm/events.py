@@ -119,8 +119,8 @@ class ToolResultServed:
 @dataclass(frozen=True, slots=True)
 class ClientItem:
     """An output item the caller runs itself that is not a function call (a Responses ``custom_tool_call``,
-    ``computer_call``, ``local_shell_call``, ...): an effect no session tool stands for, after the calls
-    before it."""
+    ``computer_call``, ``local_shell_call``, ...), or a hosted ``mcp_call`` (the API calls a remote MCP server,
+    which may write): an effect no session tool stands for, after the calls before it."""
 
     kind: str
 

@@ -26,11 +26,11 @@ from forethought.llm.events import ClientItem, LLMEvent, MessageDone, Usage
 from forethought.llm.sdk_stream import SdkClientHolder, stream_decoded
 
 DEFAULT_TIMEOUT_S = 600.0
-HOSTED_CALLS = frozenset({"web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
-                          "mcp_call"})
-"""Output items the API runs itself (its hosted tools): no effect the caller runs. Any other ``*_call`` item
-(``custom_tool_call``, ``computer_call``, ``local_shell_call``, ``shell_call``, ``apply_patch_call``, a kind
-not known yet) is run by the caller: :class:`~forethought.llm.events.ClientItem`."""
+HOSTED_CALLS = frozenset({"web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call"})
+"""Output items the API runs itself (its hosted tools) with no effect on what the caller's tools read. Any other
+``*_call`` item (``custom_tool_call``, ``computer_call``, ``local_shell_call``, ``shell_call``,
+``apply_patch_call``, a kind not known yet) is run by the caller, and a hosted ``mcp_call`` reaches a remote MCP
+server that may write: each is an effect no session tool stands for, :class:`~forethought.llm.events.ClientItem`."""
 
 
 def field(obj: Any, name: str) -> Any:
@@ -69,7 +69,7 @@ class ResponsesDecoder:
             item_type = field(item, "type")
             if item_type != "function_call":
                 if isinstance(item_type, str) and item_type.endswith("_call") and item_type not in HOSTED_CALLS:
-                    return [ClientItem(item_type)]  # run by the caller (fail closed: any unknown kind of call)
+                    return [ClientItem(item_type)]  # an effect the session cannot see (fail closed: any unknown kind)
                 return []
             index = len(self._calls)
             self._calls[field(event, "output_index")] = index
