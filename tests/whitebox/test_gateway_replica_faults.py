@@ -188,6 +188,33 @@ async def test_a_create_whose_answer_was_lost_is_undone_so_only_its_relay_takes_
         assert await served(relay, scope) == ["local"]
 
 
+async def test_a_create_cancelled_after_it_landed_is_undone(redis_url: str) -> None:
+    """Before, a create cancelled on its way (the client hung up) was neither kept nor owed: if it had landed,
+    other replicas accepted posts (200) for a response nobody relays, until its TTL ran out (a later review)."""
+    async with two_replicas(redis_url) as (relay, other):
+        store = relay.store
+        assert isinstance(store, RedisScopeStore)
+        real = store._backend.create
+        landed = asyncio.Event()
+
+        async def landed_then_hang(*args: Any) -> Any:
+            await real(*args)
+            landed.set()
+            await asyncio.Event().wait()  # the answer never comes: the request is cancelled meanwhile
+
+        store._backend.create = landed_then_hang  # type: ignore[method-assign]
+        scope = ResponseScope("ftg-cancelled", "token", TOOLS, store.now(), expects_posts=True)
+        creating = asyncio.create_task(store.create(scope))
+        await landed.wait()
+        creating.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await creating
+        await until_repaired(store)
+        with pytest.raises(PostRejected) as elsewhere:
+            await other.authorize(scope.response_id, scope.token, None)
+        assert elsewhere.value.status == 404
+
+
 @pytest.mark.parametrize("garbage", ["garbage", "1.5"])
 async def test_a_garbled_post_count_costs_its_response_a_miss_and_never_marks_redis_down(
         redis_url: str, garbage: str) -> None:

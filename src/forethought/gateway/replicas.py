@@ -249,6 +249,10 @@ class RedisScopeStore:
             self._schedule_repair()
             await self._keep_local(scope)
             return
+        except BaseException:  # cancelled on the way (the client hung up): undone too, in case it landed
+            self._owe(scope.response_id, _FORGET)
+            self._schedule_repair()
+            raise
         self._mine[scope.response_id] = scope
 
     async def _keep_local(self, scope: ResponseScope) -> None:
