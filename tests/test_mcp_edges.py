@@ -252,6 +252,31 @@ async def test_a_garbled_first_call_in_the_store_costs_the_guess_never_the_sessi
     first.close()
 
 
+@pytest.mark.parametrize(("table", "column", "garbage"), [
+    ("mcp_runtimes", "seconds", "x"), ("mcp_runtimes", "seconds", -1.0), ("mcp_runtimes", "seconds", 1e999),
+    ("mcp_payoff", "answers", "bad"), ("mcp_payoff", "saved_s", "x"), ("mcp_payoff", "answers", 1e18),
+    ("mcp_concurrency", "serial", "x"), ("mcp_calibration", "guesses", "x"), ("mcp_calibration", "hits", -3),
+    ("mcp_calibration", "guesses", 1e12)])
+async def test_garbled_calibration_in_the_store_costs_its_learning_never_the_session(
+        tmp_path: Path, table: str, column: str, garbage: object) -> None:
+    """Before, a calibration value another program garbled stopped every later session of the store at its
+    tool list (the proxy failed; the client saw its connection close), found by an outside review."""
+    import sqlite3
+
+    store = tmp_path / "store.sqlite"
+    command = [sys.executable, str(PROBE), str(tmp_path / "log")]
+    policy = policy_from_data({"servers": {"probe": {"trusted": True}}})
+    for session_number in range(2):
+        async with proxied(command, policy, "legacy", store=store, priced=True) as (session, _):
+            await session.list_tools()
+            texts = [(await session.call_tool("lookup", {"key": k})).content[0].text  # type: ignore[union-attr]
+                     for k in ("a", "b", "a", "b")]
+        assert texts == ["value-of-a", "value-of-b"] * 2, session_number
+        if session_number == 0:  # between the sessions, another program garbles what was learnt
+            with sqlite3.connect(store) as conn:  # the first session wrote a row to every table
+                assert conn.execute(f"UPDATE {table} SET {column} = ?", (garbage,)).rowcount >= 1, table
+
+
 @pytest.mark.parametrize("garbage", ["garbage", 1e999, None])
 async def test_garbled_stats_in_the_store_cost_the_credit_never_the_session(tmp_path: Path, garbage: object) -> None:
     import sqlite3

@@ -31,6 +31,8 @@ learnt about the server.
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import sqlite3
 import threading
@@ -57,6 +59,10 @@ CARRIED_ANSWERS = 2 * MIN_ANSWERS
 """The payoff carried from the store weighs as this many answers at most (its ratio kept): what earlier
 processes saw, with another client or another think time, decides until this process's own answers
 outweigh it (the store itself keeps every answer)."""
+MAX_REPLAYED = 10_000
+"""The most guesses of one stored calibration row replayed into a session's calibration (scaled, hit rate kept)."""
+log = logging.getLogger(__name__)
+
 CALIBRATION_TABLE = "mcp_calibration"
 RUNTIMES_TABLE = "mcp_runtimes"
 CONCURRENCY_TABLE = "mcp_concurrency"
@@ -227,14 +233,62 @@ def calibration_rows(calibration: Calibration) -> dict[tuple[str, int], tuple[in
 
 
 def replay(calibration: Calibration, rows: Iterable[tuple[str, int, int, float, float]]) -> None:
-    """Add stored counts to ``calibration`` through its public ``record`` (the core has no bulk load)."""
+    """Add stored counts to ``calibration`` through its public ``record`` (the core has no bulk load); a row of
+    more than :data:`MAX_REPLAYED` guesses is replayed scaled down to that many, its hit rate kept."""
     for source, _b, guesses, hits, confidence_sum in rows:
         if guesses <= 0:
             continue
         mean = confidence_sum / guesses
-        whole_hits = round(hits)
-        for i in range(guesses):
+        scale = min(1.0, MAX_REPLAYED / guesses)
+        whole_hits = round(hits * scale)
+        for i in range(round(guesses * scale)):
             calibration.record(source, mean, i < whole_hits)
+
+
+def _count(value: object) -> int | None:
+    """A stored count: a whole number from 0 up (``None``: garbled)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return int(value) if value >= 0 and value == int(value) else None
+
+
+def _amount(value: object) -> float | None:
+    """A stored amount: a finite number from 0 up (``None``: garbled)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def _checked(fingerprint: str, rows: Iterable[tuple[object, ...]], runtimes: Mapping[object, object],
+             evidence: tuple[object, ...] | None, paid: tuple[object, ...] | None) -> Learnt:
+    """What the store holds for a tool set, without the values another program garbled (each such row costs
+    its own learning only, logged once per load; before, one stopped every session of the store)."""
+    dropped = 0
+    calibration: list[tuple[str, int, int, float, float]] = []
+    for source, b, guesses, hits, confidence in rows:
+        n, h, c = _count(guesses), _amount(hits), _amount(confidence)
+        if not isinstance(source, str) or not isinstance(b, int) or n is None or h is None or c is None or h > n:
+            dropped += 1
+            continue
+        calibration.append((source, b, n, h, c))
+    seconds = {tool: _amount(value) for tool, value in runtimes.items()}
+    kept = {tool: value for tool, value in seconds.items() if isinstance(tool, str) and value is not None}
+    dropped += len(seconds) - len(kept)
+    serial, concurrent = (_count(evidence[0]), _count(evidence[1])) if evidence else (0, 0)
+    if serial is None or concurrent is None:
+        dropped += 1
+        serial = concurrent = 0
+    payoff = None
+    if paid:
+        answers, saved, predict = _count(paid[0]), _amount(paid[1]), _amount(paid[2])
+        if answers is None or saved is None or predict is None:
+            dropped += 1
+        else:
+            payoff = Payoff(answers, saved, predict)
+    if dropped:
+        log.warning("the calibration store holds %d garbled rows for tool set %s: they are ignored", dropped,
+                    fingerprint[:12])
+    return Learnt(tuple(calibration), kept, serial, concurrent, payoff)
 
 
 class CalibrationStore:
@@ -265,10 +319,7 @@ class CalibrationStore:
                                           "= ?", (fingerprint,)).fetchone()
             paid = self._conn.execute(f"SELECT answers, saved_s, predict_s FROM {PAYOFF_TABLE} WHERE fingerprint = ?",
                                       (fingerprint,)).fetchone()
-        serial, concurrent = evidence or (0, 0)
-        payoff = Payoff(int(paid[0]), float(paid[1]), float(paid[2])) if paid else None
-        return Learnt(tuple((str(r[0]), int(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in rows), runtimes,
-                      int(serial), int(concurrent), payoff)
+        return _checked(fingerprint, rows, runtimes, evidence, paid)
 
     def add(self, fingerprint: str, calibration: Mapping[tuple[str, int], tuple[int, float, float]],
             runtimes: Mapping[str, float], serial: int, concurrent: int, payoff: Payoff | None = None) -> None:
