@@ -273,7 +273,13 @@ async def test_garbled_calibration_in_the_store_costs_its_learning_never_the_ses
                      for k in ("a", "b", "a", "b")]
         assert texts == ["value-of-a", "value-of-b"] * 2, session_number
         if session_number == 0:  # between the sessions, another program garbles what was learnt
-            with sqlite3.connect(store) as conn:  # the first session wrote a row to every table
+            with sqlite3.connect(store) as conn:
+                fingerprint = conn.execute("SELECT fingerprint FROM mcp_runtimes").fetchone()[0]
+                # The first session made guesses only if they paid: a row of its tool set in every table regardless.
+                conn.execute("INSERT OR IGNORE INTO mcp_calibration VALUES (?, 'pattern', 5, 10, 3, 4.0)",
+                             (fingerprint,))
+                conn.execute("INSERT OR IGNORE INTO mcp_payoff VALUES (?, 30, 1.0, 0.5)", (fingerprint,))
+                conn.execute("INSERT OR IGNORE INTO mcp_concurrency VALUES (?, 2, 1)", (fingerprint,))
                 assert conn.execute(f"UPDATE {table} SET {column} = ?", (garbage,)).rowcount >= 1, table
 
 
