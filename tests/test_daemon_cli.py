@@ -67,7 +67,7 @@ def test_bad_config_flags_are_one_line_and_status_2(args: list[str]) -> None:
 
 def test_a_policy_file_leaves_the_edges_tables_to_them_and_names_a_bad_key(tmp_path: Path) -> None:
     good = tmp_path / "p.toml"
-    good.write_text('max_calls_per_turn = 4\n[mcp]\nguesses = 2\n[daemon]\nanything = 1\n'
+    good.write_text('max_calls_per_turn = 4\n[mcp]\nguesses = 2\nnot_checked_here = 1\n[daemon]\n'
                     '[servers.git]\ntrusted = true\n')
     policy = load_daemon_policy(good, trust=False)
     assert policy.max_calls_per_turn == 4 and policy.server("git").trusted and not policy.trust_servers
@@ -75,6 +75,9 @@ def test_a_policy_file_leaves_the_edges_tables_to_them_and_names_a_bad_key(tmp_p
     bad = tmp_path / "bad.toml"
     bad.write_text("no_such_key = 1\n")
     with pytest.raises(PolicyError, match="no_such_key"):
+        load_daemon_policy(bad)
+    bad.write_text("[daemon]\nanything = 1\n")  # the daemon's own table: it reads no key yet
+    with pytest.raises(PolicyError, match=r"daemon\.anything"):
         load_daemon_policy(bad)
 
 

@@ -53,6 +53,11 @@ from forethought.predictors.patterns.predictor import PatternPredictor
 from forethought.predictors.trajectory import Trajectory
 from forethought.serve.subprocess_server import serve_in_subprocess
 
+TRAJECTORY_WORKLOADS = ("bfcl", "synthetic")
+"""The workloads made of trajectories (:func:`make_workload`): the arms of a plain bench run, serve-model."""
+WORKLOADS = (*TRAJECTORY_WORKLOADS, "sweep", "paper-table", "code", "mcp", "loop")
+"""Every workload ``forethought bench --workload`` accepts."""
+
 
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
@@ -109,7 +114,10 @@ def make_workload(config: BenchConfig) -> Workload:
         from forethought.bench.workloads.synthetic import SyntheticWorkload
 
         return SyntheticWorkload(count=max(1, config.trajectories))
-    raise ForethoughtError(f"unknown workload {config.workload!r} (bfcl, synthetic, sweep, code)")
+    if config.workload in WORKLOADS:
+        raise ForethoughtError(f"workload {config.workload!r} is not made of trajectories: this run takes "
+                               f"{' or '.join(TRAJECTORY_WORKLOADS)}")
+    raise ForethoughtError(f"unknown workload {config.workload!r} (one of {', '.join(WORKLOADS)})")
 
 
 async def pattern_factory(workload: Workload, offload: bool = True) -> Callable[[], Predictor]:

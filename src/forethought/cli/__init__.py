@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -105,6 +106,31 @@ def _counts(text: str, option: str) -> list[int]:
     return values
 
 
+def _finite(low: float, *, above: bool = False) -> Callable[[float | None], float | None]:
+    """An option callback: a finite number ``>= low`` (``> low`` with ``above``); typer's ``min`` lets nan,
+    and inf where no ``max`` is given, through."""
+    def check(value: float | None) -> float | None:
+        if value is not None and (not math.isfinite(value) or value < low or (above and value == low)):
+            raise typer.BadParameter(f"expected a number {'>' if above else '>='} {low:g}, got {value!r}")
+        return value
+    return check
+
+
+def _one_of(value: str, allowed: tuple[str, ...], option: str) -> str:
+    """``value`` if it is one of ``allowed``, else a bad-parameter error that lists them."""
+    if value not in allowed:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(allowed)}", param_hint=f"'{option}'")
+    return value
+
+
+GROUPINGS = ("step", "turn")
+"""How a workload groups a turn's tool calls into model messages (``--grouping``)."""
+ENGINES = ("simulated", "vllm")
+"""The engines ``bench --engine`` runs the multi-agent arms on."""
+BENCH_STORES = ("local", "redis")
+"""Where ``bench --workers`` keeps the shared patterns (``--store``)."""
+
+
 @app.command()
 def bench(
     workload: Annotated[str, typer.Option(help="bfcl, synthetic, sweep, paper-table, code, mcp or loop (the "
@@ -164,10 +190,12 @@ def bench(
     json_path: JsonOption = None,
 ) -> None:
     """Serial vs speculative arms on a workload; prints a table, writes JSON + HTML; checks equivalence."""
-    from forethought.bench.main import BenchConfig, run_bench
+    from forethought.bench.main import WORKLOADS, BenchConfig, run_bench
 
-    if grouping not in ("step", "turn"):
-        raise typer.BadParameter("grouping must be 'step' or 'turn'", param_hint="'--grouping'")
+    _one_of(workload, WORKLOADS, "--workload")
+    _one_of(grouping, GROUPINGS, "--grouping")
+    _one_of(engine, ENGINES, "--engine")
+    _one_of(store, BENCH_STORES, "--store")
     agent_counts = _counts(agents, "--agents")
     Path(out).mkdir(parents=True, exist_ok=True)  # a report directory that cannot be made fails now, not at the end
     config = BenchConfig(workload=workload, arms=arms, trajectories=0 if full else trajectories,
@@ -255,7 +283,8 @@ def serve_model(
     host: str = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
     workload: Annotated[str, typer.Option(help="bfcl or synthetic.")] = "bfcl",
-    grouping: str = "step",
+    grouping: Annotated[str, typer.Option(help="step: one call per model message; turn: a turn's calls in one "
+                                               "message.")] = "step",
     alpha: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.7,
     time_scale: Annotated[float, typer.Option(min=0.0)] = 1.0,
     seed: int = 0,
@@ -266,11 +295,13 @@ def serve_model(
 ) -> None:
     """Run the simulated engine until interrupted: workload trajectories, or a script of your own responses."""
     from forethought.bench.engine_sim.model_server import SpeculatorConfig, create_model_server
-    from forethought.bench.main import BenchConfig, _timing, make_workload
+    from forethought.bench.main import TRAJECTORY_WORKLOADS, BenchConfig, _timing, make_workload
     from forethought.serve.http import serve_forever
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise typer.BadParameter("the simulated engine binds loopback only")
+    _one_of(workload, TRAJECTORY_WORKLOADS, "--workload")
+    _one_of(grouping, GROUPINGS, "--grouping")
     if script is not None:
         from forethought.serve.scripted import create_scripted_server, load_script
 
@@ -299,20 +330,24 @@ def gateway(
     upstream: Annotated[str, typer.Option(help="Upstream OpenAI-compatible base URL, including /v1.")],
     host: str = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8100,
-    post_wait_s: Annotated[float, typer.Option(help="How long a closed call waits for a late cache post.")] = 0.05,
-    max_keep_alive_s: Annotated[float, typer.Option(help="Upper bound on a cached entry's keep_alive.")] = 300.0,
+    post_wait_s: Annotated[float, typer.Option(callback=_finite(0.0), help="How long a closed call waits for a "
+                                                                          "late cache post.")] = 0.05,
+    max_keep_alive_s: Annotated[float, typer.Option(callback=_finite(0.0, above=True), help="Upper bound on a "
+                                                    "cached entry's keep_alive.")] = 300.0,
     mark_continuations: bool = True,
     upstream_api_key: str | None = None,
     policy: Annotated[Path | None, typer.Option("--policy", help="TOML policy file: tools it does not let "
                                                                  "speculate, or marks private, are never served "
                                                                  "from the cache.")] = None,
     log_level: Annotated[str, typer.Option(help="critical, error, warning, info, debug or trace.")] = "info",
-    max_connections: Annotated[int, typer.Option(help="Connections served at once; more are answered 503.")] = 1000,
-    header_timeout_s: Annotated[float, typer.Option(help="Close a connection whose request headers take longer.")]
-        = 10.0,
-    body_timeout_s: Annotated[float, typer.Option(help="Answer 408 to a request body that takes longer.")] = 30.0,
-    max_line_bytes: Annotated[int, typer.Option(help="Longest upstream stream line; a longer one ends the stream "
-                                                     "with an error chunk.")] = 16 << 20,
+    max_connections: Annotated[int, typer.Option(min=1, help="Connections served at once; more are answered "
+                                                             "503.")] = 1000,
+    header_timeout_s: Annotated[float, typer.Option(callback=_finite(0.0, above=True), help="Close a connection "
+                                                    "whose request headers take longer.")] = 10.0,
+    body_timeout_s: Annotated[float, typer.Option(callback=_finite(0.0, above=True), help="Answer 408 to a "
+                                                  "request body that takes longer.")] = 30.0,
+    max_line_bytes: Annotated[int, typer.Option(min=1, help="Longest upstream stream line; a longer one ends the "
+                                                            "stream with an error chunk.")] = 16 << 20,
     check_upstream: Annotated[bool, typer.Option("--check-upstream/--no-check-upstream",
                                                  help="Check at start that the upstream (and --redis) answer.")]
         = True,

@@ -15,9 +15,12 @@ import dataclasses
 import json
 import os
 import signal
+import sqlite3
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 
@@ -25,7 +28,7 @@ from forethought._core.policy import Policy
 from forethought._core.policy_file import policy_from_mapping, read_policy_file
 from forethought.daemon.naming import Client
 from forethought.daemon.setup import DEFAULT_PORT, ServerEntry, client_setup, parse_server
-from forethought.errors import ForethoughtError
+from forethought.errors import ForethoughtError, PolicyError
 
 if TYPE_CHECKING:
     from forethought.daemon.app import DaemonConfig
@@ -35,6 +38,8 @@ __all__ = ["app", "load_daemon_policy"]
 STORE_FILE = "daemon-patterns.sqlite"
 EDGE_TABLES = ("mcp", "daemon")
 """Tables of a policy file that belong to edges (the MCP proxy's, the daemon's): not runtime policy."""
+DAEMON_KEYS: frozenset[str] = frozenset()
+"""The keys of a policy file's ``[daemon]`` table that ``serve`` reads (none yet: any key there is an error)."""
 
 app = typer.Typer(add_completion=False, help="The local daemon on the model and MCP paths.")
 serve_app = typer.Typer(invoke_without_command=True, add_completion=False,
@@ -48,12 +53,36 @@ def _fail(message: str) -> typer.Exit:
 
 
 def load_daemon_policy(path: Path | None, trust: bool = False) -> Policy:
-    """The runtime policy of a policy file (``[mcp]`` and ``[daemon]`` left to their edges)."""
+    """The runtime policy of a policy file, every key checked: the ``[daemon]`` table is the daemon's own (a key
+    it does not know is an error), the ``[mcp]`` table is left to ``mcp-proxy`` (which checks it)."""
     policy = Policy()
     if path is not None:
         data = read_policy_file(path)
+        _check_daemon_table(data.get("daemon", {}), str(path))
         policy = policy_from_mapping({k: v for k, v in data.items() if k not in EDGE_TABLES}, str(path))
     return dataclasses.replace(policy, trust_servers=True) if trust else policy
+
+
+def _check_daemon_table(table: Any, origin: str) -> None:
+    if not isinstance(table, Mapping):
+        raise PolicyError(f"{origin}: key 'daemon': expected a table")
+    unknown = sorted(set(table) - DAEMON_KEYS)
+    if unknown:
+        raise PolicyError(f"{origin}: unknown key 'daemon.{unknown[0]}'")
+
+
+def _upstream(url: str, option: str) -> str | None:
+    """An upstream's base URL: http(s) with a host, or ``''`` for none (``None``)."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        good = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        good = False
+    if not good:
+        raise _fail(f"{option} {url!r}: expected an http:// or https:// URL ('' for none)")
+    return url
 
 
 def _default_store() -> Path:
@@ -64,7 +93,7 @@ def _default_store() -> Path:
 @serve_app.callback()
 def serve(
     ctx: typer.Context,
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = DEFAULT_PORT,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port on 127.0.0.1.")] = DEFAULT_PORT,
     anthropic_upstream: Annotated[str, typer.Option(help="Where Anthropic Messages requests go ('' for none).")] =
         "https://api.anthropic.com",
     openai_upstream: Annotated[str, typer.Option(help="Where OpenAI requests go ('' for none).")] =
@@ -74,15 +103,16 @@ def serve(
     policy: Annotated[Path | None, typer.Option(help="TOML policy file (servers, tools, limits).")] = None,
     trust: Annotated[bool, typer.Option("--trust", help="Believe every linked server's readOnlyHint.")] = False,
     store: Annotated[Path | None, typer.Option(help="SQLite file of learned patterns "
-                                                    "[default: ~/.cache/forethought/daemon-patterns.sqlite].")] = None,
+                                                    "(default: ~/.cache/forethought/daemon-patterns.sqlite).")] = None,
     memory: Annotated[bool, typer.Option("--memory", help="Learn in memory only.")] = False,
     patterns: Annotated[bool, typer.Option(help="Guess with the pattern predictor.")] = True,
     speculator_model: Annotated[str | None, typer.Option(
         help="A cheaper model of the same provider, sampled at each step (off by default: it costs tokens).")] = None,
-    speculator_samples: Annotated[int, typer.Option(help="Samples per step (lambda).")] = 2,
-    speculator_budget: Annotated[int, typer.Option(help="Speculator tokens per conversation (0: none).")] = 200_000,
+    speculator_samples: Annotated[int, typer.Option(min=1, help="Samples per step (lambda).")] = 2,
+    speculator_budget: Annotated[int, typer.Option(min=0, help="Speculator tokens per conversation (0: none).")] =
+        200_000,
     announce: Annotated[Path | None, typer.Option("--daemon-file", help="Where to write the URL and link token "
-                                                                        "[default: see docs/daemon.md].")] = None,
+                                                                        "(default: see docs/daemon.md).")] = None,
 ) -> None:
     """Run the daemon until interrupted."""
     if ctx.invoked_subcommand is not None:
@@ -96,9 +126,13 @@ def serve(
         chosen = Client(client)
     except ValueError:
         raise _fail(f"unknown client {client!r}: use {', '.join(c.value for c in Client)}") from None
+    if memory and store is not None:
+        raise _fail("--memory and --store are alternatives: give one of them")
+    upstreams = Upstreams(_upstream(anthropic_upstream, "--anthropic-upstream"),
+                          _upstream(openai_upstream, "--openai-upstream"))
     try:
         config = DaemonConfig(
-            Upstreams(anthropic_upstream or None, openai_upstream or None), chosen,
+            upstreams, chosen,
             load_daemon_policy(policy, trust), None if memory else (store or _default_store()), patterns,
             SpeculatorSettings(speculator_model, speculator_samples, speculator_budget)
             if speculator_model else None, announce or daemon_file())
@@ -108,8 +142,14 @@ def serve(
         asyncio.run(_serve(config, port))
     except KeyboardInterrupt:
         pass
+    except _StoreError as exc:
+        raise _fail(str(exc)) from None
     except OSError as exc:
         raise _fail(f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+
+
+class _StoreError(ForethoughtError):
+    """The pattern store cannot be opened (not a database, a damaged one, one another program locks)."""
 
 
 async def _serve(config: DaemonConfig, port: int) -> None:
@@ -120,7 +160,11 @@ async def _serve(config: DaemonConfig, port: int) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
-    async with serve_daemon(config, port=port) as daemon:
+    async with contextlib.AsyncExitStack() as stack:
+        try:  # only the daemon's start opens the store: an error of SQLite while it serves is not this one
+            daemon = await stack.enter_async_context(serve_daemon(config, port=port))
+        except sqlite3.Error as exc:  # the file is left as it is
+            raise _StoreError(f"cannot open the pattern store {config.store}: {exc}") from None
         upstreams = config.upstreams
         print(f"forethought serve: {daemon.url} (anthropic -> {upstreams.anthropic or 'none'}, openai -> "
               f"{upstreams.openai or 'none'}); link token in {config.daemon_file}", file=sys.stderr)
@@ -134,7 +178,7 @@ async def _serve(config: DaemonConfig, port: int) -> None:
 def config(
     client: Annotated[str, typer.Option(help="claude-code, codex or cursor.")],
     server: Annotated[list[str] | None, typer.Option(help="An MCP server: KEY=COMMAND ARGS... (repeat).")] = None,
-    port: Annotated[int, typer.Option(help="The daemon's port.")] = DEFAULT_PORT,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="The daemon's port.")] = DEFAULT_PORT,
 ) -> None:
     """Print the environment and MCP configuration that put a client behind the daemon (writes nothing)."""
     try:
@@ -149,7 +193,7 @@ def config(
 
 @app.command()
 def doctor(
-    announce: Annotated[Path | None, typer.Option("--daemon-file", help="The daemon's file [default: as serve].")] =
+    announce: Annotated[Path | None, typer.Option("--daemon-file", help="The daemon's file (default: as serve).")] =
         None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:

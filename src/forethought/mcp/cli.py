@@ -115,7 +115,8 @@ def proxy(
     accept_observable_reads: Annotated[bool, typer.Option(
         "--accept-observable-reads", help="Speculate tools whose reads the policy calls observable (a wrong guess "
                                           "then shows in the server's state).")] = False,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(min=0, max=65535, help="Serve Prometheus /metrics on "
+                                                                           "127.0.0.1:PORT.")] = None,
     listen: Annotated[str | None, typer.Option(help="Serve clients over streamable HTTP on 127.0.0.1:PORT "
                                                     "(/mcp, and /metrics) instead of stdio.")] = None,
     in_process: Annotated[bool, typer.Option("--in-process", help="Learn and predict on the proxy's own event "
@@ -133,12 +134,22 @@ def proxy(
     if not command and not upstream_url:
         print(ctx.get_help(), file=sys.stderr)
         raise typer.Exit(2)
+    if memory and store is not None:
+        raise _fail(McpProxyError("--memory and --store are alternatives: give one of them"))
     store_path = None if memory else (store or default_store())
+    address = None
+    if listen is not None:  # before anything starts: a wrong address is one line, exit 2
+        from forethought.mcp.http import parse_listen
+
+        try:
+            address = parse_listen(listen)
+        except ForethoughtError as exc:
+            raise _fail(exc) from None
     linked = None
     if daemon is not None or daemon_file is not None:
         linked = _daemon(daemon, daemon_file)  # before anything starts: a wrong link is one line, exit 2
     warm = None
-    if command and listen is None and not upstream_url:
+    if command and address is None and not upstream_url:
         warm = _warm_start(command, store_path)  # the upstream first, relayed at once; the proxy loads after
         if warm is not None:
             warm.wait_started(WARM_WAIT_S)
@@ -160,11 +171,10 @@ def proxy(
         raise _fail(exc) from None
     stop = serve_metrics(server.current, metrics_port) if metrics_port is not None else None
     try:
-        if listen is not None:
-            from forethought.mcp.http import parse_listen, serve_http
+        if address is not None:
+            from forethought.mcp.http import serve_http
 
-            host, port = parse_listen(listen)
-            asyncio.run(serve_http(server, host, port))
+            asyncio.run(serve_http(server, *address))
         else:
             asyncio.run(run_stdio_until_stopped(server, warm))
     except ForethoughtError as exc:
@@ -226,7 +236,7 @@ def _warm_start(command: list[str], store: Path | None) -> Any:
 
 @app.command()
 def stats(
-    store: Annotated[Path | None, typer.Option(help="The proxy's store [default: the cache one].")] = None,
+    store: Annotated[Path | None, typer.Option(help="The proxy's store (default: the cache one).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Totals saved in a store: calls, hits, misses, seconds saved, extra upstream calls (in all and per tool)."""
@@ -256,7 +266,7 @@ def stats(
         print(f"  {fingerprint}: {s.summary().replace('forethought mcp-proxy: ', '')}")
         for tool, t in sorted(s.tools.items()):
             print(f"    {tool}: {t.calls} calls, {t.hits} hits, {t.upstream_calls} upstream calls "
-                  f"({t.extra_upstream_calls} extra)")
+                  f"({t.extra_upstream_calls} extra), {t.priced_out} guesses priced out")
 
 
 @app.command()

@@ -12,7 +12,8 @@ named servers, resolution fails closed (nothing runs early, everything is privat
 This module holds what is the proxy's own: :class:`ProxySettings` (the ``[mcp]`` table of a policy file)
 and :class:`McpPolicy`, the value the proxy is configured with (a core :class:`~forethought._core.policy.Policy`
 and the settings). A policy file is TOML: the runtime's keys (``[servers.*]`` and ``[tools.*]`` tables
-included) as :func:`~forethought._core.policy_file.policy_from_mapping` reads them, and an ``[mcp]`` table::
+included) as :func:`~forethought._core.policy_file.policy_from_mapping` reads them, and an ``[mcp]`` table
+(a ``[daemon]`` table is ``forethought serve``'s, and ignored here)::
 
     accept_observable_reads = false
 
@@ -135,9 +136,15 @@ _SETTING_KEYS = {"guesses": int, "min_confidence": float, "ttl_s": float, "max_u
                  "guess_overhead_ms": float}
 
 
+DAEMON_TABLE = "daemon"
+"""The ``[daemon]`` table of a policy file: ``forethought serve``'s to read and check, ignored here (so one file
+can configure both)."""
+
+
 def policy_from_data(data: Mapping[str, Any], origin: str = "policy") -> McpPolicy:
-    """Build an :class:`McpPolicy` from parsed TOML, naming the offending key in any error."""
-    rest = {k: v for k, v in data.items() if k != "mcp"}
+    """Build an :class:`McpPolicy` from parsed TOML, naming the offending key in any error (the ``[daemon]``
+    table is left to the daemon)."""
+    rest = {k: v for k, v in data.items() if k not in ("mcp", DAEMON_TABLE)}
     try:
         runtime = policy_from_mapping(rest, origin)
     except McpPolicyError:

@@ -32,24 +32,37 @@ log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+MAX_PORT = 65535
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (loopback only: the proxy carries the user's tools)."""
+    """``HOST:PORT`` (loopback only: the proxy carries the user's tools; a port from 0 to 65535, 0 for any free
+    one)."""
     host, _, port = text.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if host not in LOCAL_HOSTS:
         raise McpProxyError(f"--listen {text!r}: the proxy only listens on loopback (127.0.0.1)")
     try:
-        return host, int(port)
+        number = int(port)
     except ValueError:
         raise McpProxyError(f"--listen {text!r}: expected HOST:PORT") from None
+    if not 0 <= number <= MAX_PORT:
+        raise McpProxyError(f"--listen {text!r}: the port must be from 0 to {MAX_PORT}")
+    return host, number
 
 
 def _security() -> TransportSecuritySettings:
     return TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                      allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
                                      allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+
+
+def _closed_streams(exc: BaseException) -> bool:
+    """Whether ``exc`` is only the session's streams closed under it (every exception of a group), as the SDK
+    closes them when the client ends its session (``DELETE``): a normal end, not a failure."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(anyio.ClosedResourceError)[1] is None
+    return isinstance(exc, anyio.ClosedResourceError)
 
 
 class SessionRouter:
@@ -80,10 +93,13 @@ class SessionRouter:
                     await self.proxy.serve_session(read, write)
                 finally:
                     await write.aclose()
-        except Exception:
-            log.warning("client session %s failed", session_id[:8], exc_info=True)
+        except Exception as exc:
+            if not (transport.is_terminated and _closed_streams(exc)):  # the client's DELETE is a normal end
+                log.warning("client session %s failed", session_id[:8], exc_info=True)
+                return
         finally:
             self._sessions.pop(session_id, None)
+        log.debug("client session %s ended", session_id[:8])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
