@@ -146,3 +146,49 @@ async def test_streamable_http_upstream(tmp_path: Path, handshake: str) -> None:
     stats = serving.result()
     assert texts == ["value-of-a", "value-of-b"] * 2
     assert stats.calls == 4
+
+
+def test_a_sigterm_while_the_proxy_loads_still_ends_with_its_line_and_saves_its_calls(tmp_path: Path) -> None:
+    """Before, a SIGTERM in the first second (the upstream started and relayed, the proxy still loading) ended
+    the command with status 143: no summary line, and the calls relayed meanwhile never reached ``stats``
+    (found by an outside review). The call is answered before the signal, so nothing is left in flight."""
+    import select
+    import signal
+    import subprocess
+
+    store = tmp_path / "store.sqlite"
+    proxy = subprocess.Popen([str(FORETHOUGHT), "mcp-proxy", "--store", str(store), "--trust", "--",
+                              sys.executable, str(PROBE), str(tmp_path / "log")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proxy.stdin is not None and proxy.stdout is not None
+
+    def ask(message: dict[str, object]) -> None:
+        assert proxy.stdin is not None
+        proxy.stdin.write(json.dumps(message) + "\n")
+        proxy.stdin.flush()
+
+    def answer() -> dict[str, object]:
+        assert proxy.stdout is not None
+        ready, _, _ = select.select([proxy.stdout], [], [], 30)
+        assert ready, "no answer within 30 s"
+        return dict(json.loads(proxy.stdout.readline()))
+
+    try:
+        ask({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        assert "result" in answer()
+        ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        ask({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "lookup",
+                                                                           "arguments": {"key": "a"}}})
+        assert "result" in answer()
+        proxy.send_signal(signal.SIGTERM)
+        _, err = proxy.communicate(timeout=60)
+    finally:
+        if proxy.poll() is None:
+            proxy.kill()
+            proxy.wait()
+    assert proxy.returncode == 0, err
+    assert err.strip().splitlines()[-1].startswith("forethought mcp-proxy: 1 calls"), err
+    result = CliRunner().invoke(app, ["mcp-proxy", "stats", "--store", str(store), "--json"])
+    doc = json.loads(result.output)
+    assert doc["total"]["calls"] == 1 and doc["total"]["sessions"] == 1

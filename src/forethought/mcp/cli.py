@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sqlite3
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -149,7 +151,10 @@ def proxy(
     if daemon is not None or daemon_file is not None:
         linked = _daemon(daemon, daemon_file)  # before anything starts: a wrong link is one line, exit 2
     warm = None
+    stopped = threading.Event()
     if command and address is None and not upstream_url:
+        # A SIGTERM while the proxy loads ends the session once it runs (what was relayed meanwhile is saved).
+        signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
         warm = _warm_start(command, store_path)  # the upstream first, relayed at once; the proxy loads after
         if warm is not None:
             warm.wait_started(WARM_WAIT_S)
@@ -176,7 +181,7 @@ def proxy(
 
             asyncio.run(serve_http(server, *address))
         else:
-            asyncio.run(run_stdio_until_stopped(server, warm))
+            asyncio.run(run_stdio_until_stopped(server, warm, stopped))
     except ForethoughtError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:

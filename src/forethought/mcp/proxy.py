@@ -18,6 +18,7 @@ import shutil
 import signal
 import sqlite3
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -314,13 +315,18 @@ async def run_stdio(proxy: Proxy, warm: WarmStart | None = None) -> ProxyStats:
             write.close()  # lets the transport's writer finish
 
 
-async def run_stdio_until_stopped(proxy: Proxy, warm: WarmStart | None = None) -> ProxyStats | None:
-    """:func:`run_stdio`, ending cleanly (stats saved) on SIGTERM as on the client's disconnect."""
+async def run_stdio_until_stopped(proxy: Proxy, warm: WarmStart | None = None,
+                                  stopped: threading.Event | None = None) -> ProxyStats | None:
+    """:func:`run_stdio`, ending cleanly (stats saved) on SIGTERM as on the client's disconnect; ``stopped``: a
+    SIGTERM that came while the proxy loaded (during a warm start), which ends it the same way once it runs."""
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
+    stopper: asyncio.Task[None] | None = None
     if task is not None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        if stopped is not None and stopped.is_set():
+            stopper = loop.create_task(_stop_once_serving(proxy, task))
     try:
         return await run_stdio(proxy, warm)
     except asyncio.CancelledError:
@@ -330,6 +336,24 @@ async def run_stdio_until_stopped(proxy: Proxy, warm: WarmStart | None = None) -
         if first is not None:
             raise first from None
         raise
+    finally:
+        if stopper is not None:
+            stopper.cancel()
+
+
+EARLY_STOP_WAIT_S = 5.0
+"""How long a SIGTERM that came while the proxy loaded waits for the session to be served before it ends it."""
+
+
+async def _stop_once_serving(proxy: Proxy, task: asyncio.Task[Any]) -> None:
+    """End ``task`` once its session is being served (what a warm start relayed is then counted and saved), or
+    after :data:`EARLY_STOP_WAIT_S`."""
+    for _ in range(int(EARLY_STOP_WAIT_S / 0.01)):
+        if proxy._relays:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # the session's first turn: its warm-up lines are taken over
+    task.cancel()
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> ForethoughtError | None:
