@@ -356,3 +356,87 @@ async def test_a_call_renamed_after_its_early_run_gets_its_own_tool_s_result() -
         assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["all:a"], speculate
         assert "read_all" in ran
         await agent.close()
+
+
+async def test_a_call_renamed_to_a_write_after_later_reads_ran_early_runs_them_again() -> None:
+    """Call 0 closes as a read (``note``) and runs early, so call 1 (``get``, a read) runs early too; then call
+    0's name grows to ``note_set``, a write. Before (second review), call 1's early run, from before the write,
+    was handed over: the model saw the value from before its own write."""
+    value = {"v": "old"}
+
+    @tool(effect=Effect.READ_ONLY)
+    async def note(v: str) -> str:
+        """Show a note."""
+        return f"note:{v}"
+
+    @tool(effect=Effect.DESTRUCTIVE)
+    async def note_set(v: str) -> str:
+        """Set the value."""
+        value["v"] = v
+        return "set"
+
+    @tool(effect=Effect.READ_ONLY)
+    async def get() -> str:
+        """Read the value."""
+        await asyncio.sleep(0)
+        return value["v"]
+
+    def respond(request: FakeRequest) -> Script:
+        if any(m["role"] == "tool" for m in request.messages):
+            return scripted_message("ok")
+        return (ToolCallStarted(0, "c0", "note"), ToolCallClosed(0, "c0", "note", {"v": "new"}, '{"v": "new"}'),
+                ToolCallStarted(1, "c1", "get"), ToolCallClosed(1, "c1", "get", {}, "{}"),
+                ToolCallClosed(0, "c0", "note_set", {"v": "new"}, '{"v": "new"}'), MessageDone("tool_calls"))
+
+    for speculate in (False, True):
+        value["v"] = "old"
+        agent = Agent(FakeLLMClient(respond=respond), "main", [note, note_set, get], Runtime(), speculate=speculate)
+        result = await agent.run([{"role": "user", "content": "go"}])
+        assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["set", "new"], speculate
+        await agent.close()
+
+
+async def test_a_hosted_call_that_writes_mid_stream_is_seen_by_every_read_of_the_message() -> None:
+    """A hosted ``mcp_call`` (the API calls a remote MCP server, which writes what a session tool reads) runs
+    while the message streams; a serial run reads after it. Before (second review), the agent ignored it: a
+    read issued early before it, and a read guessed at the step's start, were served from before the write."""
+    from forethought.llm.events import ClientItem
+
+    value = {"v": "old"}
+
+    @tool(effect=Effect.READ_ONLY)
+    async def get() -> str:
+        """Read the value."""
+        return value["v"]
+
+    class Hosted(FakeLLMClient):
+        async def stream(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                         **extra: Any) -> AsyncIterator[LLMEvent]:
+            async for event in super().stream(model, messages, tools, **extra):
+                if isinstance(event, ClientItem):
+                    await asyncio.sleep(0.01)  # the early read and the guess have run by now
+                    value["v"] = "new"  # the remote server's write
+                yield event
+
+    class Always:
+        name = "always"
+
+        async def predict(self, context: PredictionContext) -> list[Prediction]:
+            return [Prediction(ToolCall("get", {}), 0.95, self.name)]
+
+        def observe(self, context: PredictionContext, observed: ObservedCall) -> None:
+            return None
+
+    def respond(request: FakeRequest) -> Script:
+        if any(m["role"] == "tool" for m in request.messages):
+            return scripted_message("ok")
+        return (ToolCallStarted(0, "c0", "get"), ToolCallClosed(0, "c0", "get", {}, "{}"), ClientItem("mcp_call"),
+                ToolCallStarted(1, "c1", "get"), ToolCallClosed(1, "c1", "get", {}, "{}"), MessageDone("tool_calls"))
+
+    for speculate in (False, True):
+        value["v"] = "old"
+        agent = Agent(Hosted(respond=respond), "main", [get], Runtime(), speculate=speculate,
+                      predictors=[Always()] if speculate else [])
+        result = await agent.run([{"role": "user", "content": "go"}])
+        assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["new", "new"], speculate
+        await agent.close()

@@ -125,17 +125,34 @@ def test_a_store_from_before_the_bounds_is_trimmed_when_opened_and_keeps_its_sha
     reopened.close()
 
 
-@pytest.mark.parametrize("garbage", ["many", -3, 0, None])
-def test_a_garbled_session_total_costs_the_guess_never_the_session(tmp_path: Path, garbage: object) -> None:
+@pytest.mark.parametrize("garbage", ["many", -3, 0, None, 1])
+def test_a_group_count_garbled_or_behind_falls_back_to_its_calls_count(tmp_path: Path, garbage: object) -> None:
+    """A group's count another program garbled, or one an older version (which counts calls only) left behind:
+    the calls' own count stands for it (before the second review, the guess was lost for good)."""
     first = SqliteFirstCalls(tmp_path / "s.sqlite")
-    first.record("fp", "claude", ToolCall("ls", {}))
+    for call in (ToolCall("ls", {}), ToolCall("ls", {}), ToolCall("pwd", {})):
+        first.record("fp", "claude", call)
     with sqlite3.connect(first.path) as conn:
         if garbage is None:
             conn.execute(f"DELETE FROM {GROUPS_TABLE}")
         else:
             conn.execute(f"UPDATE {GROUPS_TABLE} SET sessions = ?", (garbage,))
-    assert first.most_likely("fp", "claude") is None
+    assert first.most_likely("fp", "claude") == (ToolCall("ls", {}), 2 / 3)
     first.record("fp", "claude", ToolCall("ls", {}))  # recording goes on
+    found = first.most_likely("fp", "claude")
+    assert found is not None and found[0] == ToolCall("ls", {})
+    first.close()
+
+
+def test_a_store_from_before_the_bounds_keeps_its_long_client_names_first_calls(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    long_name = "agent/" + "v" * 300
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"CREATE TABLE {TABLE} (fingerprint TEXT NOT NULL, client TEXT NOT NULL, call TEXT NOT NULL, "
+                     "sessions INTEGER NOT NULL, PRIMARY KEY (fingerprint, client, call))")
+        conn.execute(f"INSERT INTO {TABLE} VALUES ('fp', ?, ?, 3)", (long_name, '{"arguments":{},"name":"ls"}'))
+    first = SqliteFirstCalls(path)
+    assert first.most_likely("fp", long_name) == (ToolCall("ls", {}), 1.0)
     first.close()
 
 

@@ -48,6 +48,7 @@ from forethought.errors import ForethoughtError, LLMError, UpstreamError
 from forethought.llm.chat import LLMClient
 from forethought.llm.dispatch import STREAM_SOURCE, EarlyDispatch, PendingCall, render_error, render_output
 from forethought.llm.events import (
+    ClientItem,
     LLMEvent,
     MessageDone,
     ResponseStarted,
@@ -218,7 +219,7 @@ class Agent:
                         shown = on_text(event.text)
                         if inspect.isawaitable(shown):
                             await shown
-                elif isinstance(event, ToolCallStarted | ToolCallClosed):
+                elif isinstance(event, ToolCallStarted | ToolCallClosed | ClientItem):
                     launched = state.speculated + state.early
                     state.feed(event)
                     if state.speculated + state.early != launched:

@@ -106,7 +106,7 @@ class _PartsDecoder:
     """pydantic-ai stream events -> call started / closed events (tool-call parts only)."""
 
     def __init__(self) -> None:
-        self._assembler = ToolCallAssembler()
+        self._assembler = ToolCallAssembler(join_names=True)  # pydantic-ai joins a name's pieces itself
         self._calls: dict[int, int] = {}  # part index -> call index
 
     def feed(self, event: Any) -> list[LLMEvent]:
@@ -118,7 +118,7 @@ class _PartsDecoder:
             found = self._calls.get(event.index)
             if found is None:
                 return []
-            delta = event.delta  # pydantic-ai joins the name's pieces, as the assembler does
+            delta = event.delta
             return self._assembler.add_tool_delta(found, None, getattr(delta, "tool_name_delta", None),
                                                   _argument_text(delta.args_delta))
         return []

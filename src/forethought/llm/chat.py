@@ -33,6 +33,8 @@ import openai
 from forethought.errors import MalformedArgumentsJSONError, StreamDroppedError, UpstreamError
 from forethought.llm.closing import ArgumentStream
 from forethought.llm.events import (
+    NAME_IN_PIECES,
+    ClientItem,
     LLMEvent,
     MessageDone,
     ResponseStarted,
@@ -77,6 +79,8 @@ class _CallState:
     """The id the call closed with (a close is sent again at message end if the real id came after)."""
     closed_name: str = ""
     """The name the call closed with (a close is sent again at message end if more of the name came after)."""
+    doubted: bool = False
+    """Its name came in pieces (:data:`~forethought.llm.events.NAME_IN_PIECES` was sent)."""
 
     def stream(self) -> ArgumentStream:
         if self.arguments is None:
@@ -96,14 +100,20 @@ class ToolCallAssembler:
     then not one JSON object: ``{"a": 1}, "b": 2}``), with the real id when it came after a made-up one. A
     call whose arguments close before its name comes waits for the name (or the message's end) to start.
 
-    A name that comes in pieces is joined (a piece equal to the whole name so far is a server sending it again,
-    taken once), so the name a call starts with may still grow: its close carries the name as known then, and
-    a name that grew after the close is closed again at message end (:class:`~forethought.llm.dispatch.
-    EarlyDispatch` then treats whatever it started early for the call as not the model's).
+    A name that comes in pieces is joined, as the Python SDK joins it (a piece equal to the whole name so far
+    is a server sending it again, taken once), and, since other client libraries keep one piece instead, the
+    call is in doubt: a :class:`~forethought.llm.events.ClientItem` of kind
+    :data:`~forethought.llm.events.NAME_IN_PIECES` says so (not with ``join_names``, for a caller known to join).
+    The name a call starts with may still grow: its close carries the name as known then, and a name that grew
+    after the close is closed again at message end (:class:`~forethought.llm.dispatch.EarlyDispatch` then
+    treats whatever it started early for the call, and after it, as not the model's).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, join_names: bool = False) -> None:
+        """``join_names``: the caller is known to join a name's pieces (pydantic-ai): they are joined, and no
+        doubt is raised."""
         self._calls: dict[int, _CallState] = {}
+        self._join_names = join_names
 
     def add_text(self, text: str) -> list[LLMEvent]:
         return [TextDelta(text)] if text else []
@@ -115,9 +125,14 @@ class ToolCallAssembler:
             call = self._calls[index] = _CallState(index)
         if call_id and (not call.id or call.invented_id):
             call.id, call.invented_id = call_id, False
-        if name and name != call.name:
-            call.name += name  # joined, as the SDK joins the pieces (a piece equal to the whole: sent again)
         events: list[LLMEvent] = []
+        if name:
+            if call.name and not self._join_names and not call.doubted:
+                call.doubted = True  # client libraries put pieces together differently: say so once
+                events.append(ClientItem(NAME_IN_PIECES))
+            if not call.name or self._join_names or name != call.name:
+                call.name += name  # joined, as the Python SDK joins the pieces
+            # else the whole name sent again (some servers send it in every chunk): taken once
         if not call.started and call.name:
             events.append(self._start(call))
             if call.arguments is not None and call.arguments.raw:

@@ -41,7 +41,7 @@ from forethought._core.entry import CallOutcome, SpeculationTicket
 from forethought._core.runtime import Session
 from forethought._core.tools import Effect
 from forethought._core.versions import Write
-from forethought.llm.events import ClientItem, LLMEvent, ToolCallClosed, ToolCallStarted
+from forethought.llm.events import NAME_IN_PIECES, ClientItem, LLMEvent, ToolCallClosed, ToolCallStarted
 from forethought.telemetry import Event, EventKind
 
 STREAM_SOURCE = "stream"
@@ -99,13 +99,24 @@ def holds(session: Session, name: str) -> bool:
     return name in session.tools and name not in _CALLER_RUN.get(session, ())
 
 
-def begin_step(session: Session) -> None:
-    """The caller asks the model again (``authoritative=False``): the previous message's calls have run, so
-    its fence ends; the session's turn budget starts afresh."""
+def _end_fence(session: Session) -> None:
+    """The session's previous message's calls have run: the fence its foreign calls raised ends."""
     fence = _FENCES.pop(session, None)
     if fence is not None:
         fence.end()
+
+
+def begin_step(session: Session) -> None:
+    """The caller asks the model again (``authoritative=False``): the previous message's calls have run, so
+    its fence ends; the session's turn budget starts afresh."""
+    _end_fence(session)
     session.renew_turn()
+
+
+def _retrieved(task: asyncio.Task[CallOutcome]) -> None:
+    """Retrieve a dropped early run's end (so that an error it raised is never logged as unretrieved)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class EarlyDispatch:
@@ -131,10 +142,19 @@ class EarlyDispatch:
         from it on, no call starts early (``authoritative=False``)."""
         if enabled and not authoritative:
             begin_step(session)
+        elif enabled:
+            _end_fence(session)  # the agent ran the previous message's calls, and ends its turns itself
 
     def feed(self, event: LLMEvent) -> None:
-        """Take one event of the message (only call starts and closes matter here)."""
+        """Take one event of the message (only call starts and closes, and items the caller runs, matter here)."""
         if isinstance(event, ClientItem):
+            if self.authoritative and event.kind == NAME_IN_PIECES:
+                return  # the agent runs the name as assembled here: nothing in doubt
+            if self.authoritative and self.enabled:
+                # An effect outside the session (a hosted remote MCP call) that a serial run would see before any
+                # call of the message: the reads issued before it run again at message end, guesses are fenced.
+                self._void_from(0)
+                self._raise_fence()
             self._note_foreign(len(self.calls), None)  # every call from the next one on comes after it
         elif isinstance(event, ToolCallStarted):
             self.calls.setdefault(event.index, PendingCall(event.index, event.id, event.name))
@@ -178,22 +198,35 @@ class EarlyDispatch:
         """No call from ``held_from`` on starts early, and the session's fence is up until its next message."""
         if self.held_from is None or held_from < self.held_from:
             self.held_from = held_from
+        self._raise_fence()
+
+    def _raise_fence(self) -> None:
         if self.session not in _FENCES and not self.session.closed:
             _FENCES[self.session] = self.session.begin_fence()
+
+    def _void_from(self, index: int) -> None:
+        """The early runs of calls from ``index`` on ran before something a serial run does first: their
+        outcomes are no one's (each call runs at message end, in order), and no call starts early any more."""
+        self.blocked = True
+        for pending in self.calls.values():
+            if pending.index >= index and pending.task is not None:
+                task, pending.task = pending.task, None
+                task.add_done_callback(_retrieved)  # an error it ends with is retrieved here, never logged
 
     def _renamed(self, pending: PendingCall, event: ToolCallClosed) -> None:
         """More of a call's name came after its arguments closed: what was started for it was another call.
 
-        Its early run (a read) is not its outcome: the call runs at message end. Without ``authoritative`` the
-        caller may already have run the call the name now names, with an effect the session cannot see: the
-        call and every later one stay out of early work, and the session's fence goes up."""
-        task, pending.task = pending.task, None
-        if task is not None:  # its outcome is no one's; an error it ends with is retrieved here, never logged
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        Its early run (a read), and those of the calls after it, are not their outcomes: they run at message
+        end, in order, after the call the name now names (perhaps a write). Without ``authoritative`` the caller
+        may already have run that call, with an effect the session cannot see: the call and every later one
+        stay out of early work, and the session's fence goes up."""
         if event.error is None and event.arguments is not None:
             pending.call = ToolCall(event.name, event.arguments)
         else:
             pending.call, pending.error = None, event.error or "arguments missing"
+        # Its early run (and, with ``authoritative``, those of the calls after it, which ran before what it now
+        # names: perhaps a write) are no one's.
+        self._void_from(pending.index)
         if not self.authoritative and self.enabled:
             self._fence(pending.index)
 

@@ -120,9 +120,16 @@ class ToolResultServed:
 class ClientItem:
     """An output item the caller runs itself that is not a function call (a Responses ``custom_tool_call``,
     ``computer_call``, ``local_shell_call``, ...), or a hosted ``mcp_call`` (the API calls a remote MCP server,
-    which may write): an effect no session tool stands for, after the calls before it."""
+    which may write): an effect no session tool stands for, after the calls before it. Also
+    :data:`NAME_IN_PIECES`: a call's name came in more than one piece, which client libraries put together
+    differently (the Python SDK joins them, others keep one): the call the caller runs is not known for sure."""
 
     kind: str
+
+
+NAME_IN_PIECES = "tool_name_in_pieces"
+"""The :class:`ClientItem` kind of a call whose name came in pieces (an agent that runs the name as assembled
+here has nothing to doubt; a caller that assembles it itself may run another tool)."""
 
 
 LLMEvent = (TextDelta | ToolCallStarted | ToolCallArgumentsDelta | ToolCallClosed | MessageDone | ResponseStarted

@@ -40,6 +40,10 @@ MAX_CLIENT_CHARS = 128
 """A client name longer than this (the client chooses it) is counted under its digest."""
 
 
+_NUMBER = "CASE WHEN typeof(sessions) IN ('integer', 'real') AND sessions > 0 THEN sessions ELSE 0 END"
+"""A stored count in SQL, 0 when another program garbled it."""
+
+
 class FirstCalls(Protocol):
     """Counts of sessions' first calls."""
 
@@ -145,7 +149,12 @@ class SqliteFirstCalls:
                 self._conn.execute(f"CREATE TABLE {GROUPS_TABLE} (fingerprint TEXT NOT NULL, client TEXT NOT NULL, "
                                    "sessions INTEGER NOT NULL, seen INTEGER NOT NULL, "
                                    "PRIMARY KEY (fingerprint, client))")
-                # A store from before the bounds: its groups, then the bounds.
+                # A store from before the bounds: its long client names digested, its groups, then the bounds.
+                for (client,) in self._conn.execute(f"SELECT DISTINCT client FROM {TABLE} WHERE LENGTH(client) > ?",
+                                                    (MAX_CLIENT_CHARS,)).fetchall():
+                    if isinstance(client, str):
+                        self._conn.execute(f"UPDATE OR REPLACE {TABLE} SET client = ? WHERE client = ?",
+                                           (client_key(client), client))
                 self._conn.execute(f"INSERT INTO {GROUPS_TABLE} SELECT fingerprint, client, "
                                    f"SUM(MAX(0, CAST(sessions AS INTEGER))), 0 FROM {TABLE} "
                                    "GROUP BY fingerprint, client")
@@ -173,12 +182,16 @@ class SqliteFirstCalls:
             with self._lock:
                 rows = self._conn.execute(f"SELECT call, sessions FROM {TABLE} WHERE fingerprint = ? AND client = ? "
                                           "ORDER BY sessions DESC, call LIMIT 1", group).fetchall()
-                total = self._conn.execute(f"SELECT sessions FROM {GROUPS_TABLE} WHERE fingerprint = ? AND client = ?",
+                # The calls kept can count more than the group (an older version, sharing the store, counts
+                # calls only; another program garbled the group's count): the larger is the group's sessions.
+                total = self._conn.execute(f"SELECT MAX(COALESCE((SELECT {_NUMBER} FROM {GROUPS_TABLE} WHERE "
+                                           f"fingerprint = ?1 AND client = ?2), 0), COALESCE((SELECT SUM({_NUMBER}) "
+                                           f"FROM {TABLE} WHERE fingerprint = ?1 AND client = ?2), 0))",
                                            group).fetchone()
         except sqlite3.Error as exc:
             log.warning("the first-calls store could not be read: %s", type(exc).__name__)
             return None
-        if not rows or total is None:
+        if not rows or total is None or total[0] is None:
             return None
         call, sessions, all_sessions = _call(rows[0][0]), _count(rows[0][1]), _count(total[0])
         if call is None or sessions is None or all_sessions is None or sessions > all_sessions:
