@@ -433,10 +433,10 @@ async def test_a_hosted_call_that_writes_mid_stream_is_seen_by_every_read_of_the
         return (ToolCallStarted(0, "c0", "get"), ToolCallClosed(0, "c0", "get", {}, "{}"), ClientItem("mcp_call"),
                 ToolCallStarted(1, "c1", "get"), ToolCallClosed(1, "c1", "get", {}, "{}"), MessageDone("tool_calls"))
 
-    for speculate in (False, True):
+    for speculate, early in ((False, True), (True, True), (True, False)):  # guesses with and without early calls
         value["v"] = "old"
         agent = Agent(Hosted(respond=respond), "main", [get], Runtime(), speculate=speculate,
-                      predictors=[Always()] if speculate else [])
+                      early_dispatch=early, predictors=[Always()] if speculate else [])
         result = await agent.run([{"role": "user", "content": "go"}])
-        assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["new", "new"], speculate
+        assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["new", "new"], (speculate, early)
         await agent.close()

@@ -625,53 +625,25 @@ async def test_pydantic_ai_joins_a_name_streamed_in_pieces() -> None:
     assert await run(True) == serial
 
 
-@pytest.mark.parametrize("joins", [True, False])
-async def test_a_name_in_pieces_is_in_doubt_whatever_the_caller_makes_of_it(joins: bool) -> None:
-    """``check`` + ``check``: a server sending the whole name again, or the two halves of ``checkcheck``. The
-    Python SDK joins the pieces (``checkcheck``: here the caller's own write), other libraries keep one
-    (``check``: the session's read). Before (second review), the tap took it for ``check`` and raised no fence,
-    so a caller that joined ran its write unseen, and a read guessed before it was served after it."""
+async def test_a_server_that_sends_the_whole_name_in_every_chunk_keeps_its_hits() -> None:
+    """Several providers send a call's whole name in every chunk: a piece equal to the name so far is the name
+    again, not a piece of a longer one (the first fix of the second review took it for a name in doubt, and
+    such a server got no hit at all). A name sent as two equal halves whose doubling is one of the caller's
+    tools is the documented cost of this rule."""
+    ACCOUNT["balance"] = 7
+    session = Runtime([read_balance]).session()
 
-    def checkcheck() -> int:
-        """The caller's own tool: empties the account (a write)."""
-        old = ACCOUNT["balance"]
-        ACCOUNT["balance"] = 0
-        return old
+    async def stream() -> AsyncIterator[dict[str, Any]]:
+        yield _chunk(0, "r1", "read_balance", "")
+        yield _chunk(0, "", "read_balance", "{")
+        yield _chunk(0, "", "read_balance", "}")
+        await asyncio.sleep(0.02)
+        yield _END
 
-    @tool(effect=Effect.READ_ONLY)
-    def check() -> int:
-        """The session's: the balance."""
-        return ACCOUNT["balance"]
-
-    async def run(speculate: bool) -> list[tuple[str, Any]]:
-        ACCOUNT["balance"] = 100
-        session = Runtime([read_balance, check]).session()
-        results: list[tuple[str, Any]] = []
-        for step in range(2):
-            async def stream(step: int = step) -> AsyncIterator[dict[str, Any]]:
-                if step == 0:
-                    yield _chunk(0, "c1", "check", "")
-                    yield _chunk(0, "", "check", "{}")
-                else:
-                    yield _chunk(0, "r1", "read_balance", "{}")
-                await asyncio.sleep(0.02)
-                yield _END
-
-            guesses: Any = Foresight(None, with_patterns=False, speculators=[Always(ToolCall("read_balance", {}))])
-            tapped = tap(stream(), session, speculate=speculate, messages=[{"role": "user", "content": "go"}],
-                         predict=guesses if step == 0 else False)
-            async for _ in tapped:
-                pass
-            for call in tapped.tool_calls:
-                name = "checkcheck" if joins and call.name == "check" else call.name  # as the caller's library has it
-                if name == "checkcheck":
-                    results.append((name, checkcheck()))
-                elif name in session.tools:
-                    results.append((name, await session.execute(ToolCall(name, {}))))
-                else:
-                    results.append((name, "no such tool"))
-        await session.close()
-        return results
-
-    serial = await run(False)
-    assert await run(True) == serial
+    tapped = tap(stream(), session, speculate=True, messages=[{"role": "user", "content": "go"}], predict=False)
+    async for _ in tapped:
+        pass
+    assert [c.name for c in tapped.tool_calls] == ["read_balance"]
+    outcome = await session.execute_detailed(tapped.calls[0])
+    assert (outcome.value, outcome.kind) == (7, "hit")
+    await session.close()

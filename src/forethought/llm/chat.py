@@ -100,10 +100,11 @@ class ToolCallAssembler:
     then not one JSON object: ``{"a": 1}, "b": 2}``), with the real id when it came after a made-up one. A
     call whose arguments close before its name comes waits for the name (or the message's end) to start.
 
-    A name that comes in pieces is joined, as the Python SDK joins it (a piece equal to the whole name so far
-    is a server sending it again, taken once), and, since other client libraries keep one piece instead, the
-    call is in doubt: a :class:`~forethought.llm.events.ClientItem` of kind
+    A name that comes in pieces is joined, as the Python SDK joins it, and, since other client libraries keep
+    one piece instead, the call is in doubt: a :class:`~forethought.llm.events.ClientItem` of kind
     :data:`~forethought.llm.events.NAME_IN_PIECES` says so (not with ``join_names``, for a caller known to join).
+    A piece equal to the whole name so far is a server sending the name again (several do, in every chunk):
+    taken once, and not in doubt (the Python SDK would double it into a name no caller's tool has, as a rule).
     The name a call starts with may still grow: its close carries the name as known then, and a name that grew
     after the close is closed again at message end (:class:`~forethought.llm.dispatch.EarlyDispatch` then
     treats whatever it started early for the call, and after it, as not the model's).
@@ -127,12 +128,15 @@ class ToolCallAssembler:
             call.id, call.invented_id = call_id, False
         events: list[LLMEvent] = []
         if name:
-            if call.name and not self._join_names and not call.doubted:
-                call.doubted = True  # client libraries put pieces together differently: say so once
-                events.append(ClientItem(NAME_IN_PIECES))
-            if not call.name or self._join_names or name != call.name:
+            if call.name and name == call.name and not self._join_names:
+                pass  # the whole name sent again (MiniMax, Fireworks and others send it in every chunk): once
+            elif call.name:
                 call.name += name  # joined, as the Python SDK joins the pieces
-            # else the whole name sent again (some servers send it in every chunk): taken once
+                if not self._join_names and not call.doubted:
+                    call.doubted = True  # other client libraries keep one piece instead: say so once
+                    events.append(ClientItem(NAME_IN_PIECES))
+            else:
+                call.name = name
         if not call.started and call.name:
             events.append(self._start(call))
             if call.arguments is not None and call.arguments.raw:

@@ -142,17 +142,20 @@ class EarlyDispatch:
         from it on, no call starts early (``authoritative=False``)."""
         if enabled and not authoritative:
             begin_step(session)
-        elif enabled:
+        elif authoritative:
             _end_fence(session)  # the agent ran the previous message's calls, and ends its turns itself
 
     def feed(self, event: LLMEvent) -> None:
         """Take one event of the message (only call starts and closes, and items the caller runs, matter here)."""
         if isinstance(event, ClientItem):
-            if self.authoritative and event.kind == NAME_IN_PIECES:
+            if event.kind == NAME_IN_PIECES:
+                if not self.authoritative:  # the call whose name is in doubt, and every later one
+                    self._note_foreign(max(0, len(self.calls) - 1), None)
                 return  # the agent runs the name as assembled here: nothing in doubt
-            if self.authoritative and self.enabled:
+            if self.authoritative:
                 # An effect outside the session (a hosted remote MCP call) that a serial run would see before any
-                # call of the message: the reads issued before it run again at message end, guesses are fenced.
+                # call of the message: the reads issued before it run again at message end, and the step's
+                # guesses are fenced (whether or not the message's own calls start early).
                 self._void_from(0)
                 self._raise_fence()
             self._note_foreign(len(self.calls), None)  # every call from the next one on comes after it
