@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +225,27 @@ async def test_a_tool_that_stops_being_a_read_is_never_guessed_after_the_server_
 # --- a store another process garbled --------------------------------------------------------------------
 
 
+async def _two_sessions_garbled_between(tmp_path: Path, garble: Callable[[Any], None], priced: bool = False,
+                                        keys: Sequence[str] = ("a", "b")) -> Path:
+    """Two client sessions through proxies on one store, another program garbling the store between them
+    (``garble`` gets an open ``sqlite3`` connection): both sessions answer every call as the server does."""
+    import sqlite3
+
+    store = tmp_path / "store.sqlite"
+    command = [sys.executable, str(PROBE), str(tmp_path / "log")]
+    policy = policy_from_data({"servers": {"probe": {"trusted": True}}})
+    for session_number in range(2):
+        async with proxied(command, policy, "legacy", store=store, priced=priced) as (session, _):
+            await session.list_tools()
+            texts = [(await session.call_tool("lookup", {"key": k})).content[0].text  # type: ignore[union-attr]
+                     for k in keys]
+        assert texts == [f"value-of-{k}" for k in keys], session_number
+        if session_number == 0:
+            with sqlite3.connect(store) as conn:
+                garble(conn)
+    return store
+
+
 @pytest.mark.parametrize("garbage", [("garbage", 1000), ('{"name": 3}', 1000), ("[]", 1000),
                                      ('{"name": "lookup", "arguments": {"key": "a"}}', "many")])
 async def test_a_garbled_first_call_in_the_store_costs_the_guess_never_the_session(
@@ -233,18 +254,10 @@ async def test_a_garbled_first_call_in_the_store_costs_the_guess_never_the_sessi
 
     from forethought.mcp.firstcalls import SqliteFirstCalls
 
-    store = tmp_path / "store.sqlite"
-    command = [sys.executable, str(PROBE), str(tmp_path / "log")]
-    policy = policy_from_data({"servers": {"probe": {"trusted": True}}})
-    for session_number in range(2):
-        async with proxied(command, policy, "legacy", store=store) as (session, _):
-            await session.list_tools()
-            texts = [(await session.call_tool("lookup", {"key": k})).content[0].text  # type: ignore[union-attr]
-                     for k in ("a", "b")]
-        assert texts == ["value-of-a", "value-of-b"], session_number
-        if session_number == 0:  # between the sessions, another program writes garbage over what was learnt
-            with sqlite3.connect(store) as conn:
-                assert conn.execute("UPDATE mcp_first_calls SET call = ?, sessions = ?", garbage).rowcount >= 1
+    def garble(conn: Any) -> None:  # another program writes garbage over what was learnt
+        assert conn.execute("UPDATE mcp_first_calls SET call = ?, sessions = ?", garbage).rowcount >= 1
+
+    store = await _two_sessions_garbled_between(tmp_path, garble)
     first = SqliteFirstCalls(store)
     fingerprint, client = sqlite3.connect(store).execute("SELECT fingerprint, client FROM mcp_first_calls").fetchone()
     found = first.most_likely(fingerprint, client)
@@ -261,45 +274,24 @@ async def test_garbled_calibration_in_the_store_costs_its_learning_never_the_ses
         tmp_path: Path, table: str, column: str, garbage: object) -> None:
     """Before, a calibration value another program garbled stopped every later session of the store at its
     tool list (the proxy failed; the client saw its connection close), found by an outside review."""
-    import sqlite3
 
-    store = tmp_path / "store.sqlite"
-    command = [sys.executable, str(PROBE), str(tmp_path / "log")]
-    policy = policy_from_data({"servers": {"probe": {"trusted": True}}})
-    for session_number in range(2):
-        async with proxied(command, policy, "legacy", store=store, priced=True) as (session, _):
-            await session.list_tools()
-            texts = [(await session.call_tool("lookup", {"key": k})).content[0].text  # type: ignore[union-attr]
-                     for k in ("a", "b", "a", "b")]
-        assert texts == ["value-of-a", "value-of-b"] * 2, session_number
-        if session_number == 0:  # between the sessions, another program garbles what was learnt
-            with sqlite3.connect(store) as conn:
-                fingerprint = conn.execute("SELECT fingerprint FROM mcp_runtimes").fetchone()[0]
-                # The first session made guesses only if they paid: a row of its tool set in every table regardless.
-                conn.execute("INSERT OR IGNORE INTO mcp_calibration VALUES (?, 'pattern', 5, 10, 3, 4.0)",
-                             (fingerprint,))
-                conn.execute("INSERT OR IGNORE INTO mcp_payoff VALUES (?, 30, 1.0, 0.5)", (fingerprint,))
-                conn.execute("INSERT OR IGNORE INTO mcp_concurrency VALUES (?, 2, 1)", (fingerprint,))
-                assert conn.execute(f"UPDATE {table} SET {column} = ?", (garbage,)).rowcount >= 1, table
+    def garble(conn: Any) -> None:
+        fingerprint = conn.execute("SELECT fingerprint FROM mcp_runtimes").fetchone()[0]
+        # The first session made guesses only if they paid: a row of its tool set in every table regardless.
+        conn.execute("INSERT OR IGNORE INTO mcp_calibration VALUES (?, 'pattern', 5, 10, 3, 4.0)", (fingerprint,))
+        conn.execute("INSERT OR IGNORE INTO mcp_payoff VALUES (?, 30, 1.0, 0.5)", (fingerprint,))
+        conn.execute("INSERT OR IGNORE INTO mcp_concurrency VALUES (?, 2, 1)", (fingerprint,))
+        assert conn.execute(f"UPDATE {table} SET {column} = ?", (garbage,)).rowcount >= 1, table
+
+    await _two_sessions_garbled_between(tmp_path, garble, priced=True, keys=("a", "b", "a", "b"))
 
 
 @pytest.mark.parametrize("garbage", ["garbage", 1e999, None])
 async def test_garbled_stats_in_the_store_cost_the_credit_never_the_session(tmp_path: Path, garbage: object) -> None:
-    import sqlite3
+    def garble(conn: Any) -> None:  # another program writes garbage over the totals
+        if garbage is None:
+            conn.execute("UPDATE mcp_proxy_tool_stats SET calls = 'x'")
+        else:
+            assert conn.execute("UPDATE mcp_proxy_stats SET calls = ?", (garbage,)).rowcount >= 1
 
-    store = tmp_path / "store.sqlite"
-    command = [sys.executable, str(PROBE), str(tmp_path / "log")]
-    policy = policy_from_data({"servers": {"probe": {"trusted": True}}})
-    for session_number in range(2):
-        async with proxied(command, policy, "legacy", store=store) as (session, _):
-            await session.list_tools()
-            texts = [(await session.call_tool("lookup", {"key": k})).content[0].text  # type: ignore[union-attr]
-                     for k in ("a", "b")]
-        assert texts == ["value-of-a", "value-of-b"], session_number
-        if session_number == 0:  # between the sessions, another program writes garbage over the totals
-            with sqlite3.connect(store) as conn:
-                if garbage is None:
-                    conn.execute("UPDATE mcp_proxy_tool_stats SET calls = 'x'")
-                else:
-                    assert conn.execute("UPDATE mcp_proxy_stats SET calls = ?", (garbage,)).rowcount >= 1
-
+    await _two_sessions_garbled_between(tmp_path, garble)

@@ -18,6 +18,7 @@ policy are the core's; the proxy translates MCP into core calls and back. Module
   a wrong one causes at a one-at-a-time server), carried across sessions in the store;
 - ``concurrency``: whether a server handles one call at a time, learnt from the order of its answers;
 - ``firstcalls``: how sessions begin, so that a session's first call can be guessed;
+- ``transactions``: one ``BEGIN IMMEDIATE`` transaction on a store shared by proxy processes;
 - ``patterns``: the pattern predictor in a worker process, on the pattern store;
 - ``relay``: the message pump; ``proxy``: the assembly (transports, store, one relay per client session);
 - ``warmup``: the upstream started first and the first lines relayed while the proxy loads; ``pipes``:

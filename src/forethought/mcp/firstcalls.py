@@ -13,18 +13,18 @@ holds and what a session's start reads do not grow with the sessions seen.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import sqlite3
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from forethought._core.calls import ToolCall, dumps_canonical
+from forethought.mcp.transactions import immediate
 
 TABLE = "mcp_first_calls"
 GROUPS_TABLE = "mcp_first_call_groups"
@@ -139,7 +139,7 @@ class SqliteFirstCalls:
         self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
         self._conn.execute("PRAGMA journal_mode=WAL")
-        with self._transaction():
+        with immediate(self._conn):
             self._conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (fingerprint TEXT NOT NULL, "
                                "client TEXT NOT NULL, call TEXT NOT NULL, sessions INTEGER NOT NULL, "
                                "PRIMARY KEY (fingerprint, client, call))")
@@ -162,17 +162,6 @@ class SqliteFirstCalls:
                         f"SELECT fingerprint, client FROM {GROUPS_TABLE}").fetchall():
                     self._trim_calls(fingerprint, client, MAX_CALLS)
                 self._trim_groups()
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """One ``BEGIN IMMEDIATE`` transaction (other processes share the file), rolled back on any error."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
 
     def most_likely(self, fingerprint: str, client: str) -> tuple[ToolCall, float] | None:
         """The most frequent first call and its share; ``None`` when none is known, or the store cannot be read
@@ -204,7 +193,7 @@ class SqliteFirstCalls:
             return
         group = (fingerprint, client_key(client))
         try:
-            with self._lock, self._transaction():
+            with self._lock, immediate(self._conn):
                 counted = self._conn.execute(f"UPDATE {TABLE} SET sessions = sessions + 1 WHERE fingerprint = ? AND "
                                              "client = ? AND call = ?", (*group, text)).rowcount
                 if not counted:

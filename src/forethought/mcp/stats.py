@@ -11,11 +11,12 @@ anything. A private tool is counted under ``"<private>"``.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from forethought.mcp.transactions import immediate
 
 BUSY_TIMEOUT_S = 30.0
 TABLE = "mcp_proxy_stats"
@@ -114,23 +115,13 @@ class StatsStore:
             self._conn.execute("PRAGMA journal_mode=WAL")
             columns = ", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in _COLUMNS)
             tool_columns = ", ".join(f"{c} INTEGER NOT NULL DEFAULT 0" for c in _TOOL_COLUMNS)
-            with self._transaction():
+            with immediate(self._conn):
                 self._conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (fingerprint TEXT PRIMARY KEY, {columns})")
                 self._conn.execute(f"CREATE TABLE IF NOT EXISTS {TOOLS_TABLE} (fingerprint TEXT NOT NULL, tool TEXT "
                                    f"NOT NULL, {tool_columns}, PRIMARY KEY (fingerprint, tool))")
         except BaseException:  # not a database (or a damaged one): the error is the caller's, the file closed
             self._conn.close()
             raise
-
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
 
     def add(self, fingerprint: str, stats: ProxyStats) -> None:
         """Add ``stats`` to the totals of ``fingerprint``."""
@@ -141,7 +132,7 @@ class StatsStore:
         tool_names = ", ".join(_TOOL_COLUMNS)
         tool_marks = ", ".join("?" for _ in _TOOL_COLUMNS)
         tool_updates = ", ".join(f"{c} = {c} + excluded.{c}" for c in _TOOL_COLUMNS)
-        with self._transaction():
+        with immediate(self._conn):
             self._conn.execute(f"INSERT INTO {TABLE} (fingerprint, {names}) VALUES (?, {marks}) "
                                f"ON CONFLICT(fingerprint) DO UPDATE SET {updates}", [fingerprint, *values])
             for tool, counts in stats.tools.items():
