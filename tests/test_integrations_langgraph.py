@@ -45,16 +45,25 @@ def _graph(url: str, session: Session, speculate: bool) -> Any:
     async def model(state: MessagesState) -> dict[str, Any]:
         stream = await client.chat.completions.create(model="m", messages=convert_to_openai_messages(state["messages"]),
                                                       tools=schemas, stream=True)
-        tapped = tap(stream, session, speculate=speculate)
-        async for _ in tapped:
-            pass
-        calls = [{"name": c.name, "args": dict(c.call.arguments) if c.call else {}, "id": c.id}
-                 for c in tapped.tool_calls]
-        return {"messages": [AIMessage(content=tapped.text, tool_calls=calls)]}
+        return await _message(tap(stream, session, speculate=speculate))
 
+    return _model_and_tools(model, ForethoughtToolNode(session))
+
+
+async def _message(tapped: Any) -> dict[str, Any]:
+    """The model node's update: the tapped stream read to its end, as one AI message."""
+    async for _ in tapped:
+        pass
+    calls = [{"name": c.name, "args": dict(c.call.arguments) if c.call else {}, "id": c.id}
+             for c in tapped.tool_calls]
+    return {"messages": [AIMessage(content=tapped.text, tool_calls=calls)]}
+
+
+def _model_and_tools(model: Any, tools: ForethoughtToolNode) -> Any:
+    """The agent graph: the model node, then the tools while it calls any, compiled."""
     graph = StateGraph(MessagesState)
     graph.add_node("model", model)
-    graph.add_node("tools", ForethoughtToolNode(session))
+    graph.add_node("tools", tools)
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
     graph.add_edge("tools", "model")
@@ -311,22 +320,13 @@ async def test_a_given_write_under_a_session_tool_s_name_holds_back_reads_guesse
                 yield {"choices": [{"index": 0, "delta": {"content": "" if step else "done"},
                                     "finish_reason": "tool_calls" if step else "stop"}]}
 
-            tapped = tap(stream(), session, speculate=speculate, messages=[{"role": "user", "content": "go"}],
-                         predict=foresight if step is not None and step[0] == "d1" else False)
-            async for _ in tapped:
-                pass
-            calls = [{"name": c.name, "args": dict(c.call.arguments) if c.call else {}, "id": c.id}
-                     for c in tapped.tool_calls]
-            return {"messages": [AIMessage(content=tapped.text, tool_calls=calls)]}
+            return await _message(tap(stream(), session, speculate=speculate,
+                                      messages=[{"role": "user", "content": "go"}],
+                                      predict=foresight if step is not None and step[0] == "d1" else False))
 
-        graph = StateGraph(MessagesState)
-        graph.add_node("model", model)
-        graph.add_node("tools", ForethoughtToolNode(session, tools=[_deposit_knowing_its_call,
-                                                                    langchain_tool(session, read_balance)]))
-        graph.add_edge(START, "model")
-        graph.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
-        graph.add_edge("tools", "model")
-        out = await graph.compile().ainvoke({"messages": [("user", "deposit 100, then read")]})
+        graph = _model_and_tools(model, ForethoughtToolNode(session, tools=[
+            _deposit_knowing_its_call, langchain_tool(session, read_balance)]))
+        out = await graph.ainvoke({"messages": [("user", "deposit 100, then read")]})
         await session.close()
         return [(m.name, m.content) for m in out["messages"] if m.type == "tool"]
 

@@ -269,7 +269,7 @@ class Proxy:
         if self._stats_store is not None:
             try:
                 totals = self._stats_store.of(fingerprint)
-            except (sqlite3.Error, ValueError, TypeError, OverflowError) as exc:  # a garbled store: no credit
+            except sqlite3.Error as exc:  # a busy, broken or garbled store: no credit
                 log.warning("could not read proxy stats from %s: %s", self.config.store, type(exc).__name__)
                 return 0.0
         upstream = totals.calls + totals.extra_upstream_calls

@@ -11,7 +11,8 @@ anything. A private tool is counted under ``"<private>"``.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -146,17 +147,17 @@ class StatsStore:
         tools: dict[str, dict[str, ToolStats]] = {}
         for row in self._conn.execute(f"SELECT fingerprint, tool, {', '.join(_TOOL_COLUMNS)} FROM {TOOLS_TABLE} "
                                       "ORDER BY fingerprint, tool"):
-            tools.setdefault(row[0], {})[row[1]] = ToolStats(*(int(v) for v in row[2:]))
+            tools.setdefault(row[0], {})[row[1]] = _tool_stats(row[2:])
         return {row[0]: _stats(row[1:], tools.get(row[0], {})) for row in rows}
 
     def of(self, fingerprint: str) -> ProxyStats:
         """The totals of one tool set (what a session start reads: two indexed lookups, whatever the store holds
-        for other tool sets). Raises ``sqlite3.Error``, or ``ValueError`` for counts another program garbled."""
+        for other tool sets). Raises ``sqlite3.Error`` (``sqlite3.DataError`` for counts another program garbled)."""
         row = self._conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM {TABLE} WHERE fingerprint = ?",
                                  (fingerprint,)).fetchone()
         if row is None:
             return ProxyStats()
-        tools = {tool_row[0]: ToolStats(*(int(v) for v in tool_row[1:])) for tool_row in self._conn.execute(
+        tools = {tool_row[0]: _tool_stats(tool_row[1:]) for tool_row in self._conn.execute(
             f"SELECT tool, {', '.join(_TOOL_COLUMNS)} FROM {TOOLS_TABLE} WHERE fingerprint = ?", (fingerprint,))}
         return _stats(row, tools)
 
@@ -180,5 +181,22 @@ def stats_document(stats: ProxyStats) -> dict[str, Any]:
 
 
 def _stats(values: tuple[float, ...], tools: Mapping[str, ToolStats]) -> ProxyStats:
-    parsed: dict[str, Any] = {c: float(v) if c == "saved_s" else int(v) for c, v in zip(_COLUMNS, values, strict=True)}
+    with _counts():
+        parsed: dict[str, Any] = {c: float(v) if c == "saved_s" else int(v)
+                                  for c, v in zip(_COLUMNS, values, strict=True)}
     return ProxyStats(**parsed, tools=dict(tools))
+
+
+def _tool_stats(values: tuple[Any, ...]) -> ToolStats:
+    with _counts():
+        return ToolStats(*(int(v) for v in values))
+
+
+@contextmanager
+def _counts() -> Iterator[None]:
+    """Stored values read as counts: one another program garbled (text, infinity, NULL) is ``sqlite3.DataError``,
+    an error of the store like any other."""
+    try:
+        yield
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise sqlite3.DataError(f"the stats hold a value that is not a count ({type(exc).__name__})") from None
